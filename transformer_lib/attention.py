@@ -1,0 +1,120 @@
+"""Scaled dot-product attention, the teaching path and the fast path.
+
+Vaswani et al. 2017, "Attention Is All You Need", eq. (1):
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+
+Shapes follow the book's notation: ``q: (..., Tq, D)``, ``k: (..., Tk, D)``, ``v: (..., Tk, Dv)``;
+the leading dimensions are usually ``(B, H)``.
+
+Masks use one convention everywhere in the library: a **boolean** mask is ``True`` where a query
+may attend to a key; a **float** mask is added to the scores (0 = keep, very negative = drop).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .masking import check_mask, to_additive
+
+
+def _check_temperature(temperature: float) -> None:
+    if not temperature > 0:
+        raise ValueError(
+            f"temperature must be > 0, got temperature={temperature!r}. "
+            "As T -> 0 the softmax tends to argmax (one-hot); as T -> inf it tends to uniform."
+        )
+
+
+def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim: int = -1) -> torch.Tensor:
+    """``softmax(scores / T)`` along ``dim``.
+
+    T = 1 is the ordinary softmax. As T -> 0+ the result tends to a one-hot vector at the
+    argmax (ties share the mass); as T -> inf it tends to the uniform distribution.
+    Rows whose scores are all ``-inf`` (fully masked) give zeros, never NaN.
+    """
+    _check_temperature(temperature)
+    weights = torch.softmax(scores.float() / temperature, dim=dim)
+    return torch.nan_to_num(weights, nan=0.0).to(scores.dtype)
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError(
+            f"q, k, v must have the same number of dimensions (>= 2), got q{tuple(q.shape)}, "
+            f"k{tuple(k.shape)}, v{tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last dimension D, got q{tuple(q.shape)} and k{tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must share the key length Tk, got k{tuple(k.shape)} and v{tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def attention_weights(
+    q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None, temperature: float = 1.0
+) -> torch.Tensor:
+    """The attention weights ``softmax(q k^T / (sqrt(D) T) + mask)``: ``(..., Tq, Tk)``, rows sum to 1.
+
+    A fully masked row is all zeros (documented choice: that query reads nothing).
+    """
+    _check_temperature(temperature)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
+    if mask is not None:
+        check_mask(mask, scores.shape, "mask")
+        keep = mask if mask.dtype == torch.bool else None
+        scores = scores.float() + to_additive(mask, torch.float32)
+        weights = torch.softmax(scores / temperature, dim=-1)
+        if keep is not None:  # exact zeros where masked, and 0 (not NaN) on fully masked rows
+            weights = weights.masked_fill(~keep, 0.0)
+        return torch.nan_to_num(weights, nan=0.0).to(q.dtype)
+    return softmax_with_temperature(scores, temperature)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    return_weights: bool = False,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+):
+    """Scaled dot-product attention.
+
+    Args:
+        q: ``(..., Tq, D)``; k: ``(..., Tk, D)``; v: ``(..., Tk, Dv)``.
+        mask: boolean (True = attend) or additive float, broadcastable to ``(..., Tq, Tk)``.
+        temperature: divides the scaled scores; must be > 0 (T -> 0: argmax, T -> inf: uniform).
+        return_weights: if True, take the explicit teaching path and also return the weights.
+        is_causal: add a causal mask aligned to the end of the keys (query i sees keys <= i + Tk - Tq).
+        dropout_p: dropout on the attention weights (training only; 0 at inference).
+
+    Returns:
+        ``out: (..., Tq, Dv)``, or ``(out, weights)`` with ``weights: (..., Tq, Tk)``.
+        A fully masked query row gets weights 0 and output 0 on both paths.
+    """
+    _check_qkv(q, k, v)
+    _check_temperature(temperature)
+    if is_causal:
+        from .masking import causal_mask, combine_masks
+
+        causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
+        mask = causal if mask is None else combine_masks(mask, causal)
+    if return_weights:
+        weights = attention_weights(q, k, mask, temperature)  # (..., Tq, Tk)
+        return F.dropout(weights, dropout_p) @ v, weights
+    if mask is not None:
+        check_mask(mask, (*q.shape[:-1], k.shape[-2]), "mask")
+        if mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)
+    scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    if mask is not None and mask.dtype == torch.bool:
+        # PyTorch's backends differ on fully masked rows (0 or NaN): make it 0 everywhere.
+        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return out

@@ -1,0 +1,15 @@
+"""Where tensors live: CUDA when present, else CPU. Modules follow their inputs' device and dtype."""
+from __future__ import annotations
+
+import torch
+
+
+def default_device() -> torch.device:
+    """``cuda`` if a GPU is visible, else ``cpu``."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def seed_everything(seed: int = 0) -> torch.Generator:
+    """Seed torch (CPU and CUDA) and return a CPU generator seeded the same way."""
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)

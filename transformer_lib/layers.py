@@ -1,0 +1,160 @@
+"""The pieces of a Transformer block: FFN, LayerNorm, residual sub-layers, encoder and decoder layers.
+
+Vaswani et al. 2017, section 3.1 (post-norm: ``LayerNorm(x + Sublayer(x))``); pre-norm
+(``x + Sublayer(LayerNorm(x))``, Xiong et al. 2020, used by GPT-2) is a flag.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .multihead import MultiHeadAttention
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN (section 3.3): ``W_2 act(W_1 x + b_1) + b_2``, ``(B, T, d_model) -> (B, T, d_model)``."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.up = nn.Linear(d_model, d_ff, bias=bias)  # W_1: (d_ff, d_model)
+        self.down = nn.Linear(d_ff, d_model, bias=bias)  # W_2: (d_model, d_ff)
+        self.act = ACTIVATIONS[activation]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.dropout(self.act(self.up(x))))
+
+
+class LayerNorm(nn.Module):
+    """Layer normalization written out (Ba et al. 2016): normalize each position over its features.
+
+    ``y = (x - mean) / sqrt(var + eps) * gamma + beta``, mean and (biased) var over the last dim.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))  # gamma
+        self.bias = nn.Parameter(torch.zeros(d_model))  # beta
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()  # statistics in fp32 even for bf16/fp16 inputs
+        mean = xf.mean(dim=-1, keepdim=True)  # (B, T, 1)
+        var = xf.var(dim=-1, keepdim=True, unbiased=False)  # (B, T, 1)
+        y = (xf - mean) * torch.rsqrt(var + self.eps)
+        return (y * self.weight.float() + self.bias.float()).to(x.dtype)
+
+
+class Residual(nn.Module):
+    """A residual connection around one sub-layer, with its LayerNorm and dropout.
+
+    post-norm (the paper): ``LayerNorm(x + Dropout(f(x)))``;
+    pre-norm (GPT-2):     ``x + Dropout(f(LayerNorm(x)))``.
+    """
+
+    def __init__(self, d_model: int, norm_first: bool = False, dropout: float = 0.0, eps: float = 1e-5):
+        super().__init__()
+        self.norm = LayerNorm(d_model, eps)
+        self.norm_first = norm_first
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each in a ``Residual``. ``x: (B, T, d_model) -> (B, T, d_model)``."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
+                 norm_first: bool = False, eps: float = 1e-5, bias: bool = True):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+        self.ffn = FeedForward(d_model, d_ff, activation, dropout, bias)
+        self.res_attn = Residual(d_model, norm_first, dropout, eps)
+        self.res_ffn = Residual(d_model, norm_first, dropout, eps)
+        self.attn_weights = None  # (B, H, T, T) after a forward with need_weights=True
+
+    def forward(self, x, key_padding_mask=None, attn_mask=None, need_weights: bool = False):
+        def attend(h):
+            out, self.attn_weights = self.self_attn(h, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                                                    need_weights=need_weights)
+            return out
+        x = self.res_attn(x, attend)
+        return self.res_ffn(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder's memory, FFN; each in a ``Residual``.
+
+    With ``cross_attention=False`` this is a GPT block (masked self-attention and FFN only).
+    ``x: (B, Tq, d_model)``, ``memory: (B, Tk, d_model)``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
+                 norm_first: bool = False, eps: float = 1e-5, bias: bool = True, cross_attention: bool = True,
+                 rope: nn.Module | None = None, layer_idx: int = 0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias, rope=rope, layer_idx=layer_idx)
+        self.res_self = Residual(d_model, norm_first, dropout, eps)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if cross_attention else None
+        self.res_cross = Residual(d_model, norm_first, dropout, eps) if cross_attention else None
+        self.ffn = FeedForward(d_model, d_ff, activation, dropout, bias)
+        self.res_ffn = Residual(d_model, norm_first, dropout, eps)
+        self.self_weights = self.cross_weights = None  # filled when need_weights=True
+
+    def forward(self, x, memory=None, self_mask=None, memory_key_padding_mask=None, key_padding_mask=None,
+                is_causal: bool = True, need_weights: bool = False, cache=None):
+        def self_attend(h):
+            out, self.self_weights = self.self_attn(h, attn_mask=self_mask, key_padding_mask=key_padding_mask,
+                                                    is_causal=is_causal, need_weights=need_weights, cache=cache)
+            return out
+
+        def cross_attend(h):
+            out, self.cross_weights = self.cross_attn(h, memory, key_padding_mask=memory_key_padding_mask,
+                                                      need_weights=need_weights)
+            return out
+
+        x = self.res_self(x, self_attend)
+        if self.cross_attn is not None:
+            if memory is None:
+                raise ValueError("memory (B, Tk, d_model) is required by a DecoderLayer with cross-attention")
+            x = self.res_cross(x, cross_attend)
+        return self.res_ffn(x, self.ffn)
+
+
+@torch.no_grad()
+def _copy_linear(dst: nn.Linear, src: nn.Linear) -> None:
+    dst.weight.copy_(src.weight)
+    if dst.bias is not None:
+        dst.bias.copy_(src.bias)
+
+
+@torch.no_grad()
+def load_encoder_layer_from_torch(layer: EncoderLayer, ref: nn.TransformerEncoderLayer) -> EncoderLayer:
+    """Copy an ``nn.TransformerEncoderLayer``'s weights into ``layer`` (same sizes)."""
+    layer.self_attn.load_from_torch(ref.self_attn)
+    _copy_linear(layer.ffn.up, ref.linear1)
+    _copy_linear(layer.ffn.down, ref.linear2)
+    for ours, theirs in ((layer.res_attn.norm, ref.norm1), (layer.res_ffn.norm, ref.norm2)):
+        ours.load_state_dict(theirs.state_dict())
+    return layer
+
+
+@torch.no_grad()
+def load_decoder_layer_from_torch(layer: DecoderLayer, ref: nn.TransformerDecoderLayer) -> DecoderLayer:
+    """Copy an ``nn.TransformerDecoderLayer``'s weights into ``layer`` (same sizes)."""
+    layer.self_attn.load_from_torch(ref.self_attn)
+    layer.cross_attn.load_from_torch(ref.multihead_attn)
+    _copy_linear(layer.ffn.up, ref.linear1)
+    _copy_linear(layer.ffn.down, ref.linear2)
+    norms = ((layer.res_self.norm, ref.norm1), (layer.res_cross.norm, ref.norm2), (layer.res_ffn.norm, ref.norm3))
+    for ours, theirs in norms:
+        ours.load_state_dict(theirs.state_dict())
+    return layer

@@ -1,0 +1,249 @@
+"""Three Transformer families built from the same layers.
+
+* ``Transformer``: the encoder-decoder of Vaswani et al. 2017 (translation), post-norm by default.
+* ``GPT``: decoder-only (Radford et al. 2018/2019), pre-norm blocks without cross-attention.
+* ``BertEncoder``: encoder-only (Devlin et al. 2019), parameter layout able to load a BERT checkpoint.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .layers import DecoderLayer, EncoderLayer, LayerNorm
+from .masking import combine_masks
+from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
+                         alibi_bias)
+
+POSITIONAL = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+
+def _check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
+    if ids.dim() != 2 or ids.dtype not in (torch.long, torch.int, torch.int32):
+        raise ValueError(f"{name} must be an integer tensor (B, T), got {ids.dtype} {tuple(ids.shape)}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(f"{name} ids must be in [0, {vocab_size}), got range [{int(ids.min())}, {int(ids.max())}]")
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """GPT-2/BERT initialisation: N(0, 0.02) for Linear and Embedding weights, zero biases."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+# ----------------------------------------------------------------------------- encoder-decoder
+@dataclass
+class TransformerConfig:
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1
+    max_len: int = 512
+    norm_first: bool = False
+    activation: str = "relu"
+    pad_id: int = 0
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer. ``src: (B, S)`` ids, ``tgt: (B, T)`` ids -> logits ``(B, T, tgt_vocab)``."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        c = cfg
+        self.src_emb = nn.Embedding(c.src_vocab_size, c.d_model)
+        self.tgt_emb = nn.Embedding(c.tgt_vocab_size, c.d_model)
+        self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len)
+        self.dropout = nn.Dropout(c.dropout)
+        layer_args = dict(dropout=c.dropout, activation=c.activation, norm_first=c.norm_first)
+        self.encoder = nn.ModuleList(EncoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args)
+                                     for _ in range(c.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args, layer_idx=i)
+                                     for i in range(c.n_decoder_layers))
+        # pre-norm stacks end with a LayerNorm (their residual stream is never normalized otherwise)
+        self.enc_norm = LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.dec_norm = LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        self.apply(init_weights)
+
+    def embed(self, emb: nn.Embedding, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        return self.dropout(self.pos(emb(ids) * math.sqrt(self.cfg.d_model), offset))  # (B, T, d_model)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None, need_weights: bool = False):
+        """``src: (B, S)`` -> memory ``(B, S, d_model)``. ``src_mask: (B, S)`` bool, True on real tokens
+        (default: ``src != pad_id``)."""
+        _check_ids(src, self.cfg.src_vocab_size, "src")
+        src_mask = src != self.cfg.pad_id if src_mask is None else src_mask
+        x = self.embed(self.src_emb, src)
+        for layer in self.encoder:
+            x = layer(x, key_padding_mask=src_mask, need_weights=need_weights)
+        return self.enc_norm(x)
+
+    def decode(self, tgt, memory, src_mask=None, tgt_mask=None, need_weights: bool = False, cache=None):
+        """``tgt: (B, T)`` ids, ``memory: (B, S, d_model)`` -> logits ``(B, T, tgt_vocab)``.
+
+        ``src_mask: (B, S)`` hides padded source positions; ``tgt_mask: (B, T)`` padded target keys.
+        """
+        _check_ids(tgt, self.cfg.tgt_vocab_size, "tgt")
+        past = 0 if cache is None else cache.get_seq_length(0)
+        x = self.embed(self.tgt_emb, tgt, offset=past)
+        for layer in self.decoder:
+            x = layer(x, memory, memory_key_padding_mask=src_mask, key_padding_mask=tgt_mask,
+                      need_weights=need_weights, cache=cache)
+        return self.generator(self.dec_norm(x))
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask=None, tgt_mask=None) -> torch.Tensor:
+        src_mask = src != self.cfg.pad_id if src_mask is None else src_mask
+        return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)
+
+
+# ----------------------------------------------------------------------------- decoder-only
+@dataclass
+class GPTConfig:
+    vocab_size: int = 65
+    block_size: int = 128  # context window
+    n_layers: int = 4
+    n_heads: int = 4
+    d_model: int = 128
+    d_ff: int | None = None  # default 4 * d_model
+    dropout: float = 0.0
+    bias: bool = True
+    positional: str = "learned"  # one of POSITIONAL
+
+    def __post_init__(self):
+        if self.positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {POSITIONAL}, got {self.positional!r}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        self.d_ff = 4 * self.d_model if self.d_ff is None else self.d_ff
+
+
+class GPT(nn.Module):
+    """Decoder-only language model. ``idx: (B, T)`` token ids -> logits ``(B, T, vocab_size)``."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = c = cfg
+        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
+        self.pos = {"learned": lambda: LearnedPositionalEmbedding(c.d_model, c.block_size),
+                    "sinusoidal": lambda: SinusoidalPositionalEncoding(c.d_model, c.block_size)}.get(
+                        c.positional, lambda: None)()
+        rope = RotaryEmbedding(c.d_model // c.n_heads) if c.positional == "rope" else None
+        self.drop = nn.Dropout(c.dropout)
+        self.blocks = nn.ModuleList(
+            DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, "gelu", norm_first=True, bias=c.bias,
+                         cross_attention=False, rope=rope, layer_idx=i) for i in range(c.n_layers))
+        self.norm = LayerNorm(c.d_model)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.apply(init_weights)
+        self.lm_head.weight = self.tok_emb.weight  # weight tying (Press & Wolf 2017)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None,
+                key_padding_mask: torch.Tensor | None = None, need_weights: bool = False):
+        """Returns ``(logits (B, T, V), loss or None)``. ``targets: (B, T)``, -100 = ignore.
+
+        ``cache``: a KV cache (chapter 07); ``key_padding_mask: (B, past + T)`` bool, True on real tokens.
+        """
+        _check_ids(idx, self.cfg.vocab_size, "idx")
+        B, T = idx.shape
+        past = 0 if cache is None else cache.get_seq_length(0)
+        if past + T > self.cfg.block_size and self.cfg.positional in ("learned", "sinusoidal"):
+            raise ValueError(f"sequence length {past + T} (past={past} + T={T}) exceeds block_size="
+                             f"{self.cfg.block_size}")
+        x = self.tok_emb(idx)  # (B, T, d_model)
+        if self.pos is not None:
+            x = self.pos(x, offset=past)
+        x = self.drop(x)
+        bias = None
+        if self.cfg.positional == "alibi":
+            bias = alibi_bias(self.cfg.n_heads, T, past + T, device=idx.device, dtype=x.dtype)  # (H, T, past+T)
+        for block in self.blocks:
+            x = block(x, self_mask=bias, key_padding_mask=key_padding_mask, need_weights=need_weights, cache=cache)
+        logits = self.lm_head(self.norm(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+        return logits, loss
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+# ----------------------------------------------------------------------------- encoder-only
+@dataclass
+class BertConfig:
+    """Defaults are all-MiniLM-L6-v2's shape."""
+    vocab_size: int = 30522
+    d_model: int = 384
+    n_heads: int = 12
+    d_ff: int = 1536
+    n_layers: int = 6
+    max_len: int = 512
+    type_vocab_size: int = 2
+    eps: float = 1e-12
+    dropout: float = 0.0
+
+
+@dataclass
+class BertOutput:
+    last_hidden_state: torch.Tensor  # (B, T, d_model)
+    hidden_states: tuple = field(default_factory=tuple)  # n_layers + 1 of (B, T, d_model)
+    attentions: tuple = field(default_factory=tuple)  # n_layers of (B, H, T, T), if requested
+
+
+class BertEmbeddings(nn.Module):
+    """Token + learned position + segment embeddings, then LayerNorm (BERT section 3)."""
+
+    def __init__(self, c: BertConfig):
+        super().__init__()
+        self.word = nn.Embedding(c.vocab_size, c.d_model)
+        self.position = nn.Embedding(c.max_len, c.d_model)
+        self.token_type = nn.Embedding(c.type_vocab_size, c.d_model)
+        self.norm = LayerNorm(c.d_model, c.eps)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def forward(self, ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        T = ids.shape[1]
+        if T > self.position.num_embeddings:
+            raise ValueError(f"sequence length T={T} exceeds max_len={self.position.num_embeddings}")
+        pos = torch.arange(T, device=ids.device)
+        return self.dropout(self.norm(self.word(ids) + self.position(pos) + self.token_type(token_type_ids)))
+
+
+class BertEncoder(nn.Module):
+    """Encoder-only Transformer: embeddings then post-norm GELU ``EncoderLayer``s."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.cfg = c = cfg
+        self.embeddings = BertEmbeddings(c)
+        self.layers = nn.ModuleList(EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, "gelu", norm_first=False,
+                                                 eps=c.eps) for _ in range(c.n_layers))
+        self.apply(init_weights)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, need_weights: bool = False) -> BertOutput:
+        """``input_ids: (B, T)``; ``attention_mask: (B, T)`` 1/True on real tokens (HF convention)."""
+        _check_ids(input_ids, self.cfg.vocab_size, "input_ids")
+        if attention_mask is not None:
+            if attention_mask.shape != input_ids.shape:
+                raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
+                                 f"got {tuple(attention_mask.shape)}")
+            attention_mask = attention_mask.bool()
+        token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        x = self.embeddings(input_ids, token_type_ids)
+        hidden, attentions = [x], []
+        for layer in self.layers:
+            x = layer(x, key_padding_mask=attention_mask, need_weights=need_weights)
+            hidden.append(x)
+            if need_weights:
+                attentions.append(layer.attn_weights)
+        return BertOutput(x, tuple(hidden), tuple(attentions))

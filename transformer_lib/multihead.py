@@ -1,0 +1,122 @@
+"""Multi-head attention (Vaswani et al. 2017, section 3.2.2).
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O,  head_i = Attention(Q W_Q^i, K W_K^i, V W_V^i)
+
+The h projections are one matrix each (``d_model x d_model``) split into h slices of ``d_head``;
+the query/key/value weights are stacked in one ``qkv`` Linear laid out like
+``nn.MultiheadAttention.in_proj_weight`` so weights load one-to-one.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .attention import scaled_dot_product_attention
+from .masking import causal_mask, check_mask, combine_masks, key_padding_to_attention
+
+
+class MultiHeadAttention(nn.Module):
+    """Self- or cross-attention with ``n_heads`` heads of size ``d_model // n_heads``.
+
+    Inputs are batch-first: ``query: (B, Tq, d_model)``, ``key``/``value: (B, Tk, d_model)``.
+    Masks use the library convention, True = may attend (see ``masking.py``).
+
+    Optional extras used by later chapters:
+      * ``rope``: a ``RotaryEmbedding`` applied to queries and keys (chapter 04);
+      * ``cache``: an object with ``get_seq_length(layer_idx)`` and ``update(k, v, layer_idx) -> (k, v)``
+        (``kv_cache.py``, chapter 07), with ``layer_idx`` set by the model.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
+                 rope: nn.Module | None = None, layer_idx: int = 0):
+        super().__init__()
+        if d_model <= 0 or n_heads <= 0 or d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be a positive multiple of n_heads={n_heads}")
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V] stacked
+        self.out = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        self.dropout = dropout
+        self.rope = rope
+        self.layer_idx = layer_idx
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, d_model) -> (B, H, T, d_head)``."""
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)
+
+    def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, H, T, d_head) -> (B, T, d_model)``: the Concat of the paper."""
+        B, H, T, D = x.shape
+        return x.transpose(1, 2).reshape(B, T, H * D)
+
+    def project_qkv(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
+        """Project to per-head q, k, v: each ``(B, H, T, d_head)``. ``key=None`` means self-attention."""
+        if key is None:  # one fused matmul for self-attention
+            q, k, v = self.qkv(query).split(self.d_model, dim=-1)
+        else:
+            w_q, w_k, w_v = self.qkv.weight.chunk(3)
+            b_q, b_k, b_v = (None,) * 3 if self.qkv.bias is None else self.qkv.bias.chunk(3)
+            q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
+    def _check_inputs(self, query, key, value):
+        if query.dim() != 3 or query.shape[-1] != self.d_model:
+            raise ValueError(f"query must be (B, Tq, d_model={self.d_model}), got {tuple(query.shape)}")
+        if key is None:
+            return
+        if key.dim() != 3 or key.shape[-1] != self.d_model or key.shape[0] != query.shape[0]:
+            raise ValueError(f"key must be (B={query.shape[0]}, Tk, d_model={self.d_model}), got {tuple(key.shape)}")
+        if value.shape != key.shape:
+            raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+
+    def forward(self, query, key=None, value=None, attn_mask=None, key_padding_mask=None,
+                is_causal: bool = False, need_weights: bool = False, cache=None):
+        """Returns ``(out: (B, Tq, d_model), weights: (B, H, Tq, Tk) or None)``.
+
+        Args:
+            key, value: ``(B, Tk, d_model)`` for cross-attention; ``None`` for self-attention.
+            attn_mask: bool or additive float, broadcastable to ``(B, H, Tq, Tk)`` (e.g. ``(Tq, Tk)``).
+            key_padding_mask: bool ``(B, Tk)``, True on real tokens.
+            is_causal: add a causal mask aligned to the end of the keys.
+            need_weights: take the teaching path and return the per-head weights.
+        """
+        value = key if value is None else value
+        self._check_inputs(query, key, value)
+        q, k, v = self.project_qkv(query, key, value)  # (B, H, T, d_head)
+        past = 0 if cache is None else cache.get_seq_length(self.layer_idx)
+        if self.rope is not None:
+            q, k = self.rope(q, offset=past), self.rope(k, offset=past)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)  # (B, H, past + T, d_head)
+        B, H, Tq, Tk = q.shape[0], self.n_heads, q.shape[2], k.shape[2]
+        if attn_mask is not None:
+            check_mask(attn_mask, (B, H, Tq, Tk), "attn_mask")
+        if key_padding_mask is not None:
+            if key_padding_mask.shape != (B, Tk) or key_padding_mask.dtype != torch.bool:
+                raise ValueError(f"key_padding_mask must be bool (B={B}, Tk={Tk}), got "
+                                 f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+            key_padding_mask = key_padding_to_attention(key_padding_mask)  # (B, 1, 1, Tk)
+        causal = causal_mask(Tq, Tk, device=q.device) if is_causal else None
+        mask = combine_masks(attn_mask, key_padding_mask, causal)
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            y, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True, dropout_p=p)
+        else:
+            y, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p), None
+        return self.out(self.merge_heads(y)), weights  # (B, Tq, d_model)
+
+    @torch.no_grad()
+    def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """Copy the weights of a ``torch.nn.MultiheadAttention`` with the same d_model and heads."""
+        if mha.embed_dim != self.d_model or mha.num_heads != self.n_heads:
+            raise ValueError(f"nn.MultiheadAttention has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; "
+                             f"this module has d_model={self.d_model}, n_heads={self.n_heads}")
+        if mha.in_proj_weight is None:
+            raise ValueError("nn.MultiheadAttention with kdim/vdim != embed_dim is not supported")
+        self.qkv.weight.copy_(mha.in_proj_weight)
+        self.out.weight.copy_(mha.out_proj.weight)
+        if self.qkv.bias is not None:
+            self.qkv.bias.copy_(mha.in_proj_bias)
+            self.out.bias.copy_(mha.out_proj.bias)
+        return self
