@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .masking import check_mask, to_additive
+from .masking import check_mask, to_additive, to_boolean
 
 
 def _check_temperature(temperature: float) -> None:
@@ -41,17 +41,24 @@ def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    shapes = f"q{tuple(q.shape)}, k{tuple(k.shape)}, v{tuple(v.shape)}"
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(
-            f"q, k, v must have the same number of dimensions (>= 2), got q{tuple(q.shape)}, "
-            f"k{tuple(k.shape)}, v{tuple(v.shape)}"
-        )
+        raise ValueError(f"q, k, v must have the same number of dimensions (>= 2), got {shapes}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share the last dimension D, got q{tuple(q.shape)} and k{tuple(k.shape)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must share the key length Tk, got k{tuple(k.shape)} and v{tuple(v.shape)}")
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"q, k, v leading dimensions (e.g. (B, H)) must broadcast, got {shapes}") from None
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def _scores_shape(q: torch.Tensor, k: torch.Tensor) -> tuple:
+    """``(..., Tq, Tk)``: the shape of ``q k^T``."""
+    return (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
 
 
 def attention_weights(
@@ -59,19 +66,19 @@ def attention_weights(
 ) -> torch.Tensor:
     """The attention weights ``softmax(q k^T / (sqrt(D) T) + mask)``: ``(..., Tq, Tk)``, rows sum to 1.
 
-    A fully masked row is all zeros (documented choice: that query reads nothing).
+    The temperature divides the scores only, not the mask (as ``scale`` in ``F.scaled_dot_product_attention``).
+    Computed in fp32 and returned in ``q``'s dtype. A fully masked row is all zeros (documented choice:
+    that query reads nothing); for a float mask, "masked" means a value below ``finfo.min / 2``.
     """
     _check_temperature(temperature)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
-    if mask is not None:
-        check_mask(mask, scores.shape, "mask")
-        keep = mask if mask.dtype == torch.bool else None
-        scores = scores.float() + to_additive(mask, torch.float32)
-        weights = torch.softmax(scores / temperature, dim=-1)
-        if keep is not None:  # exact zeros where masked, and 0 (not NaN) on fully masked rows
-            weights = weights.masked_fill(~keep, 0.0)
-        return torch.nan_to_num(weights, nan=0.0).to(q.dtype)
-    return softmax_with_temperature(scores, temperature)
+    scores = q.float() @ k.float().transpose(-2, -1) / (math.sqrt(q.shape[-1]) * temperature)  # (..., Tq, Tk)
+    if mask is None:
+        return torch.softmax(scores, dim=-1).to(q.dtype)
+    check_mask(mask, scores.shape, "mask")
+    additive = to_additive(mask, torch.float32).clamp_min(torch.finfo(torch.float32).min)  # no -inf: no NaN
+    weights = torch.softmax(scores + additive, dim=-1)
+    # exact zeros where masked, and 0 (not a uniform row) on fully masked rows
+    return weights.masked_fill(~to_boolean(mask), 0.0).to(q.dtype)
 
 
 def scaled_dot_product_attention(
@@ -89,7 +96,7 @@ def scaled_dot_product_attention(
     Args:
         q: ``(..., Tq, D)``; k: ``(..., Tk, D)``; v: ``(..., Tk, Dv)``.
         mask: boolean (True = attend) or additive float, broadcastable to ``(..., Tq, Tk)``.
-        temperature: divides the scaled scores; must be > 0 (T -> 0: argmax, T -> inf: uniform).
+        temperature: divides the scaled scores (not the mask); must be > 0 (T -> 0: argmax, T -> inf: uniform).
         return_weights: if True, take the explicit teaching path and also return the weights.
         is_causal: add a causal mask aligned to the end of the keys (query i sees keys <= i + Tk - Tq).
         dropout_p: dropout on the attention weights (training only; 0 at inference).
@@ -100,6 +107,8 @@ def scaled_dot_product_attention(
     """
     _check_qkv(q, k, v)
     _check_temperature(temperature)
+    if mask is not None:
+        check_mask(mask, _scores_shape(q, k), "mask")
     if is_causal:
         from .masking import causal_mask, combine_masks
 
@@ -108,13 +117,13 @@ def scaled_dot_product_attention(
     if return_weights:
         weights = attention_weights(q, k, mask, temperature)  # (..., Tq, Tk)
         return F.dropout(weights, dropout_p) @ v, weights
-    if mask is not None:
-        check_mask(mask, (*q.shape[:-1], k.shape[-2]), "mask")
-        if mask.dtype != torch.bool:
-            mask = mask.to(q.dtype)
+    keep = None if mask is None else to_boolean(mask)  # True where attention is allowed
+    if mask is not None and mask.dtype != torch.bool:
+        # finfo(float32).min would overflow to -inf in fp16/bf16; clamp to the input dtype's own minimum
+        mask = mask.float().clamp_min(torch.finfo(q.dtype).min).to(q.dtype)
     scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-    if mask is not None and mask.dtype == torch.bool:
-        # PyTorch's backends differ on fully masked rows (0 or NaN): make it 0 everywhere.
-        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    if keep is not None:
+        # PyTorch's backends differ on fully masked rows (0, NaN or a uniform average): make it 0 everywhere.
+        out = out.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)
     return out

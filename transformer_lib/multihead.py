@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import scaled_dot_product_attention
-from .masking import causal_mask, check_mask, combine_masks, key_padding_to_attention
+from .masking import check_mask, combine_masks, key_padding_to_attention
 
 
 class MultiHeadAttention(nn.Module):
@@ -97,13 +97,10 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"key_padding_mask must be bool (B={B}, Tk={Tk}), got "
                                  f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
             key_padding_mask = key_padding_to_attention(key_padding_mask)  # (B, 1, 1, Tk)
-        causal = causal_mask(Tq, Tk, device=q.device) if is_causal else None
-        mask = combine_masks(attn_mask, key_padding_mask, causal)
+        mask = combine_masks(attn_mask, key_padding_mask)
         p = self.dropout if self.training else 0.0
-        if need_weights:
-            y, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True, dropout_p=p)
-        else:
-            y, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p), None
+        y = scaled_dot_product_attention(q, k, v, mask, return_weights=need_weights, is_causal=is_causal, dropout_p=p)
+        y, weights = y if need_weights else (y, None)
         return self.out(self.merge_heads(y)), weights  # (B, Tq, d_model)
 
     @torch.no_grad()
