@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .masking import check_mask, to_additive, to_boolean
+from .masking import causal_mask, check_mask, combine_masks, to_additive, to_boolean
 
 
 def _check_temperature(temperature: float) -> None:
@@ -109,9 +109,12 @@ def scaled_dot_product_attention(
     _check_temperature(temperature)
     if mask is not None:
         check_mask(mask, _scores_shape(q, k), "mask")
+    scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
+    if is_causal and mask is None and not return_weights and q.shape[-2] in (1, k.shape[-2]):
+        # Square: PyTorch's is_causal kernel skips the masked half instead of reading a mask.
+        # One query (decoding with a cache) is the newest position: it sees every key, no mask needed.
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=q.shape[-2] > 1, scale=scale)
     if is_causal:
-        from .masking import causal_mask, combine_masks
-
         causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
         mask = causal if mask is None else combine_masks(mask, causal)
     if return_weights:
@@ -121,7 +124,6 @@ def scaled_dot_product_attention(
     if mask is not None and mask.dtype != torch.bool:
         # finfo(float32).min would overflow to -inf in fp16/bf16; clamp to the input dtype's own minimum
         mask = mask.float().clamp_min(torch.finfo(q.dtype).min).to(q.dtype)
-    scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
     if keep is not None:
         # PyTorch's backends differ on fully masked rows (0, NaN or a uniform average): make it 0 everywhere.

@@ -43,6 +43,8 @@ class LayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.weight.shape[0]:
+            raise ValueError(f"x must be (..., d_model={self.weight.shape[0]}), got {tuple(x.shape)}")
         xf = x.float()  # statistics in fp32 even for bf16/fp16 inputs
         mean = xf.mean(dim=-1, keepdim=True)  # (B, T, 1)
         var = xf.var(dim=-1, keepdim=True, unbiased=False)  # (B, T, 1)

@@ -231,15 +231,26 @@ class BertEncoder(nn.Module):
         self.apply(init_weights)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, need_weights: bool = False) -> BertOutput:
-        """``input_ids: (B, T)``; ``attention_mask: (B, T)`` 1/True on real tokens (HF convention)."""
+        """``input_ids: (B, T)``; ``attention_mask: (B, T)`` 1/True on real tokens (HF convention);
+        ``token_type_ids: (B, T)`` segment ids (default all 0). ``attentions`` are filled when ``need_weights``.
+
+        Padding only masks *keys*: padded query rows are still computed (from the real keys) and
+        should be ignored downstream, as ``pretrained.mean_pool`` does.
+        """
         _check_ids(input_ids, self.cfg.vocab_size, "input_ids")
         if attention_mask is not None:
             if attention_mask.shape != input_ids.shape:
                 raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
                                  f"got {tuple(attention_mask.shape)}")
             attention_mask = attention_mask.bool()
-        token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-        x = self.embeddings(input_ids, token_type_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)  # one segment
+        elif token_type_ids.shape != input_ids.shape:
+            raise ValueError(f"token_type_ids must have input_ids' shape {tuple(input_ids.shape)}, "
+                             f"got {tuple(token_type_ids.shape)}")
+        else:
+            _check_ids(token_type_ids, self.cfg.type_vocab_size, "token_type_ids")
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T, d_model)
         hidden, attentions = [x], []
         for layer in self.layers:
             x = layer(x, key_padding_mask=attention_mask, need_weights=need_weights)

@@ -64,7 +64,11 @@ class MultiHeadAttention(nn.Module):
         if query.dim() != 3 or query.shape[-1] != self.d_model:
             raise ValueError(f"query must be (B, Tq, d_model={self.d_model}), got {tuple(query.shape)}")
         if key is None:
+            if value is not None:
+                raise ValueError(f"value{tuple(value.shape)} was given without key: pass key too (cross-attention) "
+                                 "or neither (self-attention)")
             return
+        value = key if value is None else value
         if key.dim() != 3 or key.shape[-1] != self.d_model or key.shape[0] != query.shape[0]:
             raise ValueError(f"key must be (B={query.shape[0]}, Tk, d_model={self.d_model}), got {tuple(key.shape)}")
         if value.shape != key.shape:
@@ -81,8 +85,8 @@ class MultiHeadAttention(nn.Module):
             is_causal: add a causal mask aligned to the end of the keys.
             need_weights: take the teaching path and return the per-head weights.
         """
-        value = key if value is None else value
         self._check_inputs(query, key, value)
+        value = key if value is None else value
         q, k, v = self.project_qkv(query, key, value)  # (B, H, T, d_head)
         past = 0 if cache is None else cache.get_seq_length(self.layer_idx)
         if self.rope is not None:
@@ -110,7 +114,13 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"nn.MultiheadAttention has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; "
                              f"this module has d_model={self.d_model}, n_heads={self.n_heads}")
         if mha.in_proj_weight is None:
-            raise ValueError("nn.MultiheadAttention with kdim/vdim != embed_dim is not supported")
+            raise ValueError(f"nn.MultiheadAttention with kdim={mha.kdim}, vdim={mha.vdim} != embed_dim="
+                             f"{mha.embed_dim} is not supported")
+        if mha.bias_k is not None or mha.add_zero_attn:
+            raise ValueError("nn.MultiheadAttention with add_bias_kv=True or add_zero_attn=True is not supported")
+        if (mha.in_proj_bias is None) != (self.qkv.bias is None):
+            raise ValueError(f"bias mismatch: nn.MultiheadAttention has bias={mha.in_proj_bias is not None}, "
+                             f"this module has bias={self.qkv.bias is not None}")
         self.qkv.weight.copy_(mha.in_proj_weight)
         self.out.weight.copy_(mha.out_proj.weight)
         if self.qkv.bias is not None:

@@ -33,6 +33,11 @@ def _check_length(t: int, max_len: int, what: str) -> None:
         raise ValueError(f"sequence length T={t} is longer than the {what} table's max_len={max_len}")
 
 
+def _check_input(x: torch.Tensor, d_model: int) -> None:
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"x must be (B, T, d_model={d_model}), got {tuple(x.shape)}")
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal table to ``x: (B, T, d_model)``. The table is a (non-trained) buffer."""
 
@@ -41,6 +46,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        _check_input(x, self.pe.shape[1])
         _check_length(offset + x.shape[1], self.pe.shape[0], "sinusoidal")
         return x + self.pe[offset: offset + x.shape[1]].to(x.dtype)  # (B, T, d_model)
 
@@ -53,6 +59,7 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        _check_input(x, self.weight.shape[1])
         _check_length(offset + x.shape[1], self.weight.shape[0], "learned positional")
         return x + self.weight[offset: offset + x.shape[1]].to(x.dtype)
 
@@ -75,6 +82,8 @@ class RotaryEmbedding(nn.Module):
         return pos[:, None] * self.inv_freq.to(device)[None, :]  # (T, d_head/2)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        if x.shape[-1] != 2 * self.inv_freq.shape[0]:
+            raise ValueError(f"x must be (..., T, d_head={2 * self.inv_freq.shape[0]}), got {tuple(x.shape)}")
         ang = self.angles(x.shape[-2], offset, x.device)
         cos, sin = ang.cos(), ang.sin()  # (T, d_head/2)
         x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]  # even and odd features

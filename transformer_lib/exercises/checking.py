@@ -54,6 +54,8 @@ def check_against(reader_fn: Callable, reference_fn: Callable, make_inputs: Call
         want = reference_fn(*args)
         try:
             got = reader_fn(*args)
+        except NotImplementedError as exc:
+            return ExerciseResult(False, f"your function is not written yet (it raised NotImplementedError: {exc}).")
         except Exception as exc:  # the reader's code raised: show it, do not crash the notebook
             return ExerciseResult(False, f"your function raised {type(exc).__name__}: {exc} (inputs: {_describe(args)})")
         problem = _compare(got, want, atol, rtol)
