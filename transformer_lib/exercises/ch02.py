@@ -1,0 +1,130 @@
+"""Chapter 02 exercises: softmax with temperature, scaled dot-product attention, entropy of a row.
+
+Each ``check_*`` runs the reader's function and the library's on the same random inputs
+(``check_against``) and, when they differ, also tries a few common mistakes: if the reader's function
+matches one of them, the message says which.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from ..attention import scaled_dot_product_attention, softmax_with_temperature
+from ..viz.attention_widgets import attention_entropy
+from .checking import ExerciseResult, check_against
+
+
+def _with_hints(result: ExerciseResult, fn: Callable, make_inputs: Callable, mistakes: dict[str, Callable]) -> ExerciseResult:
+    """If ``result`` failed and ``fn`` agrees with a known wrong variant, append that variant's hint."""
+    if result:
+        return result
+    for hint, wrong in mistakes.items():
+        try:
+            same = check_against(fn, wrong, make_inputs, trials=3)
+        except Exception:  # a wrong variant that cannot run on these inputs is no hint
+            continue
+        if same:
+            return ExerciseResult(False, f"{result.message} Hint: {hint}")
+    return result
+
+
+def _cycle(values):
+    """A closure cycling through ``values`` on each call (one per random case)."""
+    state = {"i": -1}
+
+    def next_value():
+        state["i"] += 1
+        return values[state["i"] % len(values)]
+    return next_value
+
+
+# ----------------------------------------------------------------------------- exercise 1
+def check_softmax_with_temperature(fn: Callable) -> ExerciseResult:
+    """``fn(scores, temperature) -> weights``: ``softmax(scores / temperature)`` over the last dimension.
+
+    ``scores: (B, T)`` float32, ``temperature > 0``; the result has the shape of ``scores``, rows sum to 1.
+    Two cases shift every score by +-1000 (the softmax does not change), where ``exp`` overflows or
+    underflows unless each row's maximum is subtracted first.
+    """
+    def make_inputs_with(shift):
+        def make_inputs(gen):
+            B, T = (int(n) for n in torch.randint(1, 9, (2,), generator=gen))
+            temperature = float(torch.empty(1).uniform_(0.1, 5.0, generator=gen))
+            return torch.randn(B, T, generator=gen) * 3.0 + shift(), temperature
+        return make_inputs
+
+    make_inputs = make_inputs_with(_cycle([0.0, 0.0, 1000.0, 0.0, -1000.0]))
+    result = check_against(fn, softmax_with_temperature, make_inputs)
+    small = make_inputs_with(_cycle([0.0]))  # no overflow here, so a formula mistake shows on its own
+    return _with_hints(result, fn, small, {
+        "the result equals the plain softmax: divide the scores by the temperature first.":
+            lambda s, t: torch.softmax(s, -1),
+        "the result equals softmax(scores * temperature): divide by the temperature, do not multiply.":
+            lambda s, t: torch.softmax(s * t, -1),
+        "the softmax is taken over the wrong dimension: use the last one (dim=-1), one distribution per row.":
+            lambda s, t: torch.softmax(s / t, 0),
+        "your formula is right on small scores but exp overflows on large ones: subtract each row's "
+        "maximum before exp (softmax does not change when a row is shifted).":
+            lambda s, t: torch.softmax(s / t, -1),
+    })
+
+
+# ----------------------------------------------------------------------------- exercise 2
+def _reference_attention(q, k, v):
+    return scaled_dot_product_attention(q, k, v)
+
+
+def check_scaled_dot_product_attention(fn: Callable) -> ExerciseResult:
+    """``fn(q, k, v) -> out``: ``softmax(q k^T / sqrt(d_k)) v``.
+
+    ``q: (B, Tq, d_k)``, ``k: (B, Tk, d_k)``, ``v: (B, Tk, d_v)`` float32 -> ``out: (B, Tq, d_v)``.
+    """
+    def make_inputs(gen):
+        B, Tq, Tk, d_k, d_v = (int(n) for n in torch.randint(1, 9, (5,), generator=gen))
+        return (torch.randn(B, Tq, d_k, generator=gen), torch.randn(B, Tk, d_k, generator=gen),
+                torch.randn(B, Tk, d_v, generator=gen))
+
+    result = check_against(fn, _reference_attention, make_inputs)
+    return _with_hints(result, fn, make_inputs, {
+        "your output equals softmax(q k^T) v: divide the scores by sqrt(d_k) before the softmax.":
+            lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v,
+        "your output equals softmax(q k^T / d_k) v: the scale is sqrt(d_k), not d_k.":
+            lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v,
+        "the softmax normalises over the queries (dim=-2): each query's row of weights must sum to 1 (dim=-1).":
+            lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -2) @ v,
+    })
+
+
+# ----------------------------------------------------------------------------- exercise 3
+def check_attention_entropy(fn: Callable) -> ExerciseResult:
+    """``fn(weights) -> entropy``: the entropy in **bits** of each row, ``-sum_j p_j log2 p_j``.
+
+    ``weights: (Tq, Tk)`` float32, rows sum to 1, some entries exactly 0 (masked keys) -> ``(Tq,)``.
+    A zero weight contributes 0 (the limit of ``p log p`` as ``p -> 0``).
+    """
+    def make_inputs(gen):
+        Tq, Tk = (int(n) for n in torch.randint(2, 10, (2,), generator=gen))
+        scores = torch.randn(Tq, Tk, generator=gen) * 2.0
+        keep = torch.rand(Tq, Tk, generator=gen) > 0.3
+        keep[:, 0] = True  # every row keeps at least one key
+        return (torch.softmax(scores.masked_fill(~keep, float("-inf")), -1),)  # exact zeros where masked
+
+    result = check_against(fn, attention_entropy, make_inputs)
+
+    def dense(gen):  # no zeros: isolates a wrong log base
+        Tq, Tk = (int(n) for n in torch.randint(2, 10, (2,), generator=gen))
+        return (torch.softmax(torch.randn(Tq, Tk, generator=gen), -1),)
+    result = _with_hints(result, fn, dense, {
+        "your values are in nats (natural log): divide by log(2), or use torch.log2.":
+            lambda w: attention_entropy(w) * math.log(2.0),
+        "your values have the wrong sign: entropy is MINUS the sum of p log p.":
+            lambda w: -attention_entropy(w),
+        "you summed over the wrong dimension: one entropy per query row (sum over the keys, dim=-1).":
+            lambda w: attention_entropy(w, dim=0),
+    })
+    if not result and "NaN" in result.message:
+        return ExerciseResult(False, result.message + " Hint: 0 * log(0) is NaN in floating point; a zero weight "
+                              "must contribute 0 (torch.special.xlogy(p, p) does this, or mask the zeros).")
+    return result

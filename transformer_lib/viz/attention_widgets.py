@@ -1,0 +1,114 @@
+"""Chapter 02's attention figures: a trained head's weights under a softmax temperature.
+
+A head's weights are ``softmax(q k^T / (sqrt(d_head) T))``. We take the real ``q`` and ``k`` of one
+head of a trained encoder (``head_queries_keys``), recompute the weights with the library's
+``attention_weights`` at any temperature ``T``, and show each setting as a heatmap with the entropy of
+every row in its caption (``temperature_frame``). ``temperature_slider`` precomputes the frames (works in
+the static book); ``temperature_live_view`` recomputes them for any sentence, layer and head (needs a kernel).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import torch
+
+from ..attention import attention_weights
+from .plots import plot_attention
+from .widgets import frame_slider, live_view
+
+
+def attention_entropy(weights: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Shannon entropy in bits of each distribution along ``dim``: ``-sum p log2 p`` (``0 log 0 = 0``).
+
+    ``weights: (..., Tq, Tk)`` -> ``(..., Tq)``. 0 bits: all weight on one key (one-hot);
+    ``log2(Tk)`` bits: spread evenly over ``Tk`` keys.
+    """
+    if not torch.is_floating_point(weights):
+        raise ValueError(f"weights must be a floating-point tensor, got dtype {weights.dtype}")
+    p = weights.float()
+    return -torch.special.xlogy(p, p).sum(dim) / math.log(2.0)
+
+
+def neighbour_weight(attentions: torch.Tensor, offset: int) -> torch.Tensor:
+    """Mean weight each word piece puts on the piece ``offset`` places away (``-1`` previous, ``+1`` next).
+
+    ``attentions: (..., T, T)`` for one sentence with ``[CLS]`` first and ``[SEP]`` last; only pairs
+    of real word pieces count (both ends inside ``1 .. T-2``). Returns ``(...)``, e.g. ``(n_layers, n_heads)``.
+    """
+    T = attentions.shape[-1]
+    if attentions.dim() < 2 or attentions.shape[-2] != T:
+        raise ValueError(f"attentions must be (..., T, T), got shape {tuple(attentions.shape)}")
+    if offset == 0 or T - 2 <= abs(offset):
+        raise ValueError(f"offset must be non-zero and |offset| < T - 2 = {T - 2} word pieces, got offset={offset}")
+    queries = torch.arange(1, T - 1)
+    queries = queries[(queries + offset >= 1) & (queries + offset <= T - 2)]
+    return attentions[..., queries, queries + offset].mean(-1)
+
+
+@torch.no_grad()
+def head_queries_keys(model, tokenizer, sentence: str, layer: int, head: int):
+    """The real queries and keys of one head of a ``BertEncoder`` on one sentence.
+
+    Returns ``(tokens, q, k)``: ``tokens`` the ``T`` word pieces (with ``[CLS]``/``[SEP]``), ``q, k: (T, d_head)``.
+    In a post-norm encoder, layer ``l``'s attention reads ``hidden_states[l]``; its ``project_qkv`` gives
+    per-head ``(B, H, T, d_head)``, so ``attention_weights(q, k)`` is exactly that head's map.
+    """
+    n_layers, n_heads = len(model.layers), model.layers[0].self_attn.n_heads
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be in 0..{n_layers - 1}, got layer={layer}")
+    if not 0 <= head < n_heads:
+        raise ValueError(f"head must be in 0..{n_heads - 1}, got head={head}")
+    device = next(model.parameters()).device
+    enc = {name: t.to(device) for name, t in tokenizer.encode(sentence).items()}  # each (1, T)
+    hidden = model(**enc).hidden_states[layer]  # (1, T, d_model): the input of layer `layer`
+    q, k, _ = model.layers[layer].self_attn.project_qkv(hidden)  # each (1, H, T, d_head)
+    return tokenizer.tokens(sentence), q[0, head], k[0, head]
+
+
+def temperature_frame(q: torch.Tensor, k: torch.Tensor, tokens: Sequence[str], temperature: float,
+                      title: str = "", figsize=(3.9, 3.4)):
+    """One heatmap of ``attention_weights(q, k, temperature=T)`` and a caption with each row's entropy.
+
+    ``q: (Tq, D)``, ``k: (Tk, D)``. Returns ``(figure, caption_html)`` as ``frame_slider`` expects.
+    """
+    w = attention_weights(q, k, temperature=temperature).float().cpu()  # (Tq, Tk)
+    ent = attention_entropy(w)  # (Tq,)
+    fig, ax = plt.subplots(figsize=figsize)
+    plot_attention(w, list(tokens), list(tokens), ax=ax, title=f"{title} T = {temperature:g}".strip(),
+                   colorbar=False)  # the weights are written in the cells; colours share one scale, 0 to 1
+    rows = " &middot; ".join(f"{tok}&nbsp;{e:.2f}" for tok, e in zip(tokens, ent.tolist()))
+    caption = (f"<div style='max-width:520px;font-size:90%'><b>T = {temperature:g}</b>: mean row entropy "
+               f"<b>{ent.mean():.2f} bits</b> (0 = all weight on one key; uniform over {w.shape[-1]} keys = "
+               f"{math.log2(w.shape[-1]):.2f} bits)<br>per query row, bits: {rows}</div>")
+    return fig, caption
+
+
+def temperature_slider(q: torch.Tensor, k: torch.Tensor, tokens: Sequence[str], temperatures: Sequence[float],
+                       title: str = "", initial: float | None = 1.0) -> widgets.VBox:
+    """A ``frame_slider`` (description ``"temperature"``) over precomputed ``temperature_frame``s."""
+    temperatures = list(temperatures)
+    initial = initial if initial in temperatures else None
+    return frame_slider(lambda t: temperature_frame(q, k, tokens, t, title), temperatures,
+                        description="temperature", initial=initial)
+
+
+def temperature_live_view(model, tokenizer, sentence: str = "The cat sat on the mat", layer: int = 0,
+                          head: int = 0) -> widgets.VBox:
+    """Type any sentence, pick any temperature, layer and head (needs a running kernel)."""
+    n_layers, n_heads = len(model.layers), model.layers[0].self_attn.n_heads
+
+    def render(sentence, temperature, layer, head):
+        tokens, q, k = head_queries_keys(model, tokenizer, sentence, layer, head)
+        return temperature_frame(q, k, tokens, temperature, f"layer {layer}, head {head},",
+                                 figsize=(0.35 * len(tokens) + 2.6, 0.35 * len(tokens) + 1.6))
+
+    slider = dict(continuous_update=False, style={"description_width": "initial"})
+    return live_view(render,
+                     sentence=widgets.Text(value=sentence, description="sentence", continuous_update=False),
+                     temperature=widgets.FloatSlider(value=1.0, min=0.1, max=5.0, step=0.05,
+                                                     description="temperature", **slider),
+                     layer=widgets.IntSlider(value=layer, min=0, max=n_layers - 1, description="layer", **slider),
+                     head=widgets.IntSlider(value=head, min=0, max=n_heads - 1, description="head", **slider))
