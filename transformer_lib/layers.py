@@ -101,9 +101,10 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
                  norm_first: bool = False, eps: float = 1e-5, bias: bool = True, cross_attention: bool = True,
-                 rope: nn.Module | None = None, layer_idx: int = 0):
+                 rope: nn.Module | None = None, layer_idx: int = 0, n_kv_heads: int | None = None):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias, rope=rope, layer_idx=layer_idx)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias, rope=rope, layer_idx=layer_idx,
+                                            n_kv_heads=n_kv_heads)
         self.res_self = Residual(d_model, norm_first, dropout, eps)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if cross_attention else None
         self.res_cross = Residual(d_model, norm_first, dropout, eps) if cross_attention else None

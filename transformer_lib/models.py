@@ -118,6 +118,7 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True
     positional: str = "learned"  # one of POSITIONAL
+    n_kv_heads: int | None = None  # < n_heads: grouped-query attention (chapter 07); None = n_heads
 
     def __post_init__(self):
         if self.positional not in POSITIONAL:
@@ -141,7 +142,8 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, "gelu", norm_first=True, bias=c.bias,
-                         cross_attention=False, rope=rope, layer_idx=i) for i in range(c.n_layers))
+                         cross_attention=False, rope=rope, layer_idx=i, n_kv_heads=c.n_kv_heads)
+            for i in range(c.n_layers))
         self.norm = LayerNorm(c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.apply(init_weights)

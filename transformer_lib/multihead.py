@@ -17,7 +17,7 @@ from .masking import check_mask, combine_masks, key_padding_to_attention
 
 
 class MultiHeadAttention(nn.Module):
-    """Self- or cross-attention with ``n_heads`` heads of size ``d_model // n_heads``.
+    """Self- or cross-attention with ``n_heads`` heads of size ``d_head`` (default ``d_model // n_heads``).
 
     Inputs are batch-first: ``query: (B, Tq, d_model)``, ``key``/``value: (B, Tk, d_model)``.
     Masks use the library convention, True = may attend (see ``masking.py``).
@@ -25,25 +25,34 @@ class MultiHeadAttention(nn.Module):
     Optional extras used by later chapters:
       * ``rope``: a ``RotaryEmbedding`` applied to queries and keys (chapter 04);
       * ``cache``: an object with ``get_seq_length(layer_idx)`` and ``update(k, v, layer_idx) -> (k, v)``
-        (``kv_cache.py``, chapter 07), with ``layer_idx`` set by the model.
+        (``kv_cache.py``, chapter 07), with ``layer_idx`` set by the model;
+      * ``n_kv_heads < n_heads``: grouped-query attention (Ainslie et al. 2023; 1 = multi-query, Shazeer 2019):
+        each group of ``n_heads // n_kv_heads`` query heads shares one key/value head, so the cache shrinks;
+      * ``d_head``: set explicitly when ``n_heads * d_head != d_model`` (e.g. after pruning heads, chapter 08).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
-                 rope: nn.Module | None = None, layer_idx: int = 0):
+                 rope: nn.Module | None = None, layer_idx: int = 0, n_kv_heads: int | None = None,
+                 d_head: int | None = None):
         super().__init__()
-        if d_model <= 0 or n_heads <= 0 or d_model % n_heads != 0:
+        if d_head is None and (d_model <= 0 or n_heads <= 0 or d_model % n_heads != 0):
             raise ValueError(f"d_model={d_model} must be a positive multiple of n_heads={n_heads}")
-        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V] stacked
-        self.out = nn.Linear(d_model, d_model, bias=bias)  # W_O
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_kv_heads <= 0 or n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_head = d_model // n_heads if d_head is None else d_head
+        self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
+        self.qkv = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)  # [W_Q; W_K; W_V] stacked
+        self.out = nn.Linear(self.q_dim, d_model, bias=bias)  # W_O
         self.dropout = dropout
         self.rope = rope
         self.layer_idx = layer_idx
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, T, d_model) -> (B, H, T, d_head)``."""
+        """``(B, T, H * d_head) -> (B, H, T, d_head)``."""
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)
+        return x.view(B, T, -1, self.d_head).transpose(1, 2)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, H, T, d_head) -> (B, T, d_model)``: the Concat of the paper."""
@@ -51,12 +60,15 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(B, T, H * D)
 
     def project_qkv(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
-        """Project to per-head q, k, v: each ``(B, H, T, d_head)``. ``key=None`` means self-attention."""
+        """Project to per-head q ``(B, H, Tq, d_head)`` and k, v ``(B, H_kv, Tk, d_head)``.
+
+        ``key=None`` means self-attention."""
+        sizes = [self.q_dim, self.kv_dim, self.kv_dim]
         if key is None:  # one fused matmul for self-attention
-            q, k, v = self.qkv(query).split(self.d_model, dim=-1)
+            q, k, v = self.qkv(query).split(sizes, dim=-1)
         else:
-            w_q, w_k, w_v = self.qkv.weight.chunk(3)
-            b_q, b_k, b_v = (None,) * 3 if self.qkv.bias is None else self.qkv.bias.chunk(3)
+            w_q, w_k, w_v = self.qkv.weight.split(sizes)
+            b_q, b_k, b_v = (None,) * 3 if self.qkv.bias is None else self.qkv.bias.split(sizes)
             q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
@@ -92,7 +104,10 @@ class MultiHeadAttention(nn.Module):
         if self.rope is not None:
             q, k = self.rope(q, offset=past), self.rope(k, offset=past)
         if cache is not None:
-            k, v = cache.update(k, v, self.layer_idx)  # (B, H, past + T, d_head)
+            k, v = cache.update(k, v, self.layer_idx)  # (B, H_kv, past + T, d_head)
+        if self.n_kv_heads != self.n_heads:  # each kv head serves a group of query heads
+            group = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, Tk, d_head)
         B, H, Tq, Tk = q.shape[0], self.n_heads, q.shape[2], k.shape[2]
         if attn_mask is not None:
             check_mask(attn_mask, (B, H, Tq, Tk), "attn_mask")
@@ -110,6 +125,9 @@ class MultiHeadAttention(nn.Module):
     @torch.no_grad()
     def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
         """Copy the weights of a ``torch.nn.MultiheadAttention`` with the same d_model and heads."""
+        if self.n_kv_heads != self.n_heads or self.q_dim != self.d_model:
+            raise ValueError(f"only plain multi-head attention loads from nn.MultiheadAttention, this module has "
+                             f"n_kv_heads={self.n_kv_heads}, n_heads * d_head={self.q_dim}, d_model={self.d_model}")
         if mha.embed_dim != self.d_model or mha.num_heads != self.n_heads:
             raise ValueError(f"nn.MultiheadAttention has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; "
                              f"this module has d_model={self.d_model}, n_heads={self.n_heads}")
