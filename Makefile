@@ -6,8 +6,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Headless browser for tests/test_site.py (Debian's package; never a downloaded browser build)
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: book test venv clean
+.PHONY: book test venv vendor clean
 
 venv: $(STAMP)
 
@@ -18,11 +20,20 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-book: $(STAMP)
+# require.js and the ipywidgets embed manager from the npm registry into vendor_static/ (git-ignored),
+# served by the book itself instead of CDNs; does nothing when the pinned versions are there
+vendor: $(STAMP)
+	$(PY) tools/vendor_static.py
+
+book: $(STAMP) vendor
 	$(VENV)/bin/jupyter-book build . --path-output . -W -n --keep-going
 	@echo "Book built: open file://$(CURDIR)/_build/html/index.html"
 
-test: $(STAMP)
+$(CHROMIUM):
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/python -m pytest tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
 clean:

