@@ -1,0 +1,138 @@
+"""The length-extrapolation experiment of chapter 04: its task generator, its scoring, its training loop."""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from transformer_lib.extrapolation import (IGNORE, ExtrapolationConfig, accuracy_by_position, evaluate,
+                                           lookback_batch, make_model, run_experiment, train)
+
+
+@pytest.mark.parametrize("batch, length, vocab, offset", [(1, 2, 2, 1), (3, 17, 5, 4), (8, 64, 16, 1), (2, 9, 3, 8)])
+def test_lookback_targets_are_the_token_offset_positions_back(batch, length, vocab, offset):
+    idx, targets = lookback_batch(batch, length, vocab, offset, torch.Generator().manual_seed(0))
+    assert idx.shape == targets.shape == (batch, length)
+    assert idx.dtype == torch.long and 0 <= int(idx.min()) and int(idx.max()) < vocab
+    for b in range(batch):
+        for t in range(length):
+            want = IGNORE if t < offset else int(idx[b, t - offset])
+            assert int(targets[b, t]) == want
+
+
+def test_lookback_tokens_are_roughly_uniform():
+    idx, _ = lookback_batch(64, 256, 8, 1, torch.Generator().manual_seed(1))
+    counts = torch.bincount(idx.flatten(), minlength=8).double()
+    expected = idx.numel() / 8
+    chi2 = ((counts - expected) ** 2 / expected).sum().item()
+    assert chi2 < 30  # 7 degrees of freedom: P(chi2 > 30) < 1e-4
+
+
+def test_lookback_is_reproducible_with_a_generator():
+    a = lookback_batch(4, 10, 6, 2, torch.Generator().manual_seed(5))
+    b = lookback_batch(4, 10, 6, 2, torch.Generator().manual_seed(5))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(offset=0), "offset"), (dict(offset=10), "offset"),
+                                          (dict(vocab_size=1), "vocab_size")])
+def test_lookback_rejects_bad_arguments(kwargs, name):
+    args = dict(batch_size=2, length=10, vocab_size=4, offset=1) | kwargs
+    with pytest.raises(ValueError, match=name):
+        lookback_batch(**args)
+
+
+def test_config_rejects_offset_outside_the_training_length():
+    with pytest.raises(ValueError, match="offset"):
+        ExtrapolationConfig(offset=32, train_len=32)
+    with pytest.raises(ValueError, match="eval_factors"):
+        ExtrapolationConfig(eval_factors=(0, 1))
+
+
+def test_accuracy_by_position_matches_a_count():
+    gen = torch.Generator().manual_seed(2)
+    idx, targets = lookback_batch(50, 12, 4, 3, gen)
+    perfect = accuracy_by_position(F.one_hot(targets.clamp_min(0), 4).float(), targets)
+    assert torch.isnan(perfect[:3]).all() and torch.equal(perfect[3:], torch.ones(9, dtype=torch.float64))
+    constant = torch.zeros(50, 12, 4)
+    constant[..., 2] = 1.0  # always predicts class 2
+    got = accuracy_by_position(constant, targets)
+    want = [sum(int(targets[b, t]) == 2 for b in range(50)) / 50 for t in range(3, 12)]
+    assert got[3:].tolist() == pytest.approx(want)
+
+
+class Oracle(nn.Module):
+    """Reads the answer off its input: logits peak at the token ``offset`` positions back."""
+
+    def __init__(self, offset, vocab):
+        super().__init__()
+        self.offset, self.vocab = offset, vocab
+        self.dummy = nn.Parameter(torch.zeros(()))
+
+    def forward(self, idx, targets):
+        prev = torch.roll(idx, self.offset, dims=1)
+        logits = 20.0 * F.one_hot(prev, self.vocab).float() + self.dummy
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+
+def test_evaluate_scores_an_oracle_perfectly_and_a_guesser_at_chance():
+    cfg = ExtrapolationConfig(offset=2, train_len=8, eval_batches=3, batch_size=64)
+    res = evaluate(Oracle(2, cfg.vocab_size), 24, cfg)
+    assert res["accuracy"] == 1.0 and res["accuracy_beyond_train"] == 1.0
+    assert res["loss"] < 1e-6 and res["by_position"].shape == (24,)
+
+    class Uniform(Oracle):
+        def forward(self, idx, targets):
+            logits = torch.zeros(*idx.shape, self.vocab) + self.dummy
+            return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+    res = evaluate(Uniform(2, cfg.vocab_size), 24, cfg)
+    assert res["loss"] == pytest.approx(math.log(cfg.vocab_size))
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rope", "alibi", "none"])
+def test_models_accept_four_times_the_training_length(positional):
+    cfg = ExtrapolationConfig(train_len=8, d_model=16, n_heads=2, n_layers=1)
+    model = make_model(positional, cfg, device="cpu")
+    logits, _ = model(torch.zeros(1, 32, dtype=torch.long))
+    assert logits.shape == (1, 32, cfg.vocab_size)
+
+
+def test_learned_table_rows_beyond_the_training_length_never_change():
+    cfg = ExtrapolationConfig(train_len=8, d_model=16, n_heads=2, n_layers=1, steps=5)
+    model = make_model("learned", cfg, device="cpu")
+    before = model.pos.weight.detach().clone()
+    train(model, cfg, progress=False)
+    after = model.pos.weight.detach()
+    assert not torch.equal(after[:8], before[:8])
+    assert torch.equal(after[8:], before[8:])
+
+
+def test_sinusoidal_table_is_scaled_and_frozen():
+    cfg = ExtrapolationConfig(train_len=8, d_model=16, n_heads=2, n_layers=1, steps=3, sinusoidal_scale=0.5)
+    model = make_model("sinusoidal", cfg, device="cpu")
+    pos = torch.arange(32, dtype=torch.float64)[:, None]
+    angle = pos / 10000 ** (torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    want = 0.5 * torch.stack((angle.sin(), angle.cos()), -1).flatten(1)
+    torch.testing.assert_close(model.pos.pe.double(), want, atol=1e-6, rtol=0)
+    train(model, cfg, progress=False)
+    torch.testing.assert_close(model.pos.pe.double(), want, atol=1e-6, rtol=0)
+
+
+def test_training_learns_the_previous_token_task():
+    """A short real run: the loss must fall well below chance (ln 16 = 2.77)."""
+    cfg = ExtrapolationConfig(train_len=16, steps=120, n_layers=2)
+    result = run_experiment(("alibi",), cfg, device="cpu", progress=False)["alibi"]
+    assert set(result["eval"]) == {16, 32, 64}
+    assert sum(result["losses"][-10:]) / 10 < 1.0 < math.log(16) < result["losses"][0] + 0.3
+
+
+def test_single_cpu_thread_restores_the_thread_count():
+    from transformer_lib.extrapolation import single_cpu_thread
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with single_cpu_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
