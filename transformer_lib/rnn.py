@@ -1,0 +1,304 @@
+"""Recurrent networks written out, and the three measurements of chapter 01 (why attention replaced them).
+
+* ``rnn_step`` / ``ElmanRNN``: ``h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` (Elman 1990),
+  with ``nn.RNN``'s parameter layout so weights copy one-to-one.
+* ``lstm_step`` / ``LSTM``: the LSTM of Hochreiter & Schmidhuber 1997 with a forget gate (Gers et al. 2000),
+  gates in ``nn.LSTM``'s order (input, forget, cell, output).
+* ``state_jacobian``, ``spectral_radius``, ``set_spectral_radius``, ``input_gradient_norms``: how a gradient
+  shrinks or grows as it travels back through the time steps.
+* ``recall_batch``, ``RecallLSTM``, ``recall_gpt``, ``train_recall``, ``recall_accuracy``: a long-range
+  recall task (repeat the first token after a gap of distractors).
+* ``count_op_calls``, ``count_flops``: how many dependent operations, and how much arithmetic, a model runs
+  (wall-clock time: ``timing.interleaved_medians``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from .models import GPT, GPTConfig
+
+ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "linear": lambda z: z}
+
+
+def _check_sequence(x: torch.Tensor, d_in: int, name: str = "x") -> None:
+    if x.dim() != 3 or x.shape[-1] != d_in:
+        raise ValueError(f"{name} must be (B, T, d_in={d_in}), got {tuple(x.shape)}")
+
+
+# ----------------------------------------------------------------------------- the recurrent cells
+def rnn_step(x_t, h, w_ih, w_hh, b_ih=None, b_hh=None, nonlinearity: str = "tanh") -> torch.Tensor:
+    """One Elman step: ``x_t: (B, D)``, ``h: (B, H)`` -> new ``h: (B, H)``.
+
+    ``w_ih: (H, D)``, ``w_hh: (H, H)``, biases ``(H,)`` (``nn.RNNCell``'s layout).
+    """
+    if nonlinearity not in ACTIVATIONS:
+        raise ValueError(f"nonlinearity must be one of {sorted(ACTIVATIONS)}, got {nonlinearity!r}")
+    z = F.linear(x_t, w_ih, b_ih) + F.linear(h, w_hh, b_hh)  # (B, H)
+    return ACTIVATIONS[nonlinearity](z)
+
+
+def lstm_step(x_t, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
+    """One LSTM step: ``x_t: (B, D)``, ``h, c: (B, H)`` -> new ``(h, c)``.
+
+    ``w_ih: (4H, D)``, ``w_hh: (4H, H)`` stack the gates in ``nn.LSTM``'s order: input, forget, cell, output.
+    """
+    i, f, g, o = (F.linear(x_t, w_ih, b_ih) + F.linear(h, w_hh, b_hh)).chunk(4, dim=-1)  # each (B, H)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)  # forget some of the old, write some new
+    h = torch.sigmoid(o) * torch.tanh(c)
+    return h, c
+
+
+class _Recurrent(nn.Module):
+    """Parameters shared by ``ElmanRNN`` and ``LSTM`` (``gates`` = 1 or 4), initialised like PyTorch's."""
+
+    def __init__(self, d_in: int, d_hidden: int, gates: int, bias: bool):
+        super().__init__()
+        if d_in <= 0 or d_hidden <= 0:
+            raise ValueError(f"d_in={d_in} and d_hidden={d_hidden} must be positive")
+        self.d_in, self.d_hidden = d_in, d_hidden
+        self.weight_ih = nn.Parameter(torch.empty(gates * d_hidden, d_in))  # (G*H, D)
+        self.weight_hh = nn.Parameter(torch.empty(gates * d_hidden, d_hidden))  # (G*H, H)
+        self.bias_ih = nn.Parameter(torch.empty(gates * d_hidden)) if bias else None
+        self.bias_hh = nn.Parameter(torch.empty(gates * d_hidden)) if bias else None
+        bound = 1.0 / math.sqrt(d_hidden)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def _zeros(self, x: torch.Tensor) -> torch.Tensor:
+        return x.new_zeros(x.shape[0], self.d_hidden)  # (B, H)
+
+    @torch.no_grad()
+    def load_from_torch(self, module: nn.RNNBase) -> "_Recurrent":
+        """Copy the weights of a one-layer, one-direction ``nn.RNN`` / ``nn.LSTM`` of the same sizes."""
+        if module.num_layers != 1 or module.bidirectional or getattr(module, "proj_size", 0):
+            raise ValueError("only a one-layer, one-direction module without projection can be copied, got "
+                             f"num_layers={module.num_layers}, bidirectional={module.bidirectional}")
+        if (module.input_size, module.hidden_size) != (self.d_in, self.d_hidden):
+            raise ValueError(f"module has input_size={module.input_size}, hidden_size={module.hidden_size}; "
+                             f"expected {self.d_in}, {self.d_hidden}")
+        if module.bias != (self.bias_ih is not None):
+            raise ValueError(f"module has bias={module.bias}, this one has bias={self.bias_ih is not None}")
+        self.weight_ih.copy_(module.weight_ih_l0)
+        self.weight_hh.copy_(module.weight_hh_l0)
+        if self.bias_ih is not None:
+            self.bias_ih.copy_(module.bias_ih_l0)
+            self.bias_hh.copy_(module.bias_hh_l0)
+        return self
+
+
+class ElmanRNN(_Recurrent):
+    """A vanilla RNN as a Python loop: T dependent calls of ``rnn_step``. ``x: (B, T, D) -> (B, T, H)``."""
+
+    def __init__(self, d_in: int, d_hidden: int, nonlinearity: str = "tanh", bias: bool = True):
+        if nonlinearity not in ACTIVATIONS:
+            raise ValueError(f"nonlinearity must be one of {sorted(ACTIVATIONS)}, got {nonlinearity!r}")
+        super().__init__(d_in, d_hidden, 1, bias)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None):
+        """Returns ``(outputs (B, T, H), h_T (B, H))``; ``h0: (B, H)`` defaults to zeros."""
+        _check_sequence(x, self.d_in)
+        h = self._zeros(x) if h0 is None else h0
+        outputs = []
+        for t in range(x.shape[1]):  # step t needs h from step t-1: no two steps can run at once
+            h = rnn_step(x[:, t], h, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh, self.nonlinearity)
+            outputs.append(h)
+        return torch.stack(outputs, dim=1), h
+
+    @torch.no_grad()
+    def load_from_torch(self, module: nn.RNN) -> "ElmanRNN":
+        if not isinstance(module, nn.RNN) or module.nonlinearity != self.nonlinearity:
+            raise ValueError(f"expected an nn.RNN with nonlinearity={self.nonlinearity!r}, got {module!r}")
+        return super().load_from_torch(module)
+
+
+class LSTM(_Recurrent):
+    """An LSTM as a Python loop of ``lstm_step``. ``x: (B, T, D) -> (B, T, H)``."""
+
+    def __init__(self, d_in: int, d_hidden: int, bias: bool = True):
+        super().__init__(d_in, d_hidden, 4, bias)
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """Returns ``(outputs (B, T, H), (h_T, c_T))``; ``state = (h0, c0)``, each ``(B, H)``, defaults to zeros."""
+        _check_sequence(x, self.d_in)
+        h, c = (self._zeros(x), self._zeros(x)) if state is None else state
+        outputs = []
+        for t in range(x.shape[1]):
+            h, c = lstm_step(x[:, t], h, c, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
+            outputs.append(h)
+        return torch.stack(outputs, dim=1), (h, c)
+
+    @torch.no_grad()
+    def load_from_torch(self, module: nn.LSTM) -> "LSTM":
+        if not isinstance(module, nn.LSTM):
+            raise ValueError(f"expected an nn.LSTM, got {type(module).__name__}")
+        return super().load_from_torch(module)
+
+
+# ----------------------------------------------------------------------------- vanishing and exploding gradients
+def state_jacobian(w_hh: torch.Tensor, hiddens: torch.Tensor) -> torch.Tensor:
+    """``d h_k / d h_0`` of a tanh RNN that visited ``hiddens = (h_1, ..., h_k): (k, H)``: ``(H, H)``.
+
+    Chain rule: ``d h_t / d h_{t-1} = diag(1 - h_t^2) W_hh``, so the product is
+    ``diag(1 - h_k^2) W_hh ... diag(1 - h_1^2) W_hh``. With all ``h_t = 0`` it is ``W_hh^k``.
+    """
+    if w_hh.dim() != 2 or w_hh.shape[0] != w_hh.shape[1]:
+        raise ValueError(f"w_hh must be a square (H, H) matrix, got {tuple(w_hh.shape)}")
+    if hiddens.dim() != 2 or hiddens.shape[1] != w_hh.shape[0]:
+        raise ValueError(f"hiddens must be (k, H={w_hh.shape[0]}), got {tuple(hiddens.shape)}")
+    jac = torch.eye(w_hh.shape[0], dtype=w_hh.dtype, device=w_hh.device)
+    for h in hiddens:  # h_1 first
+        jac = (1 - h ** 2)[:, None] * w_hh @ jac  # diag(1 - h_t^2) W_hh  (product so far)
+    return jac
+
+
+def spectral_radius(w: torch.Tensor) -> torch.Tensor:
+    """Largest eigenvalue magnitude of a square matrix ``w: (H, H)`` (a 0-d tensor)."""
+    if w.dim() != 2 or w.shape[0] != w.shape[1]:
+        raise ValueError(f"w must be a square (H, H) matrix, got {tuple(w.shape)}")
+    return torch.linalg.eigvals(w.double()).abs().max().to(w.dtype)
+
+
+def set_spectral_radius(w: torch.Tensor, rho: float) -> torch.Tensor:
+    """``w`` rescaled so that its spectral radius is ``rho``: ``w * rho / spectral_radius(w)``."""
+    if rho < 0:
+        raise ValueError(f"rho must be >= 0, got {rho}")
+    radius = spectral_radius(w)
+    if radius == 0:
+        raise ValueError("w has spectral radius 0 (nilpotent): it cannot be rescaled to a given radius")
+    return w * (rho / radius)
+
+
+def input_gradient_norms(model: Callable, x: torch.Tensor, u: torch.Tensor | None = None,
+                         seed: int = 0) -> torch.Tensor:
+    """How much the last output depends on each input: ``(T,)``.
+
+    ``model`` maps ``x: (B, T, D)`` to ``y: (B, T, H)`` (or a tuple whose first item is ``y``).
+    The loss of sequence b is ``u_b . y_b[T-1]`` (``u: (B, H)``, random unit vectors by default); entry t is
+    the root mean square over the batch of ``|| d loss_b / d x_b[t] ||``. Sequences must not mix in ``model``.
+    """
+    if x.dim() != 3:
+        raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
+    x = x.detach().requires_grad_(True)
+    with torch.enable_grad():
+        y = model(x)
+        y = y[0] if isinstance(y, tuple) else y  # (B, T, H)
+        if u is None:
+            gen = torch.Generator().manual_seed(seed)
+            u = F.normalize(torch.randn(y.shape[0], y.shape[-1], generator=gen), dim=-1).to(y)
+        if u.shape != (y.shape[0], y.shape[-1]):
+            raise ValueError(f"u must be (B={y.shape[0]}, H={y.shape[-1]}), got {tuple(u.shape)}")
+        (grad,) = torch.autograd.grad((y[:, -1] * u).sum(), x)  # (B, T, D)
+    return grad.norm(dim=-1).pow(2).mean(dim=0).sqrt()  # (T,)
+
+
+# ----------------------------------------------------------------------------- the long-range recall task
+def recall_batch(batch_size: int, gap: int, n_symbols: int = 8, generator: torch.Generator | None = None,
+                 device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences ``[key, d_1, ..., d_gap, QUERY]`` and their targets ``key``.
+
+    ``key`` and the ``gap`` distractors are drawn uniformly from ``0 .. n_symbols-1``; ``QUERY = n_symbols``
+    asks for the first token, so the vocabulary has ``n_symbols + 1`` ids. Returns ``x: (B, gap + 2)``
+    and ``y: (B,)``, ``y == x[:, 0]``; guessing is right ``1 / n_symbols`` of the time.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if gap < 0:
+        raise ValueError(f"gap must be >= 0, got {gap}")
+    if n_symbols < 2:
+        raise ValueError(f"n_symbols must be >= 2 (one symbol is always right), got {n_symbols}")
+    body = torch.randint(0, n_symbols, (batch_size, gap + 1), generator=generator)  # key + distractors
+    query = torch.full((batch_size, 1), n_symbols, dtype=torch.long)
+    x = torch.cat([body, query], dim=1)  # (B, gap + 2)
+    return x.to(device), x[:, 0].clone().to(device)
+
+
+class RecallLSTM(nn.Module):
+    """Embedding -> ``nn.LSTM`` -> Linear: ``idx: (B, T)`` -> logits ``(B, T, vocab_size)``."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, d_hidden: int = 64):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d_model)
+        self.lstm = nn.LSTM(d_model, d_hidden, batch_first=True)  # PyTorch's fused loop (cuDNN on a GPU)
+        self.head = nn.Linear(d_hidden, vocab_size)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.emb(idx))  # (B, T, d_hidden)
+        return self.head(out)
+
+
+def recall_gpt(gap: int, n_symbols: int = 8, d_model: int = 64, n_heads: int = 1, d_ff: int = 64) -> GPT:
+    """A one-layer ``GPT`` with learned positions, sized for ``recall_batch(..., gap, n_symbols)``."""
+    cfg = GPTConfig(vocab_size=n_symbols + 1, block_size=gap + 2, n_layers=1, n_heads=n_heads, d_model=d_model,
+                    d_ff=d_ff, positional="learned")
+    return GPT(cfg)
+
+
+def _last_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    out = model(x)
+    return (out[0] if isinstance(out, tuple) else out)[:, -1]  # (B, vocab): the prediction at QUERY
+
+
+def train_recall(model: nn.Module, gap: int, steps: int = 150, batch_size: int = 32, lr: float = 3e-3,
+                 n_symbols: int = 8, seed: int = 0, progress: bool = True, desc: str = "") -> list[float]:
+    """Train ``model`` (``RecallLSTM`` or ``recall_gpt``) with Adam on fresh batches; returns the losses."""
+    from tqdm.auto import tqdm
+
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for _ in tqdm(range(steps), desc=desc or f"gap {gap}", disable=not progress, leave=False):
+        x, y = recall_batch(batch_size, gap, n_symbols, gen, device)
+        loss = F.cross_entropy(_last_logits(model, x).float(), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@torch.no_grad()
+def recall_accuracy(model: nn.Module, gap: int, n: int = 1000, n_symbols: int = 8, seed: int = 1234) -> float:
+    """Fraction of ``n`` fresh sequences (a seed unseen in training) whose first token is recalled."""
+    device = next(model.parameters()).device
+    x, y = recall_batch(n, gap, n_symbols, torch.Generator().manual_seed(seed), device)
+    model.eval()
+    return (_last_logits(model, x).argmax(-1) == y).float().mean().item()
+
+
+# ----------------------------------------------------------------------------- counting and timing
+class _OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_op_calls(fn: Callable, *args) -> int:
+    """How many PyTorch operator calls (``aten`` ops: matmuls, adds, tanh, ...) ``fn(*args)`` makes."""
+    with torch.no_grad(), _OpCounter() as counter:
+        fn(*args)
+    return counter.calls
+
+
+def count_flops(fn: Callable, *args) -> int:
+    """Floating-point operations of the matrix products in ``fn(*args)`` (``torch.utils.flop_counter``).
+
+    Fused kernels the counter does not know count 0 (``nn.LSTM``, the CPU flash-attention kernel):
+    count their written-out twins instead (``LSTM``; ``MultiHeadAttention(x, need_weights=True)``).
+    """
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        fn(*args)
+    return counter.get_total_flops()
