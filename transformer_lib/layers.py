@@ -47,8 +47,9 @@ class LayerNorm(nn.Module):
             raise ValueError(f"x must be (..., d_model={self.weight.shape[0]}), got {tuple(x.shape)}")
         xf = x.float()  # statistics in fp32 even for bf16/fp16 inputs
         mean = xf.mean(dim=-1, keepdim=True)  # (B, T, 1)
-        var = xf.var(dim=-1, keepdim=True, unbiased=False)  # (B, T, 1)
-        y = (xf - mean) * torch.rsqrt(var + self.eps)
+        centered = xf - mean
+        var = (centered * centered).mean(dim=-1, keepdim=True)  # (B, T, 1), biased
+        y = centered * torch.rsqrt(var + self.eps)
         return (y * self.weight.float() + self.bias.float()).to(x.dtype)
 
 
