@@ -1,0 +1,41 @@
+"""Train the book's character-level GPT on Shakespeare and write it to transformer_lib/checkpoints/.
+
+    .venv/bin/python scripts/train_gpt.py                 # the recipe: a fixed number of steps, seeded
+    .venv/bin/python scripts/train_gpt.py --threads 2     # pin torch's CPU threads (recorded in the json)
+
+The recipe (model, schedule, step count, validation batches) lives in ``transformer_lib.trained``; the slow test
+``tests/test_trained.py::test_gpt_recipe_reproduces_the_checkpoint`` reruns it and compares the validation loss.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from transformer_lib.trained import CHECKPOINT_DIR, GPT_STEPS, save_trained, train_shakespeare_gpt
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=GPT_STEPS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--device", default=None, help="default: default_device() (the committed checkpoint: cpu)")
+    parser.add_argument("--no-save", action="store_true", help="train and report only")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tok, hist, record = train_shakespeare_gpt(args.steps, seed=args.seed, device=args.device,
+                                                     progress=not args.no_progress)
+    print(f"{hist.steps_done} steps in {hist.seconds:.1f} s ({hist.steps_done / hist.seconds:.2f} steps/s, "
+          f"{torch.get_num_threads()} threads); validation loss {record['val_loss']:.4f} nats/char")
+    if not args.no_save:
+        save_trained("shakespeare_gpt", model, {"": tok}, record)
+        print(f"saved to {CHECKPOINT_DIR}")
+    return record
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
