@@ -3,46 +3,137 @@
 With ``use_cache=True`` the prompt is run once (the *prefill*) and each new token then costs one
 forward pass over a single position, reading the past keys/values from a cache (``kv_cache.py``).
 Without a cache every step recomputes the whole sequence.
+
+Two ways through the model give the same numbers (``tests/test_generate.py`` checks it at every step):
+
+* ``model(token, cache=cache)``: the teaching path, the modules of chapters 02-06 with all their checks;
+* ``decode_step(model, token, cache)``: the production path ``generate`` uses, the same blocks with
+  fewer kernel launches per token (fused layer norm, inputs validated once before the loop, masks built
+  once per step instead of once per layer). At decoding time each kernel works on a single position,
+  so launch and Python costs are a large share of the time on small models.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from .kv_cache import DynamicCache, StaticCache
+from .positional import alibi_bias
+
+
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
-    """Keep the ``top_k`` largest logits and/or the smallest set whose probability reaches ``top_p``.
+    """Keep the ``top_k`` largest logits and/or the smallest set of tokens whose probability reaches ``top_p``.
 
-    ``logits: (B, V)``; removed entries become ``-inf`` (sampling then never picks them).
+    ``logits: (B, V)``; removed entries become ``-inf`` (sampling then never picks them). Tokens tied with
+    the k-th largest are kept. top-p (Holtzman et al. 2020) is applied after top-k, on what top-k kept.
     """
+    _check_sampling(1.0, top_k, top_p)
     if top_k is not None:
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
         kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[..., -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None:
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        drop_sorted = cum - sorted_logits.softmax(dim=-1) >= top_p  # mass before this token already >= p
-        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)  # (B, V)
+        probs = sorted_logits.softmax(dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs  # probability of the better tokens
+        drop_sorted = mass_before >= top_p  # the better tokens already reach top_p: drop this one
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
 
 
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k=None, top_p=None,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """Pick one token per row of ``logits: (B, V)``; ``temperature == 0`` means greedy (argmax)."""
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Pick one token per row of ``logits: (B, V)`` -> ``(B,)``; ``temperature == 0`` means greedy (argmax)."""
+    _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
-    probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)
+    probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
+# ----------------------------------------------------------------------------- one decoding step
+def _layer_norm(norm, x: torch.Tensor) -> torch.Tensor:
+    """The library ``LayerNorm`` as one fused kernel (statistics in fp32, as there)."""
+    if x.dtype == norm.weight.dtype == torch.float32:
+        return F.layer_norm(x, norm.weight.shape, norm.weight, norm.bias, norm.eps)
+    return F.layer_norm(x.float(), norm.weight.shape, norm.weight.float(), norm.bias.float(), norm.eps).to(x.dtype)
+
+
+def matvec_weights(model) -> dict:
+    """``{linear: weight.T.contiguous()}`` for the plain ``nn.Linear`` layers of a GPT (blocks and head).
+
+    Decoding multiplies each weight by one vector per row, a matrix-vector product that streams the whole
+    matrix from memory. ``nn.Linear`` stores ``W`` as ``(out, in)``; on the x86-64 CPU (MKL) this book was
+    built on, the same product read ``W`` faster stored as ``(in, out)``, GPT-2's ``Conv1D`` layout
+    (``benchmarks/bench_kv_cache.py`` times decoding with both). The copies double the weights' memory while
+    ``generate`` runs. Layers with hooks or of another type (e.g. quantized) are left out: they run as modules.
+    """
+    layers = [model.lm_head] + [lin for b in model.blocks
+                                for lin in (b.self_attn.qkv, b.self_attn.out, b.ffn.up, b.ffn.down)]
+    return {lin: lin.weight.detach().t().contiguous() for lin in layers
+            if type(lin) is nn.Linear and not (lin._forward_hooks or lin._forward_pre_hooks)}
+
+
+def _linear(lin, x: torch.Tensor, weights_t: dict | None) -> torch.Tensor:
+    """``lin(x)`` for ``x: (B, 1, in)``, through the ``(in, out)`` copy of its weight when there is one."""
+    w = None if weights_t is None else weights_t.get(lin)
+    if w is None:
+        return lin(x)
+    x2 = x.view(x.shape[0], -1)  # (B, in)
+    y = torch.mm(x2, w) if lin.bias is None else torch.addmm(lin.bias, x2, w)  # (B, out)
+    return y.view(x.shape[0], 1, -1)
+
+
+def _attend(attn, h: torch.Tensor, cache, past: int, mask, weights_t) -> torch.Tensor:
+    """``MultiHeadAttention.forward(h, is_causal=True, cache=cache)`` for one new position per row."""
+    B, H, H_kv = h.shape[0], attn.n_heads, attn.n_kv_heads
+    qkv = _linear(attn.qkv, h, weights_t)  # (B, 1, (H + 2 H_kv) d_head): [q heads | k heads | v heads]
+    q, k, v = qkv.view(B, 1, H + 2 * H_kv, attn.d_head).transpose(1, 2).split([H, H_kv, H_kv], dim=1)
+    if attn.rope is not None:
+        q, k = attn.rope(q, offset=past), attn.rope(k, offset=past)
+    k, v = cache.update(k, v, attn.layer_idx)  # (B, H_kv, past + 1, d_head)
+    # the newest position sees every cached key: no causal mask; grouped kv heads are shared in the kernel
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=H_kv != H)  # (B, H, 1, d_head)
+    return _linear(attn.out, y.transpose(1, 2).reshape(B, 1, H * attn.d_head), weights_t)  # (B, 1, d_model)
+
+
+@torch.inference_mode()
+def decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None, weights_t: dict | None = None) -> torch.Tensor:
+    """One new token through a ``GPT`` in eval mode, reading and extending ``cache``: logits ``(B, V)``.
+
+    The numbers of ``model(token, cache=cache, ...)[0][:, -1]`` with fewer kernels and no input checks
+    (``generate`` checks once before its loop). ``token: (B, 1)`` ids; ``position: (B, 1)`` per-row positions
+    for learned/sinusoidal tables (default: the cache length); ``key_padding_mask: (B, past + 1)`` bool;
+    ``weights_t``: optional ``matvec_weights(model)``.
+    """
+    past = cache.get_seq_length(0)
+    x = model.tok_emb(token)  # (B, 1, d_model)
+    table = model.position_table()
+    if table is not None:
+        x = x + (table[past] if position is None else table[position]).to(x.dtype)
+    mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]  # (B, 1, 1, past + 1)
+    if model.cfg.positional == "alibi":
+        bias = alibi_bias(model.cfg.n_heads, 1, past + 1, device=x.device, dtype=x.dtype)  # (H, 1, past + 1)
+        mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(x.dtype).min)  # (B, H, 1, past + 1)
+    for block in model.blocks:  # pre-norm GPT block: x + attn(norm(x)), then x + ffn(norm(x))
+        x = x + _attend(block.self_attn, _layer_norm(block.res_self.norm, x), cache, past, mask, weights_t)
+        ffn = block.ffn  # eval mode: its dropout is the identity
+        x = x + _linear(ffn.down, ffn.act(_linear(ffn.up, _layer_norm(block.res_ffn.norm, x), weights_t)), weights_t)
+    return _linear(model.lm_head, _layer_norm(model.norm, x), weights_t)[:, -1]  # (B, V)
+
+
+# ----------------------------------------------------------------------------- the loop
 def _make_cache(kind: str, model, batch: int, max_len: int):
     if kind == "static":
         return StaticCache.for_model(model, batch, max_len)
@@ -51,48 +142,101 @@ def _make_cache(kind: str, model, batch: int, max_len: int):
     raise ValueError(f"cache must be 'static' or 'dynamic', got {kind!r}")
 
 
-@torch.inference_mode()
-def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-             top_p: float | None = None, use_cache: bool = True, cache: str = "static", seed: int | None = None,
-             attention_mask: torch.Tensor | None = None, return_logits: bool = False):
-    """Continue ``prompt_ids: (B, T)`` by ``max_new_tokens`` tokens; returns ``(B, T + max_new_tokens)`` ids.
-
-    Args:
-        temperature: 0 = greedy; otherwise divide the logits by it before sampling.
-        top_k, top_p: optional filters applied before sampling.
-        use_cache: reuse past keys/values (``cache='static'`` preallocated or ``'dynamic'`` concatenating).
-        seed: seeds the sampling generator (same seed, same text).
-        attention_mask: ``(B, T)`` bool, False on left padding of shorter prompts.
-        return_logits: also return the ``(B, max_new_tokens, V)`` logits of every step.
-
-    A prompt longer than the model's context (``block_size``) raises ``ValueError``. Without a cache
-    a sequence that outgrows the context is cropped to its last ``block_size`` tokens; with a cache
-    ``T + max_new_tokens`` must fit in the context (positions cannot slide under a cache).
-    """
+def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, attention_mask) -> None:
     block = model.cfg.block_size
+    if prompt_ids.dim() != 2 or prompt_ids.shape[1] < 1 or prompt_ids.dtype not in (torch.long, torch.int):
+        raise ValueError(f"prompt_ids must be an integer tensor (B, T) with T >= 1, got {prompt_ids.dtype} "
+                         f"{tuple(prompt_ids.shape)}")
     B, T = prompt_ids.shape
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if T > block:
         raise ValueError(f"prompt length {T} exceeds the model's context block_size={block}")
     if use_cache and T + max_new_tokens > block:
         raise ValueError(f"prompt length {T} + max_new_tokens {max_new_tokens} exceeds block_size={block}, "
                          "which a cache cannot slide past; use fewer tokens or use_cache=False")
-    gen = None if seed is None else torch.Generator(device=prompt_ids.device).manual_seed(seed)
-    mask = None if attention_mask is None else attention_mask.bool()
-    ids, steps = prompt_ids, []
-    kv = _make_cache(cache, model, B, T + max_new_tokens) if use_cache else None
-    next_input = prompt_ids
-    for _ in range(max_new_tokens):
-        if use_cache:
-            logits, _ = model(next_input, cache=kv, key_padding_mask=mask)
-        else:
-            window = ids[:, -block:]
-            logits, _ = model(window, key_padding_mask=None if mask is None else mask[:, -window.shape[1]:])
-        last = logits[:, -1, :]  # (B, V)
+    if use_cache and cache not in ("static", "dynamic"):
+        raise ValueError(f"cache must be 'static' or 'dynamic', got {cache!r}")
+    if attention_mask is not None:
+        if attention_mask.shape != (B, T):
+            raise ValueError(f"attention_mask must be (B, T) = {(B, T)}, got {tuple(attention_mask.shape)}")
+        m = attention_mask.bool()
+        if not m[:, -1].all() or (m[:, 1:].int() < m[:, :-1].int()).any():
+            raise ValueError("attention_mask must be left-padded: False only before the first real token of "
+                             "each row, and every row's last token real")
+
+
+@torch.inference_mode()
+def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+             top_p: float | None = None, use_cache: bool = True, cache: str = "static", seed: int | None = None,
+             attention_mask: torch.Tensor | None = None, return_logits: bool = False,
+             transpose_weights: bool | None = None):
+    """Continue ``prompt_ids: (B, T)`` by ``max_new_tokens`` tokens; returns ``(B, T + max_new_tokens)`` ids.
+
+    Args:
+        temperature: 0 = greedy; otherwise divide the logits by it before sampling.
+        top_k, top_p: optional filters applied before sampling (``filter_logits``).
+        use_cache: reuse past keys/values (``cache='static'`` preallocated or ``'dynamic'`` concatenating).
+        seed: seeds the sampling generator (same seed, same text, with or without a cache).
+        attention_mask: ``(B, T)``, False on the left padding of shorter prompts. Each row then gets
+            positions counted from its first real token, so it continues exactly as that prompt alone.
+        return_logits: also return the ``(B, max_new_tokens, V)`` fp32 logits of every step.
+        transpose_weights: decode through ``matvec_weights`` copies (default: on CPU, where it was measured).
+
+    A prompt longer than the model's context (``block_size``) raises ``ValueError``. Without a cache
+    a sequence that outgrows the context is cropped to its last ``block_size`` tokens; with a cache
+    ``T + max_new_tokens`` must fit in the context (positions cannot slide under a cache).
+    A model in eval mode decodes with ``decode_step``; in training mode through its own forward.
+    """
+    _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, attention_mask)
+    _check_sampling(temperature, top_k, top_p)
+    B, T = prompt_ids.shape
+    N, block, device = max_new_tokens, model.cfg.block_size, prompt_ids.device
+    gen = None if seed is None else torch.Generator(device=device).manual_seed(seed)
+    ids = torch.empty(B, T + N, dtype=prompt_ids.dtype, device=device)  # filled in place: no cat per step
+    ids[:, :T] = prompt_ids
+    steps = torch.empty(B, N, model.cfg.vocab_size, device=device) if return_logits else None
+    mask = positions = None  # mask: (B, T + N) True on real tokens; positions: (B, T) of the prompt
+    if attention_mask is not None and not attention_mask.bool().all():
+        mask = torch.ones(B, T + N, dtype=torch.bool, device=device)
+        mask[:, :T] = attention_mask.bool()
+        positions = (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)  # 0 at each row's first real token
+    if N == 0:
+        return (ids, steps) if return_logits else ids
+
+    fast = use_cache and not model.training
+    if transpose_weights is None:
+        transpose_weights = device.type == "cpu"
+    weights_t = matvec_weights(model) if fast and transpose_weights else None
+    if use_cache:  # prefill: the whole prompt in one pass, filling the cache
+        kv = _make_cache(cache, model, B, T + N)
+        logits = model(prompt_ids, cache=kv, key_padding_mask=None if mask is None else mask[:, :T],
+                       position_ids=positions)[0][:, -1]  # (B, V)
+        position = None if positions is None else positions[:, -1:]  # (B, 1)
+    else:
+        logits = _recompute(model, ids[:, :T], mask, T, block)
+    for i in range(N):
         if return_logits:
-            steps.append(last.float())
-        token = sample_next(last, temperature, top_k, top_p, gen)[:, None]  # (B, 1)
-        ids = torch.cat([ids, token], dim=1)
-        next_input = token
-        if mask is not None:
-            mask = torch.cat([mask, mask.new_ones(B, 1)], dim=1)
-    return (ids, torch.stack(steps, dim=1)) if return_logits else ids
+            steps[:, i] = logits
+        ids[:, T + i] = sample_next(logits, temperature, top_k, top_p, gen)
+        if i == N - 1:
+            break
+        t = T + i + 1  # tokens so far
+        if use_cache:
+            token, step_mask = ids[:, t - 1:t], None if mask is None else mask[:, :t]  # (B, 1), (B, t)
+            position = None if position is None else position + 1
+            logits = (decode_step(model, token, kv, position, step_mask, weights_t) if fast else
+                      model(token, cache=kv, key_padding_mask=step_mask, position_ids=position)[0][:, -1])
+        else:
+            logits = _recompute(model, ids, mask, t, block)
+    return (ids, steps) if return_logits else ids
+
+
+def _recompute(model, ids: torch.Tensor, mask: torch.Tensor | None, t: int, block: int) -> torch.Tensor:
+    """No cache: run the model on the last ``block`` of the first ``t`` tokens; logits of the last ``(B, V)``."""
+    start = max(0, t - block)
+    if mask is None:
+        return model(ids[:, start:t])[0][:, -1]
+    window = mask[:, start:t]  # (B, <= block)
+    positions = (window.long().cumsum(-1) - 1).clamp_min(0)
+    return model(ids[:, start:t], key_padding_mask=window, position_ids=positions)[0][:, -1]

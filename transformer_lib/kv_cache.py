@@ -4,12 +4,14 @@ A cache is an object threaded through the layers (as Hugging Face's ``Cache`` in
 each ``MultiHeadAttention`` calls ``cache.update(k, v, layer_idx)`` with its new keys/values
 ``(B, H_kv, T_new, d_head)`` and attends over what it gets back ``(B, H_kv, past + T_new, d_head)``.
 
-* ``DynamicCache`` grows by concatenation (simple; reallocates every step).
-* ``StaticCache`` preallocates ``max_len`` slots and writes in place (no reallocation, fixed shapes).
+* ``DynamicCache`` grows by concatenation (simple; copies the whole past at every step).
+* ``StaticCache`` preallocates ``max_len`` slots and writes in place (no copy of the past, fixed buffers).
 
-Memory: ``2 (K and V) x n_layers x B x n_kv_heads x d_head x T x bytes_per_element``.
+Memory: ``2 (K and V) x n_layers x B x n_kv_heads x d_head x T x bytes_per_element`` (``kv_cache_bytes``).
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 
@@ -22,9 +24,11 @@ class DynamicCache:
         self.values: list[torch.Tensor] = []
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
+        """How many positions layer ``layer_idx`` holds (0 before its first update)."""
         return self.keys[layer_idx].shape[-2] if layer_idx < len(self.keys) else 0
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
+        """Append ``k, v: (B, H_kv, T_new, d_head)``; return the layer's keys and values so far."""
         if layer_idx == len(self.keys):  # first call for this layer
             self.keys.append(k)
             self.values.append(v)
@@ -36,52 +40,75 @@ class DynamicCache:
         return self.keys[layer_idx], self.values[layer_idx]
 
     def nbytes(self) -> int:
+        """Bytes held by the keys and values."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
+def _per_layer(value, n_layers: int, name: str) -> list[int]:
+    values = [value] * n_layers if isinstance(value, int) else list(value)
+    if len(values) != n_layers or any(not isinstance(x, int) or x <= 0 for x in values):
+        raise ValueError(f"{name} must be a positive int or one per layer ({n_layers}), got {value!r}")
+    return values
+
+
 class StaticCache:
-    """Preallocated cache: fixed ``(B, H_kv, max_len, d_head)`` buffers per layer written in place.
+    """Preallocated cache: fixed ``(B, H_kv, max_len, d_head)`` buffers per layer, written in place.
 
     ``lengths[layer]`` counts the filled positions; ``update`` returns views of the filled part.
+    ``n_kv_heads`` and ``d_head`` may be one int or one per layer (a model with pruned heads).
     """
 
-    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, max_len: int, d_head: int,
-                 device=None, dtype=torch.float32):
-        shape = (batch_size, n_kv_heads, max_len, d_head)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int | Sequence[int], max_len: int,
+                 d_head: int | Sequence[int], device=None, dtype=torch.float32):
+        for name, value in (("n_layers", n_layers), ("batch_size", batch_size), ("max_len", max_len)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        heads, dims = _per_layer(n_kv_heads, n_layers, "n_kv_heads"), _per_layer(d_head, n_layers, "d_head")
+        shapes = [(batch_size, h, max_len, d) for h, d in zip(heads, dims)]
+        self.keys = [torch.zeros(s, device=device, dtype=dtype) for s in shapes]
+        self.values = [torch.zeros(s, device=device, dtype=dtype) for s in shapes]
         self.lengths = [0] * n_layers
         self.max_len = max_len
 
     @classmethod
     def for_model(cls, model, batch_size: int, max_len: int | None = None, dtype=None) -> "StaticCache":
-        """A cache sized for a ``GPT`` (its layers, kv heads and head size, device and dtype)."""
-        c = model.cfg
-        p = next(model.parameters())
-        n_kv = getattr(c, "n_kv_heads", None) or c.n_heads
-        return cls(c.n_layers, batch_size, n_kv, max_len or c.block_size, c.d_model // c.n_heads,
-                   device=p.device, dtype=dtype or p.dtype)
+        """A cache sized for a ``GPT``: each block's kv heads and head size, the model's device and dtype."""
+        attns = [block.self_attn for block in model.blocks]
+        p = model.tok_emb.weight
+        return cls(len(attns), batch_size, [a.n_kv_heads for a in attns], max_len or model.cfg.block_size,
+                   [a.d_head for a in attns], device=p.device, dtype=dtype or p.dtype)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
+        """How many positions layer ``layer_idx`` holds."""
         return self.lengths[layer_idx]
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
+        """Write ``k, v: (B, H_kv, T_new, d_head)`` into the next free slots; return views of the filled part."""
         start, t = self.lengths[layer_idx], k.shape[-2]
+        buf_k, buf_v = self.keys[layer_idx], self.values[layer_idx]
         if start + t > self.max_len:
             raise ValueError(f"StaticCache is full: {start} cached + {t} new > max_len={self.max_len}")
-        if k.shape[0] != self.keys[layer_idx].shape[0] or k.shape[1] != self.keys[layer_idx].shape[1]:
-            raise ValueError(f"k of shape {tuple(k.shape)} does not fit the cache's (B, H_kv) = "
-                             f"{tuple(self.keys[layer_idx].shape[:2])}")
-        self.keys[layer_idx][:, :, start:start + t] = k
-        self.values[layer_idx][:, :, start:start + t] = v
+        if k.shape[:2] != buf_k.shape[:2] or k.shape[-1] != buf_k.shape[-1]:
+            raise ValueError(f"k of shape {tuple(k.shape)} does not fit layer {layer_idx}'s cache "
+                             f"(B, H_kv, T, d_head) = {tuple(buf_k.shape[:2])} + (T, {buf_k.shape[-1]})")
+        buf_k.narrow(2, start, t).copy_(k)  # slots start .. start + t - 1
+        buf_v.narrow(2, start, t).copy_(v)
         self.lengths[layer_idx] = start + t
-        return self.keys[layer_idx][:, :, :start + t], self.values[layer_idx][:, :, :start + t]
+        return buf_k.narrow(2, 0, start + t), buf_v.narrow(2, 0, start + t)  # (B, H_kv, past + T, d_head)
 
     def nbytes(self) -> int:
+        """Bytes allocated for keys and values (all ``max_len`` slots, filled or not)."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
 def kv_cache_bytes(n_layers: int, n_kv_heads: int, d_head: int, seq_len: int, batch_size: int = 1,
                    bytes_per_element: int = 2) -> int:
-    """Closed form: ``2 x n_layers x B x n_kv_heads x d_head x T x bytes``."""
+    """Closed form: ``2 x n_layers x B x n_kv_heads x d_head x T x bytes`` (2: one K and one V).
+
+    ``bytes_per_element``: 2 for fp16/bf16 (the default, as models are usually served), 4 for fp32.
+    """
+    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("d_head", d_head),
+                        ("seq_len", seq_len), ("batch_size", batch_size), ("bytes_per_element", bytes_per_element)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     return 2 * n_layers * batch_size * n_kv_heads * d_head * seq_len * bytes_per_element

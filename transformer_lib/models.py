@@ -28,6 +28,15 @@ def _check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
         raise ValueError(f"{name} ids must be in [0, {vocab_size}), got range [{int(ids.min())}, {int(ids.max())}]")
 
 
+def _check_positions(position_ids: torch.Tensor, shape: tuple, block_size: int) -> None:
+    if position_ids.shape != shape or position_ids.dtype not in (torch.long, torch.int, torch.int32):
+        raise ValueError(f"position_ids must be an integer tensor {shape}, got {position_ids.dtype} "
+                         f"{tuple(position_ids.shape)}")
+    if position_ids.numel() and (int(position_ids.min()) < 0 or int(position_ids.max()) >= block_size):
+        raise ValueError(f"position_ids must be in [0, block_size={block_size}), got range "
+                         f"[{int(position_ids.min())}, {int(position_ids.max())}]")
+
+
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
     """GPT-2/BERT initialisation: N(0, 0.02) for Linear and Embedding weights, zero biases."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -150,10 +159,14 @@ class GPT(nn.Module):
         self.lm_head.weight = self.tok_emb.weight  # weight tying (Press & Wolf 2017)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None,
-                key_padding_mask: torch.Tensor | None = None, need_weights: bool = False):
+                key_padding_mask: torch.Tensor | None = None, need_weights: bool = False,
+                position_ids: torch.Tensor | None = None):
         """Returns ``(logits (B, T, V), loss or None)``. ``targets: (B, T)``, -100 = ignore.
 
         ``cache``: a KV cache (chapter 07); ``key_padding_mask: (B, past + T)`` bool, True on real tokens.
+        ``position_ids: (B, T)``: each token's position for the learned/sinusoidal tables (default
+        ``past .. past + T - 1``), so a left-padded row can start at 0 as it would alone. RoPE and ALiBi
+        depend only on the distance between two tokens, which padding does not change: they ignore it.
         """
         _check_ids(idx, self.cfg.vocab_size, "idx")
         B, T = idx.shape
@@ -162,8 +175,12 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {past + T} (past={past} + T={T}) exceeds block_size="
                              f"{self.cfg.block_size}")
         x = self.tok_emb(idx)  # (B, T, d_model)
-        if self.pos is not None:
+        if position_ids is not None:
+            _check_positions(position_ids, (B, T), self.cfg.block_size)
+        if self.pos is not None and position_ids is None:
             x = self.pos(x, offset=past)
+        elif self.pos is not None:
+            x = x + self.position_table()[position_ids].to(x.dtype)  # (B, T, d_model)
         x = self.drop(x)
         bias = None
         if self.cfg.positional == "alibi":
@@ -175,6 +192,12 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
         return logits, loss
+
+    def position_table(self) -> torch.Tensor | None:
+        """The ``(block_size, d_model)`` vectors added to the embeddings (learned or sinusoidal), else None."""
+        if isinstance(self.pos, LearnedPositionalEmbedding):
+            return self.pos.weight
+        return None if self.pos is None else self.pos.pe
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

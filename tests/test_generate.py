@@ -1,0 +1,338 @@
+"""Generation: cached decoding (static and concatenating caches, the fast decode step and the module path) gives the
+same tokens as a full recompute and logits within 1e-5 at every step, for every positional scheme and for
+grouped-query attention; a left-padded row continues exactly as its prompt alone; greedy decoding equals Hugging
+Face GPT-2's on the same weights; top-k/top-p match closed-form cases and HF's warpers; sampling is reproducible."""
+import functools
+import os
+
+import pytest
+import torch
+
+from transformer_lib.generate import decode_step, filter_logits, generate, matvec_weights, sample_next
+from transformer_lib.kv_cache import DynamicCache, StaticCache
+from transformer_lib.models import GPT, POSITIONAL, GPTConfig, init_weights
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+V, BLOCK = 23, 40
+STEP_TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+@functools.lru_cache(maxsize=None)
+def toy_gpt(positional: str = "learned", n_kv_heads=None) -> GPT:
+    """A small GPT with std-0.3 weights: attention far from uniform, so a wrong key or position shows."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=V, block_size=BLOCK, n_layers=2, n_heads=4, d_model=32, positional=positional,
+                    n_kv_heads=n_kv_heads)
+    model = GPT(cfg)
+    model.apply(lambda m: init_weights(m, std=0.3))
+    return model.eval()
+
+
+def ids(shape, seed):
+    return torch.randint(0, V, shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------- cached == recomputed
+VARIANTS = [(p, None) for p in POSITIONAL] + [("learned", 1), ("learned", 2), ("rope", 1), ("alibi", 2)]
+
+
+@pytest.mark.parametrize("positional, n_kv_heads", VARIANTS)
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_cached_decoding_matches_full_recompute(positional, n_kv_heads, cache):
+    model = toy_gpt(positional, n_kv_heads)
+    prompt = ids((2, 6), seed=1)
+    want, want_logits = generate(model, prompt, 20, use_cache=False, return_logits=True)
+    got, got_logits = generate(model, prompt, 20, cache=cache, return_logits=True)
+    assert torch.equal(got, want)
+    torch.testing.assert_close(got_logits, want_logits, **STEP_TOL)  # every step, not only the tokens
+
+
+@pytest.mark.parametrize("positional, n_kv_heads", [("learned", None), ("rope", 2), ("alibi", None)])
+def test_module_path_with_a_cache_matches_the_fast_path(positional, n_kv_heads):
+    """In training mode (dropout 0) generate runs the modules' own forward with the cache: same numbers."""
+    model = toy_gpt(positional, n_kv_heads)
+    prompt = ids((2, 5), seed=2)
+    fast, fast_logits = generate(model, prompt, 12, return_logits=True)
+    model.train()
+    try:
+        slow, slow_logits = generate(model, prompt, 12, return_logits=True)
+    finally:
+        model.eval()
+    assert torch.equal(slow, fast)
+    torch.testing.assert_close(slow_logits, fast_logits, **STEP_TOL)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("positional, n_kv_heads", [("learned", None), ("sinusoidal", 1), ("rope", None),
+                                                    ("alibi", 2)])
+def test_decode_step_equals_the_model_forward_with_a_cache(positional, n_kv_heads, transposed):
+    model = toy_gpt(positional, n_kv_heads)
+    prompt, token = ids((3, 7), seed=3), ids((3, 1), seed=4)
+    with torch.inference_mode():
+        a, b = DynamicCache(), StaticCache.for_model(model, 3, 8)
+        model(prompt, cache=a)
+        model(prompt, cache=b)
+        want = model(token, cache=a)[0][:, -1]
+        got = decode_step(model, token, b, weights_t=matvec_weights(model) if transposed else None)
+    torch.testing.assert_close(got, want, **STEP_TOL)
+    torch.testing.assert_close(b.keys[1][:, :, :8], a.keys[1], **STEP_TOL)  # the cache was extended alike
+
+
+def test_forward_hooks_are_honoured_by_the_decode_step():
+    """A hooked layer (e.g. chapter 08's head mask) runs as a module: cached decoding still equals recompute."""
+    model = GPT(toy_gpt().cfg).eval()
+    model.load_state_dict(toy_gpt().state_dict())
+    gate = torch.tensor([1.0] * 16 + [0.0] * 16)  # silence heads 2 and 3 of layer 0
+    handle = model.blocks[0].self_attn.out.register_forward_pre_hook(lambda m, args: (args[0] * gate,))
+    try:
+        prompt = ids((1, 5), seed=5)
+        assert model.blocks[0].self_attn.out not in matvec_weights(model)
+        want = generate(model, prompt, 15, use_cache=False)
+        assert torch.equal(generate(model, prompt, 15), want)
+    finally:
+        handle.remove()
+    assert not torch.equal(want, generate(model, prompt, 15, use_cache=False))  # the hook mattered
+
+
+# ----------------------------------------------------------------------------- left padding
+@pytest.mark.parametrize("positional, n_kv_heads", VARIANTS)
+@pytest.mark.parametrize("mode", ["static", "dynamic", "no cache"])
+def test_left_padded_rows_generate_what_each_prompt_generates_alone(positional, n_kv_heads, mode):
+    model = toy_gpt(positional, n_kv_heads)
+    prompts = [ids((1, n), seed=10 + n)[0] for n in (3, 8, 5)]
+    T = max(len(p) for p in prompts)
+    batch = torch.zeros(len(prompts), T, dtype=torch.long)  # pad id 0, on the left
+    mask = torch.zeros(len(prompts), T, dtype=torch.bool)
+    for row, p in enumerate(prompts):
+        batch[row, T - len(p):], mask[row, T - len(p):] = p, True
+    kw = dict(use_cache=False) if mode == "no cache" else dict(cache=mode)
+    out, logits = generate(model, batch, 12, attention_mask=mask, return_logits=True, **kw)
+    for row, p in enumerate(prompts):
+        alone, alone_logits = generate(model, p[None], 12, return_logits=True, **kw)
+        assert torch.equal(out[row, T - len(p):], alone[0])
+        torch.testing.assert_close(logits[row], alone_logits[0], **STEP_TOL)
+
+
+def test_right_padding_is_rejected():
+    mask = torch.tensor([[True, True, False]])
+    with pytest.raises(ValueError, match="attention_mask must be left-padded"):
+        generate(toy_gpt(), ids((1, 3), seed=0), 2, attention_mask=mask)
+
+
+# ----------------------------------------------------------------------------- against Hugging Face GPT-2
+def to_hf_gpt2(model: GPT):
+    """The same weights in ``transformers.GPT2LMHeadModel`` (its Conv1D stores each weight as (in, out))."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    c = model.cfg
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.d_model,
+                                    n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.d_ff, activation_function="gelu",
+                                    layer_norm_epsilon=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=0,
+                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+    sd = {"transformer.wte.weight": model.tok_emb.weight, "transformer.wpe.weight": model.pos.weight,
+          "transformer.ln_f.weight": model.norm.weight, "transformer.ln_f.bias": model.norm.bias}
+    for i, b in enumerate(model.blocks):
+        p = f"transformer.h.{i}."
+        for hf_name, lin in (("attn.c_attn", b.self_attn.qkv), ("attn.c_proj", b.self_attn.out),
+                             ("mlp.c_fc", b.ffn.up), ("mlp.c_proj", b.ffn.down)):
+            sd[p + hf_name + ".weight"], sd[p + hf_name + ".bias"] = lin.weight.T, lin.bias
+        for hf_name, norm in (("ln_1", b.res_self.norm), ("ln_2", b.res_ffn.norm)):
+            sd[p + hf_name + ".weight"], sd[p + hf_name + ".bias"] = norm.weight, norm.bias
+    with torch.no_grad():
+        for name, tensor in hf.state_dict().items():
+            if name in sd:
+                tensor.copy_(sd[name])
+    return hf
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_greedy_decoding_equals_hugging_face_gpt2_on_the_same_weights(padded):
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, block_size=BLOCK, n_layers=2, n_heads=4, d_model=32))
+    model.apply(lambda m: init_weights(m, std=0.2))
+    model.eval()
+    hf = to_hf_gpt2(model)
+    prompt = ids((2, 7), seed=6)
+    mask = torch.ones_like(prompt)
+    if padded:
+        prompt[0, :3], mask[0, :3] = 0, 0
+    with torch.inference_mode():
+        want = hf.generate(prompt, attention_mask=mask, max_new_tokens=15, do_sample=False, output_logits=True,
+                           return_dict_in_generate=True)
+    got, logits = generate(model, prompt, 15, attention_mask=mask.bool(), return_logits=True)
+    assert torch.equal(got, want.sequences)
+    torch.testing.assert_close(logits, torch.stack(want.logits, dim=1), atol=1e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- sampling
+PROBS = torch.tensor([0.05, 0.5, 0.15, 0.3])  # shuffled, so the filters must map back to vocabulary order
+
+
+@pytest.mark.parametrize("top_k, top_p, kept", [
+    (1, None, [1]), (2, None, [1, 3]), (3, None, [1, 2, 3]), (10, None, [0, 1, 2, 3]),
+    (None, 0.4, [1]), (None, 0.75, [1, 3]), (None, 0.85, [1, 2, 3]), (None, 0.97, [0, 1, 2, 3]),
+    (None, 1.0, [0, 1, 2, 3]), (3, 0.75, [1, 3]), (2, 0.97, [1, 3])])
+def test_top_k_and_top_p_keep_the_closed_form_sets(top_k, top_p, kept):
+    logits = PROBS.log()[None]  # (1, V)
+    out = filter_logits(logits, top_k, top_p)
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == kept
+    assert torch.equal(out[0, kept], logits[0, kept])  # kept logits are untouched
+    renormalised = out.softmax(-1)[0, kept]
+    torch.testing.assert_close(renormalised, PROBS[kept] / PROBS[kept].sum())
+
+
+def test_top_k_keeps_ties_with_the_kth_logit():
+    out = filter_logits(torch.tensor([[1.0, 3.0, 2.0, 2.0, 0.0]]), top_k=2)
+    assert torch.isfinite(out[0]).tolist() == [False, True, True, True, False]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_filters_match_hugging_face_warpers(seed):
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(seed)) * 3
+    for k in (1, 5, 20):
+        assert torch.equal(filter_logits(logits, top_k=k), TopKLogitsWarper(k)(None, logits))
+    for p in (0.1, 0.5, 0.9, 0.99):
+        assert torch.equal(filter_logits(logits, top_p=p), TopPLogitsWarper(p)(None, logits))
+
+
+def test_sampling_frequencies_follow_softmax_of_logits_over_temperature():
+    logits = torch.tensor([1.0, 0.0, -1.0, 2.0])
+    n = 40_000
+    gen = torch.Generator().manual_seed(0)
+    for temperature, top_k in ((1.0, None), (0.5, None), (2.0, 2)):
+        draws = sample_next(logits.expand(n, -1), temperature, top_k=top_k, generator=gen)
+        freq = torch.bincount(draws, minlength=4).double() / n
+        want = filter_logits(logits[None] / temperature, top_k).softmax(-1)[0].double()
+        sigma = (want * (1 - want) / n).sqrt()
+        assert ((freq - want).abs() <= 5 * sigma + 1e-12).all(), (temperature, freq, want)
+        if top_k:
+            assert freq[[1, 2]].sum() == 0  # never outside the top k
+
+
+def test_temperature_zero_is_greedy():
+    model = toy_gpt()
+    prompt = ids((2, 4), seed=7)
+    greedy, logits = generate(model, prompt, 10, temperature=0.0, top_k=3, return_logits=True)
+    assert torch.equal(greedy[:, 4:], logits.argmax(-1))
+    assert torch.equal(sample_next(logits[:, 0], 0.0), logits[:, 0].argmax(-1))
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=0.8), dict(temperature=1.0, top_k=5),
+                                dict(temperature=1.2, top_p=0.9)])
+def test_same_seed_same_text_with_and_without_cache(kw):
+    model = toy_gpt("rope")
+    prompt = ids((2, 5), seed=8)
+    a = generate(model, prompt, 25, seed=123, use_cache=False, **kw)
+    assert torch.equal(generate(model, prompt, 25, seed=123, cache="static", **kw), a)
+    assert torch.equal(generate(model, prompt, 25, seed=123, cache="dynamic", **kw), a)
+    assert not torch.equal(generate(model, prompt, 25, seed=124, **kw), a)  # the seed matters
+
+
+# ----------------------------------------------------------------------------- limits and bad input
+def test_a_prompt_longer_than_the_context_raises():
+    with pytest.raises(ValueError, match=rf"prompt length {BLOCK + 1} exceeds the model's context block_size={BLOCK}"):
+        generate(toy_gpt(), ids((1, BLOCK + 1), seed=0), 1, use_cache=False)
+
+
+def test_a_cache_cannot_grow_past_the_context():
+    with pytest.raises(ValueError, match=rf"prompt length 30 \+ max_new_tokens 11 exceeds block_size={BLOCK}"):
+        generate(toy_gpt(), ids((1, 30), seed=0), 11)
+
+
+def test_without_a_cache_the_window_slides_past_the_context():
+    model = toy_gpt()
+    prompt = ids((1, BLOCK - 2), seed=9)
+    out, logits = generate(model, prompt, 6, use_cache=False, return_logits=True)
+    assert out.shape == (1, BLOCK + 4)
+    with torch.no_grad():
+        last = model(out[:, -1 - BLOCK:-1])[0][:, -1]  # the final step saw the last BLOCK tokens
+    torch.testing.assert_close(logits[:, -1], last)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(temperature=-1.0), "temperature must be a number >= 0"), (dict(top_k=0), "top_k must be an int >= 1"),
+    (dict(top_p=0.0), r"top_p must be in \(0, 1\]"), (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
+    (dict(cache="paged"), "cache must be 'static' or 'dynamic', got 'paged'"),
+    (dict(max_new_tokens=-1), "max_new_tokens must be an int >= 0, got -1")])
+def test_bad_arguments_are_rejected(kw, match):
+    args = dict(max_new_tokens=3) | kw
+    with pytest.raises(ValueError, match=match):
+        generate(toy_gpt(), ids((1, 4), seed=0), **args)
+
+
+def test_bad_prompt_is_rejected():
+    with pytest.raises(ValueError, match=r"prompt_ids must be an integer tensor \(B, T\) with T >= 1, got "
+                                         r"torch.float32 \(4,\)"):
+        generate(toy_gpt(), torch.zeros(4), 3)
+
+
+def test_zero_new_tokens_returns_the_prompt():
+    prompt = ids((2, 4), seed=0)
+    out, logits = generate(toy_gpt(), prompt, 0, return_logits=True)
+    assert torch.equal(out, prompt) and logits.shape == (2, 0, V)
+
+
+def test_bf16_model_decodes_with_a_bf16_cache():
+    model = GPT(toy_gpt().cfg).to(torch.bfloat16).eval()
+    cache = StaticCache.for_model(model, 1, 10)
+    assert cache.keys[0].dtype == torch.bfloat16
+    out = generate(model, ids((1, 4), seed=0), 6)
+    assert out.shape == (1, 10)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_cached_decoding_matches_recompute_on_cuda(cache):
+    model = GPT(toy_gpt("rope", 2).cfg).cuda().eval()
+    model.load_state_dict(toy_gpt("rope", 2).state_dict())
+    prompt = ids((2, 6), seed=1).cuda()
+    want, want_logits = generate(model, prompt, 20, use_cache=False, return_logits=True)
+    got, got_logits = generate(model, prompt, 20, cache=cache, return_logits=True)
+    assert torch.equal(got, want)
+    torch.testing.assert_close(got_logits, want_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_position_ids_are_checked_and_move_learned_positions():
+    model = toy_gpt()
+    x = ids((1, 4), seed=0)
+    with torch.no_grad():
+        shifted = model(x, position_ids=torch.arange(3, 7)[None])[0]
+        h = model.tok_emb(x) + model.pos.weight[3:7]  # the learned vectors of positions 3..6, by hand
+        for block in model.blocks:
+            h = block(h)
+        torch.testing.assert_close(shifted, model.lm_head(model.norm(h)))
+    with pytest.raises(ValueError, match=rf"position_ids must be in \[0, block_size={BLOCK}\), got range "
+                                         rf"\[0, {BLOCK}\]"):
+        model(x, position_ids=torch.tensor([[0, 1, 2, BLOCK]]))
+    with pytest.raises(ValueError, match=r"position_ids must be an integer tensor \(1, 4\)"):
+        model(x, position_ids=torch.arange(4))
+
+
+# ----------------------------------------------------------------------------- chapter 07 widgets
+class CharTok:
+    """A tokenizer for the toy model: token i is the i-th letter."""
+    encode = staticmethod(lambda text: [ord(c) - 97 for c in text])
+    decode = staticmethod(lambda ids: "".join(chr(97 + i) for i in ids))
+
+
+def test_trace_generation_follows_greedy_generate_and_records_attention_rows():
+    from transformer_lib.viz.generation_widgets import generation_slider, trace_generation
+    model = toy_gpt()
+    steps = trace_generation(model, CharTok, "abcde", 6)
+    want = generate(model, torch.tensor([CharTok.encode("abcde")]), 6)
+    assert "".join(steps[-1].tokens) + steps[-1].next_token == CharTok.decode(want[0].tolist())
+    assert [s.fed for s in steps] == [5, 1, 1, 1, 1, 1]
+    for i, s in enumerate(steps):
+        assert s.attention.shape == (2, 4, 5 + i)  # (layers, heads, cached positions)
+        torch.testing.assert_close(s.attention.sum(-1), torch.ones(2, 4))
+    assert len(generation_slider(model, steps).children[1].children) == 6  # one frame per step
+
+
+def test_sampling_distribution_is_what_sample_next_draws_from():
+    from transformer_lib.viz.generation_widgets import Sampling, sampling_distribution
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
+    assert torch.equal(sampling_distribution(logits, Sampling(0.0)), torch.tensor([1.0, 0, 0, 0]))
+    p = sampling_distribution(logits, Sampling(0.5, top_k=3))
+    torch.testing.assert_close(p, torch.cat([(logits[:3] / 0.5).softmax(-1), torch.zeros(1)]))

@@ -1,0 +1,96 @@
+"""KV caches: both caches return exactly the concatenation of what was written, a static cache refuses to overflow,
+and the bytes they hold equal the closed form 2 x layers x B x kv_heads x d_head x T x bytes."""
+import pytest
+import torch
+
+from transformer_lib.kv_cache import DynamicCache, StaticCache, kv_cache_bytes
+from transformer_lib.models import GPT, GPTConfig
+
+B, H_KV, D, L = 2, 3, 4, 2
+CHUNKS = (5, 1, 2, 1)  # a prompt of 5, then new tokens
+
+
+def chunks(seed=0):
+    """The (k, v) pairs written per layer, chunk by chunk: each (B, H_kv, t, d_head)."""
+    g = torch.Generator().manual_seed(seed)
+    return [[(torch.randn(B, H_KV, t, D, generator=g), torch.randn(B, H_KV, t, D, generator=g)) for _ in range(L)]
+            for t in CHUNKS]
+
+
+@pytest.mark.parametrize("make", [DynamicCache, lambda: StaticCache(L, B, H_KV, sum(CHUNKS), D)],
+                         ids=["dynamic", "static"])
+def test_cache_returns_the_concatenation_of_every_update(make):
+    cache, seen = make(), chunks()
+    for step, per_layer in enumerate(seen):
+        for layer, (k, v) in enumerate(per_layer):
+            got_k, got_v = cache.update(k, v, layer)
+            want_k = torch.cat([seen[s][layer][0] for s in range(step + 1)], dim=2)
+            want_v = torch.cat([seen[s][layer][1] for s in range(step + 1)], dim=2)
+            assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+        assert [cache.get_seq_length(i) for i in range(L)] == [sum(CHUNKS[: step + 1])] * L
+
+
+def test_static_cache_overflow_raises():
+    cache = StaticCache(1, 1, 2, max_len=4, d_head=3)
+    cache.update(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3), 0)
+    with pytest.raises(ValueError, match=r"StaticCache is full: 3 cached \+ 2 new > max_len=4"):
+        cache.update(torch.zeros(1, 2, 2, 3), torch.zeros(1, 2, 2, 3), 0)
+    assert cache.get_seq_length(0) == 3  # the failed update wrote nothing
+
+
+def test_static_cache_rejects_keys_of_the_wrong_shape():
+    cache = StaticCache(1, 2, 2, max_len=4, d_head=3)
+    with pytest.raises(ValueError, match=r"k of shape \(2, 1, 1, 3\) does not fit layer 0's cache"):
+        cache.update(torch.zeros(2, 1, 1, 3), torch.zeros(2, 1, 1, 3), 0)
+
+
+def test_dynamic_cache_rejects_a_skipped_layer():
+    with pytest.raises(ValueError, match="layer_idx=1 skips layers"):
+        DynamicCache().update(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), 1)
+
+
+@pytest.mark.parametrize("dtype, nbytes", [(torch.float32, 4), (torch.bfloat16, 2)])
+def test_cache_bytes_equal_the_closed_form(dtype, nbytes):
+    T, max_len = sum(CHUNKS), 16
+    dynamic, static = DynamicCache(), StaticCache(L, B, H_KV, max_len, D, dtype=dtype)
+    for per_layer in chunks():
+        for layer, (k, v) in enumerate(per_layer):
+            dynamic.update(k.to(dtype), v.to(dtype), layer)
+            static.update(k.to(dtype), v.to(dtype), layer)
+    assert dynamic.nbytes() == kv_cache_bytes(L, H_KV, D, T, B, nbytes)  # what was written
+    assert static.nbytes() == kv_cache_bytes(L, H_KV, D, max_len, B, nbytes)  # every slot, filled or not
+    assert kv_cache_bytes(L, H_KV, D, T, B, nbytes) == 2 * L * B * H_KV * D * T * nbytes
+
+
+def test_known_model_shapes():
+    # LLaMA-7B (32 layers, 32 heads of 128) in fp16: 0.5 MiB per token, 2 GiB at its 4096-token context.
+    assert kv_cache_bytes(32, 32, 128, 1) == 2**19
+    assert kv_cache_bytes(32, 32, 128, 4096) == 2**31
+    # grouped-query attention shrinks the cache by n_heads / n_kv_heads (Llama-2-70B: 64 query, 8 kv heads)
+    assert kv_cache_bytes(80, 64, 128, 4096) == 8 * kv_cache_bytes(80, 8, 128, 4096)
+
+
+@pytest.mark.parametrize("bad", [dict(n_layers=-1), dict(seq_len=2.5), dict(bytes_per_element="2")])
+def test_kv_cache_bytes_rejects_bad_sizes(bad):
+    args = dict(n_layers=2, n_kv_heads=2, d_head=4, seq_len=8, batch_size=1, bytes_per_element=2) | bad
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=rf"{name} must be a non-negative int"):
+        kv_cache_bytes(**args)
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
+def test_static_cache_for_model_matches_the_model_and_a_filled_dynamic_cache(n_kv_heads):
+    model = GPT(GPTConfig(vocab_size=11, block_size=12, n_layers=2, n_heads=4, d_model=16, n_kv_heads=n_kv_heads))
+    static = StaticCache.for_model(model, batch_size=3)
+    dynamic = DynamicCache()
+    with torch.no_grad():
+        model(torch.zeros(3, 12, dtype=torch.long), cache=dynamic)
+    assert [k.shape for k in static.keys] == [k.shape for k in dynamic.keys] == [(3, n_kv_heads or 4, 12, 4)] * 2
+    assert static.nbytes() == dynamic.nbytes() == kv_cache_bytes(2, n_kv_heads or 4, 4, 12, 3, 4)
+
+
+def test_static_cache_allows_one_size_per_layer():
+    cache = StaticCache(2, 1, [4, 2], max_len=5, d_head=[8, 6])
+    assert [k.shape for k in cache.keys] == [(1, 4, 5, 8), (1, 2, 5, 6)]
+    with pytest.raises(ValueError, match=r"n_kv_heads must be a positive int or one per layer \(2\), got \[4\]"):
+        StaticCache(2, 1, [4], max_len=5, d_head=8)

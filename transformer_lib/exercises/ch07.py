@@ -1,0 +1,169 @@
+"""Chapter 07 exercises: the size of a KV cache, a top-p (nucleus) filter, greedy decoding with a cache.
+
+Each ``check_*`` runs the reader's function and the library's on the same random inputs
+(``check_against``) and, when they differ, also tries a few common mistakes: if the reader's
+function matches one of them, the message says which.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..generate import filter_logits, generate
+from ..kv_cache import kv_cache_bytes
+from ..models import GPT, GPTConfig, init_weights
+from .ch02 import _with_hints
+from .checking import ExerciseResult, check_against
+
+
+def _randint(gen: torch.Generator, low: int, high: int) -> int:
+    """One int in ``[low, high]``."""
+    return int(torch.randint(low, high + 1, (1,), generator=gen))
+
+
+# ----------------------------------------------------------------------------- exercise 1
+def _bytes_inputs(gen):
+    n_heads = [4, 8, 16, 32][_randint(gen, 0, 3)]
+    n_kv = [1, 2, n_heads // 2, n_heads][_randint(gen, 0, 3)]
+    return (_randint(gen, 1, 48), n_heads * 16 * _randint(gen, 1, 8), n_heads, n_kv, _randint(gen, 1, 8192),
+            _randint(gen, 1, 8), [1, 2, 4][_randint(gen, 0, 2)])
+
+
+def _as_tensor(fn: Callable) -> Callable:
+    """Call ``fn`` and turn its integer answer into a float64 tensor that ``check_against`` can compare."""
+    def call(*args):
+        out = fn(*args)
+        if isinstance(out, torch.Tensor) and out.numel() == 1:
+            out = out.item()
+        if not isinstance(out, (int, float)):
+            raise TypeError(f"return a number of bytes (an int), got {type(out).__name__}")
+        return torch.tensor(float(out), dtype=torch.float64)
+    return call
+
+
+def _reference_bytes(n_layers, d_model, n_heads, n_kv_heads, seq_len, batch_size, bytes_per_element):
+    return kv_cache_bytes(n_layers, n_kv_heads, d_model // n_heads, seq_len, batch_size, bytes_per_element)
+
+
+def check_cache_bytes(fn: Callable) -> ExerciseResult:
+    """``fn(n_layers, d_model, n_heads, n_kv_heads, seq_len, batch_size, bytes_per_element) -> int``.
+
+    The bytes a KV cache needs for ``batch_size`` sequences of ``seq_len`` tokens: every layer keeps one key
+    and one value vector of ``d_head = d_model // n_heads`` numbers for each of its ``n_kv_heads`` key/value heads.
+    """
+    reader, ref = _as_tensor(fn), _as_tensor(_reference_bytes)
+    result = check_against(reader, ref, _bytes_inputs, atol=0.0, rtol=0.0)
+
+    def variant(**change):
+        def wrong(L, d, H, H_kv, T, B, nb):
+            v = dict(L=L, d_head=d // H, H_kv=H_kv, T=T, B=B, nb=nb, kv=2) | change
+            v = {k: (f(L, d, H, H_kv, T, B, nb) if callable(f) else f) for k, f in v.items()}
+            return torch.tensor(float(v["kv"] * v["L"] * v["d_head"] * v["H_kv"] * v["T"] * v["B"] * v["nb"]),
+                                dtype=torch.float64)
+        return wrong
+    return _with_hints(result, reader, _bytes_inputs, {
+        "you counted only the keys (or only the values): the cache holds both, a factor of 2.": variant(kv=1),
+        "you used n_heads; only the n_kv_heads key/value heads are cached (grouped-query attention shares them "
+        "between query heads).": variant(H_kv=lambda L, d, H, H_kv, T, B, nb: H),
+        "you counted numbers, not bytes: multiply by bytes_per_element.": variant(nb=1),
+        "each head stores d_head = d_model // n_heads numbers per token, not d_model.":
+            variant(d_head=lambda L, d, H, H_kv, T, B, nb: d),
+        "the batch is missing: every sequence in the batch has its own cache.": variant(B=1),
+    })
+
+
+# ----------------------------------------------------------------------------- exercise 2
+def _top_p_inputs(gen):
+    B, V = _randint(gen, 1, 3), _randint(gen, 5, 12)
+    return torch.randn(B, V, generator=gen) * 2, float(torch.empty(1).uniform_(0.3, 0.95, generator=gen))
+
+
+def _probabilities(fn: Callable) -> Callable:
+    """Compare filters by the distribution they leave: ``softmax(fn(logits, p))`` (a removed token gets 0)."""
+    def call(logits, p):
+        out = fn(logits.clone(), p)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"return the filtered logits as a tensor, got {type(out).__name__}")
+        return out.float().softmax(-1)
+    return call
+
+
+def _top_p_variant(keep_crossing=True, unsort=True):
+    """Deliberately altered nucleus filters, for hints."""
+    def wrong(logits, p):
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        probs = sorted_logits.softmax(-1)
+        cum = probs.cumsum(-1)
+        drop = (cum - probs >= p) if keep_crossing else (cum > p)
+        out = sorted_logits.masked_fill(drop, float("-inf"))
+        return out.scatter(-1, order, out) if unsort else out
+    return wrong
+
+
+def check_top_p(fn: Callable) -> ExerciseResult:
+    """``fn(logits, p) -> filtered``: ``logits: (B, V)``, ``0 < p < 1``; same shape, ``-inf`` on removed tokens.
+
+    Keep, in each row, the most likely tokens until their probabilities add up to at least ``p`` (the
+    token that makes the sum reach ``p`` is kept); every other token's logit becomes ``-inf``.
+    The check compares ``softmax`` of your result with the library's (``filter_logits(logits, top_p=p)``).
+    """
+    reader = _probabilities(fn)
+    result = check_against(reader, _probabilities(lambda x, p: filter_logits(x, top_p=p)), _top_p_inputs)
+    return _with_hints(result, reader, _top_p_inputs, {
+        "you dropped the token whose probability makes the total reach p; keep it: a token goes only when the "
+        "tokens ranked above it already reach p (cumsum - prob >= p).": _probabilities(_top_p_variant(False)),
+        "your result is in sorted order: scatter the filtered values back to their token ids "
+        "(out.scatter(-1, order, sorted_out)).": _probabilities(_top_p_variant(unsort=False)),
+        "you returned probabilities; return logits, with -inf where a token is removed.":
+            _probabilities(lambda x, p: filter_logits(x, top_p=p).softmax(-1)),
+    })
+
+
+# ----------------------------------------------------------------------------- exercise 3
+def exercise_gpt(seed: int = 0) -> GPT:
+    """The small random GPT the greedy-decoding check uses (std-0.3 weights: varied, non-repeating text)."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=20, block_size=32, n_layers=2, n_heads=2, d_model=16))
+    model.apply(lambda m: init_weights(m, std=0.3))
+    return model.eval()
+
+
+def check_cached_greedy(fn: Callable) -> ExerciseResult:
+    """``fn(model, prompt_ids, n_new) -> ids``: greedy decoding of a ``GPT`` with a KV cache.
+
+    ``prompt_ids: (1, T)``; return ``(1, T + n_new)``: the prompt followed by ``n_new`` tokens, each the argmax
+    of the logits at the last position. Run the prompt through ``model(prompt_ids, cache=cache)`` once, then
+    feed only the newest token each step. The check compares your tokens with ``generate(...,
+    use_cache=False)`` and counts the positions your model calls processed.
+    """
+    model = exercise_gpt()
+    processed, worst = [], {}  # positions per model call; the case that processed the most beyond T + n_new
+    handle = model.register_forward_pre_hook(lambda m, args, kwargs: processed.append(
+        (args[0] if args else kwargs["idx"]).shape[1]), with_kwargs=True)
+
+    def make_inputs(gen):
+        return torch.randint(0, 20, (1, _randint(gen, 2, 6)), generator=gen), _randint(gen, 3, 12)
+
+    def reader(prompt, n):
+        processed.clear()
+        with torch.no_grad():
+            out = fn(model, prompt, n)
+        extra = sum(processed) - (prompt.shape[1] + n)
+        if extra > worst.get("extra", 0):
+            worst.update(extra=extra, T=prompt.shape[1], n=n, total=sum(processed))
+        return out
+
+    try:
+        result = check_against(reader, lambda prompt, n: generate(model, prompt, n, use_cache=False), make_inputs)
+    finally:
+        handle.remove()
+    if not result and "past=" in result.message:
+        return ExerciseResult(False, result.message + " Hint: the cache already holds the past keys and values: "
+                              "feed only the newest token, not the whole sequence.")
+    if result and worst:
+        return ExerciseResult(False, f"your tokens are right, but for a {worst['T']}-token prompt and {worst['n']} "
+                              f"new tokens the model processed {worst['total']} positions; with a cache it needs at "
+                              f"most {worst['T'] + worst['n']}. After the prompt, feed only the newest token "
+                              "(ids[:, -1:]) with the same cache.")
+    return result
