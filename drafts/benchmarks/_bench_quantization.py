@@ -3,9 +3,10 @@
 ``quantization_tables(model, tokenizer, val_data, device)`` prints two tables and returns them as strings:
 
 1. the given (trained) GPT in each format: bytes of the saved file, validation loss and perplexity, top-1
-   next-token agreement with fp32 on the same inputs, decode tokens/s (and the ratio to fp32);
+   next-token agreement with fp32 on the same inputs, decode tokens/s and the ratio to fp32, on 1 CPU thread and on
+   the current count (on a busy 2-core machine a second thread often waits for a core: compare both);
 2. decode speed of a GPT-2-shaped model (6 layers, d_model 384, random weights: speed does not depend on training)
-   in the same formats, repeated ``rounds`` times to show how stable the ratios are.
+   in the same formats but int4, ``rounds`` times per thread count to show how stable the ratios are.
 
 Formats: the library's ``quantize_model`` (int8 per-channel weight-only, int8 weights + dynamic per-token int8
 activations "W8A8", int4 group-wise weight-only), bf16, and the ecosystem: PyTorch's ``quantize_dynamic``
@@ -110,17 +111,36 @@ def decode_speeds(models: dict, prompt: torch.Tensor, n_new: int, device, repeat
     return {k: n_new / v for k, v in med.items()}
 
 
-def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, rounds: int = 2) -> list[str]:
+@contextlib.contextmanager
+def num_threads(n: int):
+    """Run the block with ``torch.set_num_threads(n)``, then restore the previous count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, rounds: int = 2,
+                        thread_counts: tuple[int, ...] | None = None) -> list[str]:
     """Print and return the two tables. ``model``: a trained ``GPT`` (not modified: every format is a copy);
-    ``val_data``: a list of ``(x, y)`` batches, each ``(B, T)``."""
+    ``val_data``: a list of ``(x, y)`` batches, each ``(B, T)``. ``thread_counts``: CPU threads to time decoding
+    with (default: 1 and the current count); one token at a time is little work to share between threads."""
     device = torch.device(device)
+    if thread_counts is None:
+        n = torch.get_num_threads()
+        thread_counts = tuple(sorted({1, n})) if device.type == "cpu" else (n,)
     model = copy.deepcopy(model).to(device).eval()
     val_data = [tuple(t.to(device) for t in b) for b in val_data]
     models = variants(model, device)
     ref = lm_quality(model, val_data)
     prompt = torch.tensor([tokenizer.encode(PROMPT)], device=device)
     n_new = min(NEW_TOKENS, model.cfg.block_size - prompt.shape[1])
-    speed = decode_speeds(models, prompt, n_new, device, repeats)
+    speed = {}
+    for n in thread_counts:
+        with num_threads(n):
+            speed[n] = decode_speeds(models, prompt, n_new, device, repeats)
     fp32_size = saved_size(model)
     rows = []
     for name, m in models.items():
@@ -128,33 +148,36 @@ def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, ro
             size = saved_size(m)
         except Exception:  # packed tensor subclasses: safetensors cannot hold them
             size = None
-        tsize = torch_save_size(m)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             q = lm_quality(m, val_data, ref["top1"])
         rows.append([name, "-" if size is None else f"{size:,}", "-" if size is None else f"{size / fp32_size:.3f}",
-                     f"{tsize:,}", f"{q['loss']:.4f}", f"{q['perplexity']:.3f}",
-                     f"{100 * (q['perplexity'] / ref['perplexity'] - 1):+.2f}%", f"{100 * q['agreement']:.2f}%",
-                     f"{speed[name]:.0f}", f"{speed[name] / speed['fp32']:.2f}x"])
+                     f"{torch_save_size(m):,}", f"{q['loss']:.4f}", f"{q['perplexity']:.3f}",
+                     f"{100 * (q['perplexity'] / ref['perplexity'] - 1):+.2f}%", f"{100 * q['agreement']:.2f}%"] +
+                    [f"{speed[n][name]:.0f} ({speed[n][name] / speed[n]['fp32']:.2f}x)" for n in thread_counts])
     n_tok = sum(y.numel() for _, y in val_data)
     tables = [format_table(
-        f"Trained GPT ({model.num_params() / 1e6:.2f}M parameters), {n_tok:,} validation tokens, decode "
-        f"{n_new} tokens, {device}, {torch.get_num_threads()} threads",
+        f"Trained GPT ({model.num_params() / 1e6:.2f}M parameters), {n_tok:,} validation tokens; decode {n_new} "
+        f"tokens greedily from {PROMPT!r}, {device}: tok/s (x fp32), median of {repeats}",
         ["format", "safetensors B", "x fp32", "torch.save B", "val loss", "perplexity", "ppl vs fp32",
-         "top-1 agree", "decode tok/s", "x fp32"], rows)]
+         "top-1 agree"] + [f"decode, {n} thread{'s' * (n > 1)}" for n in thread_counts], rows)]
 
     torch.manual_seed(0)
     big = GPT(GPT2_SHAPE).to(device).eval()
-    big_models = variants(big, device)
+    big_models = {k: m for k, m in variants(big, device).items() if not k.startswith("int4")}
     big_prompt = torch.randint(0, GPT2_SHAPE.vocab_size, (1, 32), device=device)
-    per_round = [decode_speeds(big_models, big_prompt, NEW_TOKENS, device, repeats) for _ in range(rounds)]
-    rows = [[name, f"{big.num_params() / 1e6:.1f}M" if name == "fp32" else "", f"{saved_size(big) / 1e6:.1f}"
-             if name == "fp32" else ""] + [f"{r[name]:.0f} ({r[name] / r['fp32']:.2f}x)" for r in per_round]
-            for name in big_models]
+    columns, results = [], []
+    for n in thread_counts:
+        with num_threads(n):
+            for r in range(rounds):
+                columns.append(f"{n} thr., round {r + 1}")
+                results.append(decode_speeds(big_models, big_prompt, NEW_TOKENS, device, repeats))
+    rows = [[name] + [f"{r[name]:.0f} ({r[name] / r['fp32']:.2f}x)" for r in results] for name in big_models]
     tables.append(format_table(
-        f"Decode speed, GPT-2-shaped model (6L, d384, random weights), prompt 32, {NEW_TOKENS} new tokens, "
-        f"{device}, {torch.get_num_threads()} threads: tok/s (x fp32), {rounds} rounds of {repeats} repeats",
-        ["format", "params", "fp32 MB"] + [f"round {i + 1}" for i in range(rounds)], rows))
+        f"Decode speed, GPT-2-shaped model (6L, d384, {big.num_params() / 1e6:.1f}M parameters, "
+        f"{saved_size(big) / 1e6:.1f} MB in fp32, random weights), prompt 32, {NEW_TOKENS} new tokens, {device}: "
+        f"tok/s (x fp32), median of {repeats}. int4 left out (about 0.1x: unpacking dominates)",
+        ["format"] + columns, rows))
     for t in tables:
         print(t + "\n", flush=True)
     return tables

@@ -239,6 +239,13 @@ def test_quantize_model_keeps_the_tie_between_embedding_and_head():
     torch.testing.assert_close(model.tok_emb(idx), model.lm_head.dequantized_weight()[idx])
 
 
+def test_skipped_head_stays_float_and_tied():
+    model = quantize_model(book_gpt(), bits=8, skip=("lm_head",))
+    assert type(model.lm_head) is torch.nn.Linear and type(model.tok_emb) is torch.nn.Embedding
+    assert model.lm_head.weight is model.tok_emb.weight
+    assert isinstance(model.blocks[0].ffn.up, QuantLinear)
+
+
 @pytest.mark.parametrize("bits, group_size, act_bits, max_rel", [(8, None, None, 0.02), (8, None, 8, 0.03),
                                                                  (4, 32, None, 0.25)])
 def test_quantized_gpt_stays_close_and_decodes_with_a_cache(bits, group_size, act_bits, max_rel):

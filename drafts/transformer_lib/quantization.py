@@ -133,12 +133,16 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
 
 
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
-    """Inverse of ``pack_int4``: ``(..., K // 2)`` uint8 -> ``(..., K)`` int8 in ``[-8, 7]``."""
+    """Inverse of ``pack_int4``: ``(..., K // 2)`` uint8 -> ``(..., K)`` int8 in ``[-8, 7]``.
+
+    Read as int8, a byte shifted right by 4 (an arithmetic shift, which copies the sign bit) is its high nibble,
+    sign-extended; shifting the byte left by 4 first does the same for the low nibble.
+    """
     if packed.dtype != torch.uint8:
         raise ValueError(f"packed must be uint8, got {packed.dtype}")
-    p = packed.to(torch.int16)
-    nib = torch.stack([p & 0xF, p >> 4], dim=-1).flatten(-2)  # (..., K), values 0..15
-    return (nib - 16 * (nib >= 8)).to(torch.int8)  # sign-extend: 8..15 -> -8..-1
+    low = (packed << 4).view(torch.int8) >> 4  # (..., K // 2)
+    high = packed.view(torch.int8) >> 4
+    return torch.stack([low, high], dim=-1).flatten(-2)  # (..., K): low, high, low, high, ...
 
 
 # ----------------------------------------------------------------------------- activations
@@ -164,7 +168,8 @@ def int8_matmul(xq: torch.Tensor, wq: torch.Tensor) -> torch.Tensor:
 
 def keep_outliers(x: torch.Tensor, n_outliers: int, bits: int = 8) -> torch.Tensor:
     """Per-tensor fake quantization of ``x: (M, K)`` with the ``n_outliers`` feature columns of largest magnitude
-    kept in float (the mixed-precision decomposition of LLM.int8()): those columns no longer set the scale."""
+    kept in float: those columns no longer set the scale. A simplified form of LLM.int8()'s mixed-precision
+    decomposition, which picks the columns by a magnitude threshold (6.0) and quantizes the rest per token."""
     if not 0 <= n_outliers < x.shape[-1]:
         raise ValueError(f"n_outliers must be in [0, K={x.shape[-1]}), got {n_outliers}")
     cols = x.abs().amax(dim=0).topk(n_outliers).indices  # (n_outliers,)
@@ -210,9 +215,6 @@ class QuantLinear(nn.Module):
                                                     device=device))
         self.register_buffer("scale", torch.ones(out_features, n_groups, dtype=torch.float16, device=device))
         self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
-        if bits == 4:  # byte -> its two codes as floats: one gather unpacks a whole matrix (not saved)
-            lut = unpack_int4(torch.arange(256, dtype=torch.uint8, device=device)[:, None]).float()  # (256, 2)
-            self.register_buffer("int4_table", lut, persistent=False)
 
     @classmethod
     @torch.no_grad()
@@ -236,8 +238,7 @@ class QuantLinear(nn.Module):
 
     def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``W_hat = q * scale``: ``(N, K)`` in ``dtype``."""
-        q = self.qweight.to(dtype) if self.bits == 8 else self.int4_table.to(dtype)[self.qweight.int()]
-        q = q.view(self.out_features, self.scale.shape[1], -1)  # (N, n_groups, group)
+        q = self.int_weight().to(dtype).view(self.out_features, self.scale.shape[1], -1)  # (N, n_groups, group)
         return (q * self.scale.to(dtype)[..., None]).view(self.out_features, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,8 @@ from ..quantization import fake_quantize, pack_int4, quantize
 from .checking import ExerciseResult, check_against
 
 
-def _with_hints(result: ExerciseResult, fn: Callable, make_inputs: Callable, mistakes: dict[str, Callable]) -> ExerciseResult:
+def _with_hints(result: ExerciseResult, fn: Callable, make_inputs: Callable,
+                mistakes: dict[str, Callable]) -> ExerciseResult:
     """If ``result`` failed and ``fn`` agrees with a known wrong variant, append that variant's hint."""
     if result:
         return result

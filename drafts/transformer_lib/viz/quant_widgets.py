@@ -1,9 +1,10 @@
 """Chapter 09's quantization figure: one weight row, its integer grid, and what rounding to it costs.
 
 ``grid_frame`` draws, for one row of a weight matrix, the histogram of its values with the grid of
-representable values overlaid (the grid of the group that holds the row's largest weight), and the error of
-every weight after the round trip next to its bound ``scale / 2``. ``grid_slider`` precomputes a frame per
-``(bits, group_size)`` setting and shows them under two sliders linked in the browser (no kernel needed).
+representable values overlaid (the row's grid, or with groups the grid of a typical group: the one with the
+median scale), and the error of every weight after the round trip next to its bound ``scale / 2``.
+``grid_slider`` precomputes a frame per ``(bits, group_size)`` setting and shows them under two sliders linked
+in the browser (no kernel needed).
 """
 from __future__ import annotations
 
@@ -45,19 +46,24 @@ def grid_frame(w: torch.Tensor, bits: int, group_size: int | None, row: int | No
     K = w.shape[1]
     g = K if group_size is None else group_size
     scales = qt.scale[row].float()  # (n_groups,)
-    top_group = int(x.abs().argmax()) // g
+    typical = int(scales.argsort()[len(scales) // 2])  # the group with the median scale
+    members = x[typical * g:(typical + 1) * g]
     qmax = int_range(bits)[1]
-    levels = torch.arange(-qmax, qmax + 1) * scales[top_group]
+    levels = torch.arange(-qmax, qmax + 1) * scales[typical]
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.1))
-    ax1.hist(x.numpy(), bins=80, color="tab:blue", alpha=0.8)
+    bins = torch.linspace(float(x.min()), float(x.max()), 81).numpy()
+    ax1.hist(x.numpy(), bins=bins, color="lightgray", label=f"the row's {K} weights")
+    if group_size is not None:
+        ax1.hist(members.numpy(), bins=bins, color="tab:blue", alpha=0.9, label=f"group {typical} ({g} weights)")
     top = ax1.get_ylim()[1]
     height = top if bits == 4 else 0.12 * top  # 15 lines can be drawn full height; 255 become ticks
+    whose = "the row's" if group_size is None else f"group {typical}'s"
     ax1.vlines(levels.numpy(), 0, height, colors="tab:red", lw=0.6, alpha=0.7,
-               label=f"grid: {2 * qmax + 1} values, step {scales[top_group]:.2g}")
+               label=f"{whose} grid: {2 * qmax + 1} values, step {scales[typical]:.2g}")
     ax1.set_xlabel("weight value")
     ax1.set_ylabel("number of weights")
-    ax1.set_title(f"row {row}: values and the int{bits} grid", fontsize=10)
+    ax1.set_title(f"row {row}: values and an int{bits} grid", fontsize=10)
     ax1.legend(fontsize=7, loc="upper left")
 
     ax2.semilogy(torch.arange(K).numpy(), e.clamp_min(1e-7).numpy(), ".", ms=2.5, color="tab:blue",
@@ -76,13 +82,14 @@ def grid_frame(w: torch.Tensor, bits: int, group_size: int | None, row: int | No
     rel = (err.pow(2).mean().sqrt() / w.pow(2).mean().sqrt()).item()
     caption = (f"<b>{_setting_name(bits, group_size)}</b>: {bits_per_weight(bits, group_size, K):.2f} bits per "
                f"weight; whole matrix: RMS error {100 * rel:.2f}% of the RMS weight, largest error "
-               f"{err.max().item():.2e}; this row's largest weight sets a grid step of {scales[top_group]:.2e}.")
+               f"{err.max().item():.2e}; in row {row} the grid step ranges from {scales.min():.2e} to "
+               f"{scales.max():.2e}.")
     return fig, caption
 
 
 def grid_slider(w: torch.Tensor, bits_values: Sequence[int] = (8, 4),
                 group_values: Sequence[int | None] = (None, 128, 32, 8), row: int | None = None,
-                title: str = "", dpi: int = 80) -> widgets.VBox:
+                title: str = "", dpi: int = 72) -> widgets.VBox:
     """Two sliders (bits, group size) over precomputed ``grid_frame``s of ``w: (N, K)``.
 
     Frames sit in one ``Stack`` per bit width inside an outer ``Stack``; the bits slider is ``jslink``ed to the
