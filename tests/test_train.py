@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from transformer_lib.data import CharTokenizer, date_tokenizers, get_batch, translation_batch
 from transformer_lib.models import GPT, GPTConfig, Transformer, TransformerConfig
-from transformer_lib.train import (TrainConfig, beam_search, evaluate_loss, exact_match, gpt_loss, greedy_decode,
-                                   load_weights, lr_at, save_weights, seq2seq_loss, train, translate)
+from transformer_lib.train import (TrainConfig, atomic_write_bytes, beam_search, evaluate_loss, exact_match, gpt_loss,
+                                   greedy_decode, load_weights, lr_at, save_weights, seq2seq_loss, train, translate)
 
 TEXT = "to be, or not to be, that is the question. " * 40
 
@@ -124,7 +124,8 @@ def test_seq2seq_loss_ignores_padding():
     pairs = [("3/3/87", "1987-03-03"), ("May 4, 1960", "1960-05-04")]
     both = seq2seq_loss(model, translation_batch(pairs, src_tok, tgt_tok))
     one = [seq2seq_loss(model, translation_batch([p], src_tok, tgt_tok)) for p in pairs]
-    assert float(both.detach()) == pytest.approx(float(sum(one).detach() / 2), rel=1e-5)  # equal target lengths: mean of means
+    # equal target lengths: the batch loss is the mean of the single-pair losses
+    assert float(both.detach()) == pytest.approx(float(sum(one).detach() / 2), rel=1e-5)
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -228,3 +229,24 @@ def test_saved_files_get_ordinary_permissions(tmp_path):
     save_weights(_tiny_gpt(), tmp_path / "a.safetensors")
     (tmp_path / "b").write_bytes(b"")  # what open() gives under the current umask
     assert (tmp_path / "a.safetensors").stat().st_mode & 0o777 == (tmp_path / "b").stat().st_mode & 0o777
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_new_files_follow_the_umask_and_leave_it_unchanged(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        atomic_write_bytes(tmp_path / "new.json", b"{}")
+        assert os.umask(umask) == umask  # the writer did not change the process umask
+    finally:
+        os.umask(old)
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o664])
+def test_overwritten_files_keep_their_mode(tmp_path, mode):
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(b"old")
+    path.chmod(mode)
+    save_weights(_tiny_gpt(), path)
+    assert path.stat().st_mode & 0o777 == mode
+    assert path.read_bytes() != b"old"

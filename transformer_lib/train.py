@@ -272,16 +272,35 @@ def exact_match(predictions: Sequence[str], references: Sequence[str]) -> float:
 
 
 # ----------------------------------------------------------------------------- saving
+def _current_umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``); elsewhere by the
+    set-and-restore idiom, which leaves it changed for an instant."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: readers see the old
-    file or the new one, never half a file; on error the temporary file is removed."""
+    file or the new one, never half a file; on error the temporary file is removed.
+
+    Permissions: ``mkstemp`` creates its file as 0600, which the rename would carry over. Instead, an overwritten
+    file keeps its own mode, and a new file gets the mode ``open()`` would give it (0666 minus the umask)."""
     path = Path(path)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~_current_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the permissions open() would
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
