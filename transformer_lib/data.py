@@ -90,7 +90,8 @@ class CharTokenizer:
         return "".join(self.itos[i] for i in ids if not (skip_specials and i < n))
 
     def to_dict(self) -> dict:
-        return {"type": "CharTokenizer", "specials": list(self.specials), "chars": "".join(self.itos[len(self.specials):])}
+        chars = "".join(self.itos[len(self.specials):])
+        return {"type": "CharTokenizer", "specials": list(self.specials), "chars": chars}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CharTokenizer":
@@ -284,7 +285,8 @@ def date_split(seed: int = 0, test_fraction: float = 0.1) -> tuple[tuple[dt.date
     return tuple(sorted(days[n_test:])), tuple(sorted(days[:n_test]))
 
 
-def date_pairs(days: Sequence[dt.date], n: int, seed: int, styles: Sequence[str] | None = None) -> list[tuple[str, str]]:
+def date_pairs(days: Sequence[dt.date], n: int, seed: int,
+               styles: Sequence[str] | None = None) -> list[tuple[str, str]]:
     """``n`` (written date, ISO date) pairs: random days from ``days``, random styles, all from ``seed``."""
     rng, styles = random.Random(seed), sorted(DATE_STYLES) if styles is None else list(styles)
     out = []

@@ -1,6 +1,6 @@
 """The book's two trained models: how each was trained (the recipes), and loading the committed checkpoints.
 
-* ``shakespeare_gpt``: the library's ``GPT`` (4 layers, d_model 128, 0.82M parameters), character level, on the
+* ``shakespeare_gpt``: the library's ``GPT`` (4 layers, d_model 128, RoPE, 0.80M parameters), character level, on the
   Shakespeare corpus of ``data.py``. Trained by ``scripts/train_gpt.py``.
 * ``date_translator``: the library's encoder-decoder ``Transformer`` (2 + 2 layers, d_model 128) translating
   written dates to ISO 8601. Trained by ``scripts/train_translator.py``.
@@ -33,14 +33,17 @@ NAMES = ("shakespeare_gpt", "date_translator")
 
 # ----------------------------------------------------------------------------- recipes
 GPT_BATCH_SIZE = 16
-GPT_STEPS = 900  # fixed step count: under 120 s on two quiet CPU cores (see the checkpoint's json)
-GPT_TRAIN = TrainConfig(steps=GPT_STEPS, lr=2e-3, warmup_steps=100, min_lr_ratio=0.1, weight_decay=0.1,
+GPT_STEPS = 900  # fixed step count: under 120 s on two quiet CPU cores (see the json: train_seconds)
+GPT_TRAIN = TrainConfig(steps=GPT_STEPS, lr=3e-3, warmup_steps=100, min_lr_ratio=0.1, weight_decay=0.1,
                         grad_clip=1.0, eval_every=200, seed=0)
 GPT_VAL_BATCHES, GPT_VAL_BATCH_SIZE, GPT_VAL_SEED = 50, 32, 1234  # the reported metric: 204,800 characters
 
 
 def gpt_config(vocab_size: int) -> GPTConfig:
-    return GPTConfig(vocab_size=vocab_size, block_size=128, n_layers=4, n_heads=4, d_model=128, dropout=0.0)
+    """4 layers x 4 heads, d_model 128, context 128, rotary positions (RoPE: at this budget it reaches a ~0.4 nats
+    lower loss than learned positions, which sit longer on the bigram plateau)."""
+    return GPTConfig(vocab_size=vocab_size, block_size=128, n_layers=4, n_heads=4, d_model=128, dropout=0.0,
+                     positional="rope")
 
 
 def shakespeare_val_batches(block_size: int = 128, n_batches: int = GPT_VAL_BATCHES,
@@ -119,12 +122,15 @@ def train_date_translator(steps: int = TRANSLATOR_STEPS, max_seconds: float | No
 
 
 def _record(model, cfg: TrainConfig, hist: History, metrics: dict, extra: dict) -> dict:
-    return {"model_class": type(model).__name__, "model_config": asdict(model.cfg), "num_params":
-            sum(p.numel() for p in model.parameters()), "train_config": asdict(cfg), **extra,
+    """The json metadata of a run: what was trained, how, how long, and what it measured."""
+    train_config = {k: v for k, v in asdict(cfg).items() if k != "progress"}
+    return {"model_class": type(model).__name__, "model_config": asdict(model.cfg),
+            "num_params": sum(p.numel() for p in model.parameters()), "train_config": train_config, **extra,
             "steps_done": hist.steps_done, "train_seconds": round(hist.seconds, 2), "stopped_by": hist.stopped_by,
             "steps_per_second": round(hist.steps_done / max(hist.seconds, 1e-9), 3),
-            "final_train_loss": hist.train_loss[-1], "history": {k: getattr(hist, k) for k in ("val_step", "val_loss")},
-            **metrics, "device": str(next(model.parameters()).device), "torch": torch.__version__,
+            "final_train_loss": hist.train_loss[-1],
+            "history": {k: getattr(hist, k) for k in ("val_step", "val_loss")}, **metrics,
+            "device": str(next(model.parameters()).device), "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
             "created": time.strftime("%Y-%m-%d %H:%M:%S")}
 
