@@ -1,0 +1,132 @@
+"""Chapter 09: the self-checking exercises.
+
+A correct reader solution (written here without the library) must pass each check; a stub must be reported, not
+raised; the usual mistakes must fail with a message that names them. The figure helper is checked against the
+closed-form bound it draws.
+"""
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from transformer_lib.exercises.ch09 import check_absmax_int8, check_int4_group_round_trip, check_pack_int4
+from transformer_lib.viz.quant_widgets import bits_per_weight, grid_frame, grid_slider
+
+
+# ----------------------------------------------------------------------------- reader solutions
+def absmax_int8(w):
+    out = torch.empty(w.shape, dtype=torch.int8)
+    for i, row in enumerate(w):  # one row at a time, as a reader might
+        s = row.abs().max() / 127
+        out[i] = torch.round(row / s).to(torch.int8)
+    return out
+
+
+def int4_groups(w, group_size):
+    N, K = w.shape
+    g = w.reshape(N, K // group_size, group_size)
+    s = g.abs().amax(-1, keepdim=True) / 7
+    return (torch.round(g / s) * s).reshape(N, K)
+
+
+def pack(q):
+    u = q.to(torch.int32) % 16  # two's complement low nibble, via the modulo
+    return (u[:, 0::2] + 16 * u[:, 1::2]).to(torch.uint8)
+
+
+def not_implemented(*args):
+    raise NotImplementedError("fill me in")
+
+
+# ----------------------------------------------------------------------------- correct answers pass
+@pytest.mark.parametrize("check, fn", [(check_absmax_int8, absmax_int8), (check_int4_group_round_trip, int4_groups),
+                                       (check_pack_int4, pack)])
+def test_check_accepts_a_correct_solution(check, fn):
+    result = check(fn)
+    assert result, result.message
+    assert "Correct" in repr(result)
+
+
+@pytest.mark.parametrize("check", [check_absmax_int8, check_int4_group_round_trip, check_pack_int4])
+def test_check_reports_a_stub_without_raising(check):
+    result = check(not_implemented)
+    assert not result and "NotImplementedError" in result.message
+    assert "Not yet" in result._repr_markdown_()
+
+
+# ----------------------------------------------------------------------------- mistakes are named
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda w: torch.round(w / (w.abs().max() / 127)).to(torch.int8), "one scale for the whole matrix"),
+    (lambda w: (w / (w.abs().amax(1, keepdim=True) / 127)).to(torch.int8), "truncated toward zero"),
+    (lambda w: torch.round(w / (w.abs().amax(1, keepdim=True) / 128)).clamp(-128, 127).to(torch.int8), "use 127"),
+])
+def test_absmax_check_names_the_mistake(wrong, hint):
+    result = check_absmax_int8(wrong)
+    assert not result and hint in result.message, result.message
+
+
+def test_absmax_check_wants_int8():
+    result = check_absmax_int8(lambda w: absmax_int8(w).float())
+    assert not result and "dtype" in result.message, result.message
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda w, g: int4_groups(w, w.shape[1]), "one scale per row"),
+    (lambda w, g: (lambda s: torch.round(w.reshape(w.shape[0], -1, g) / s).clamp(-8, 8) * s)(
+        w.reshape(w.shape[0], -1, g).abs().amax(-1, keepdim=True) / 8).reshape(w.shape), "divided by 8"),
+    (lambda w, g: torch.round(w.reshape(w.shape[0], -1, g) / (w.reshape(w.shape[0], -1, g).abs().amax(-1, keepdim=True)
+                                                               / 7)).reshape(w.shape), "returned the integer codes"),
+])
+def test_int4_check_names_the_mistake(wrong, hint):
+    result = check_int4_group_round_trip(wrong)
+    assert not result and hint in result.message, result.message
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda q: pack(torch.stack([q[:, 1::2], q[:, 0::2]], -1).flatten(-2)), "swapped"),
+    (lambda q: ((q[:, 0::2].to(torch.int16) | (q[:, 1::2].to(torch.int16) << 4)) & 0xFF).to(torch.uint8),
+     "negative codes"),
+])
+def test_pack_check_names_the_mistake(wrong, hint):
+    result = check_pack_int4(wrong)
+    assert not result and hint in result.message, result.message
+
+
+def test_pack_check_wants_uint8():
+    result = check_pack_int4(lambda q: pack(q).to(torch.int16))
+    assert not result and "dtype" in result.message, result.message
+
+
+# ----------------------------------------------------------------------------- the figure helpers
+def test_bits_per_weight_is_code_plus_share_of_the_scale():
+    assert bits_per_weight(4, 32, 512) == 4 + 16 / 32
+    assert bits_per_weight(8, None, 512) == 8 + 16 / 512
+
+
+def test_grid_frame_caption_reports_the_measured_error():
+    torch.manual_seed(0)
+    w = torch.randn(16, 64) * 0.05
+    fig, caption = grid_frame(w, 4, 16)
+    rel = (w - int4_groups_f16(w, 16)).pow(2).mean().sqrt() / w.pow(2).mean().sqrt()
+    assert f"{100 * rel:.2f}%" in caption and "5.00 bits per weight" in caption  # 4 + 16 / 16
+    plt.close(fig)
+
+
+def int4_groups_f16(w, g):
+    """The widget stores float16 scales rounded up: the same closed form with that scale."""
+    groups = w.reshape(w.shape[0], -1, g)
+    s32 = groups.abs().amax(-1, keepdim=True) / 7
+    s16 = s32.half()
+    s16 = torch.where(s16.float() < s32, torch.nextafter(s16, torch.tensor(float("inf"), dtype=torch.float16)), s16)
+    s = s16.float()
+    return (torch.round(groups / s) * s).reshape(w.shape)
+
+
+def test_grid_slider_holds_one_frame_per_setting():
+    w = torch.randn(8, 64) * 0.05
+    box = grid_slider(w, bits_values=(8, 4), group_values=(None, 16), dpi=40)
+    sliders, outer = box.children
+    assert len(outer.children) == 2 and all(len(inner.children) == 2 for inner in outer.children)
+    with pytest.raises(ValueError, match="must be non-empty"):
+        grid_slider(w, bits_values=())
+    with pytest.raises(ValueError, match=r"w must be a \(N, K\)"):
+        grid_frame(torch.randn(64), 8, None)

@@ -1,0 +1,301 @@
+"""Quantization: round-trip error bounds (closed form), PyTorch's fake-quant ops as a reference, int4 packing,
+``QuantLinear`` against ``F.linear`` with the dequantized weight, argument checks, and saved sizes from dtypes."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformer_lib import GPT, GPTConfig
+from transformer_lib.generate import generate
+from transformer_lib.quantization import (QuantEmbedding, QuantLinear, fake_quantize, int8_matmul, int_range,
+                                          keep_outliers, pack_int4, quantize, quantize_model, quantize_per_token,
+                                          saved_size, state_dict_bytes, unpack_int4)
+
+
+def heavy_tailed(shape, gen, outlier_scale=20.0):
+    """Gaussian values with a few large ones, as in trained weights and activations."""
+    x = torch.randn(*shape, generator=gen)
+    spikes = torch.rand(*shape, generator=gen) < 0.02
+    return torch.where(spikes, x * outlier_scale, x)
+
+
+def book_gpt(**kw):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=84, **kw)).eval()  # the shape of the book's Shakespeare GPT
+
+
+# ----------------------------------------------------------------------------- round trip
+@settings(max_examples=60, deadline=None)
+@given(bits=st.sampled_from([4, 8]), symmetric=st.booleans(),
+       setting=st.sampled_from([("tensor", None), ("channel", None), ("group", 4), ("group", 16)]),
+       rows=st.integers(1, 6), groups=st.integers(1, 4), seed=st.integers(0, 10_000),
+       magnitude=st.sampled_from([1e-3, 1.0, 1e3]), shift=st.sampled_from([0.0, 2.0]))
+def test_round_trip_error_is_at_most_half_a_scale(bits, symmetric, setting, rows, groups, seed, magnitude, shift):
+    granularity, g = setting
+    K = (g or 8) * groups
+    x = (heavy_tailed((rows, K), torch.Generator().manual_seed(seed)) + shift) * magnitude
+    qt = quantize(x, bits, symmetric, granularity, g)
+    # closed form: |x - (q - z) s| <= s / 2 for every element, with s the scale of the element's group
+    s = qt.scale.float()  # tensor: (1, 1); channel: (rows, 1); group: (rows, K // g)
+    bound = (s.repeat_interleave(g, dim=1) if granularity == "group" else s) / 2  # broadcasts to (rows, K)
+    err = (x - qt.dequantize()).abs()
+    assert (err <= bound * (1 + 1e-5) + 1e-12).all(), (err / bound).max()
+    qmin, qmax = int_range(bits, symmetric)
+    assert qt.q.min() >= qmin and qt.q.max() <= qmax
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_absmax_matches_pytorch_fake_quantize_per_channel(bits):
+    w = heavy_tailed((16, 32), torch.Generator().manual_seed(1))
+    qmin, qmax = int_range(bits)
+    scale = w.abs().amax(dim=1) / qmax  # closed form: max |w_row| / q_max
+    ref = torch.fake_quantize_per_channel_affine(w, scale, torch.zeros(16, dtype=torch.int32), 0, qmin, qmax)
+    qt = quantize(w, bits, symmetric=True, granularity="channel")
+    torch.testing.assert_close(qt.scale.squeeze(1), scale)
+    torch.testing.assert_close(qt.dequantize(), ref, rtol=0, atol=0)
+    assert (qt.q.abs().amax(dim=1) == qmax).all()  # each row's largest weight uses the end of the grid
+
+
+def test_zero_point_matches_pytorch_fake_quantize_per_tensor():
+    x = torch.relu(heavy_tailed((8, 24), torch.Generator().manual_seed(2))) + 0.5  # lopsided: all >= 0
+    qt = quantize(x, 8, symmetric=False, granularity="tensor")
+    lo, hi = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+    assert qt.scale.item() == pytest.approx((hi - lo) / 255, rel=1e-6)
+    ref = torch.fake_quantize_per_tensor_affine(x, qt.scale.item(), int(qt.zero.item()), 0, 255)
+    torch.testing.assert_close(qt.dequantize(), ref, rtol=0, atol=0)
+    assert qt.q.dtype == torch.uint8
+
+
+def test_zero_point_stores_zero_exactly():
+    x = torch.tensor([[-0.3, 0.0, 1.7, 0.0, 2.9]])
+    qt = quantize(x, 8, symmetric=False, granularity="tensor")
+    assert (qt.dequantize()[x == 0] == 0).all()
+
+
+def test_zero_point_beats_absmax_on_a_one_sided_range():
+    x = torch.rand(64, 64, generator=torch.Generator().manual_seed(3))  # all in [0, 1): absmax wastes the negatives
+    err_sym = (x - fake_quantize(x, 8, True, "tensor")).abs().max()
+    err_asym = (x - fake_quantize(x, 8, False, "tensor")).abs().max()
+    assert err_asym < 0.6 * err_sym  # 255 steps over [0, 1] instead of 127
+
+
+def test_finer_granularity_has_smaller_error():
+    w = heavy_tailed((32, 128), torch.Generator().manual_seed(4))
+    errs = [(w - fake_quantize(w, 4, True, gran, g)).pow(2).mean()
+            for gran, g in [("tensor", None), ("channel", None), ("group", 32), ("group", 8)]]
+    assert errs == sorted(errs, reverse=True)
+
+
+def test_float16_scales_keep_the_bound():
+    x = heavy_tailed((8, 64), torch.Generator().manual_seed(5)) * 0.037
+    for sym in (True, False):
+        qt = quantize(x, 4, sym, "group", 16, scale_dtype=torch.float16)
+        assert qt.scale.dtype == torch.float16
+        bound = qt.scale.float().repeat_interleave(16, dim=1) / 2
+        assert ((x - qt.dequantize()).abs() <= bound * (1 + 1e-6)).all()
+
+
+def test_all_zero_group_round_trips_exactly():
+    x = torch.zeros(2, 8)
+    x[1, :4] = torch.tensor([1.0, -2.0, 0.5, 0.0])
+    qt = quantize(x, 4, True, "group", 4)
+    assert torch.isfinite(qt.scale).all()
+    assert (qt.dequantize()[0] == 0).all()
+
+
+# ----------------------------------------------------------------------------- int4 packing
+def test_pack_int4_nibble_layout():
+    q = torch.tensor([[1, -1, 7, -8]], dtype=torch.int8)
+    # byte 0: low nibble 1, high nibble 0b1111 (-1) -> 0xF1; byte 1: low 7, high 0b1000 (-8) -> 0x87
+    assert pack_int4(q).tolist() == [[0xF1, 0x87]]
+
+
+def test_unpack_then_pack_is_the_identity_on_every_byte():
+    every_byte = torch.arange(256, dtype=torch.uint8).reshape(16, 16)
+    assert torch.equal(pack_int4(unpack_int4(every_byte)), every_byte)
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 5), half=st.integers(1, 20), seed=st.integers(0, 1000))
+def test_pack_then_unpack_round_trips(rows, half, seed):
+    q = torch.randint(-8, 8, (rows, 2 * half), generator=torch.Generator().manual_seed(seed)).to(torch.int8)
+    packed = pack_int4(q)
+    assert packed.dtype == torch.uint8 and packed.shape == (rows, half)
+    assert torch.equal(unpack_int4(packed), q)
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(2, 3, dtype=torch.int8), torch.full((1, 2), 8, dtype=torch.int8),
+                                 torch.zeros(1, 2, dtype=torch.int32)])
+def test_pack_int4_rejects_bad_input(bad):
+    with pytest.raises(ValueError, match="q must"):
+        pack_int4(bad)
+
+
+# ----------------------------------------------------------------------------- QuantLinear
+def dequantize_by_hand(layer: QuantLinear) -> torch.Tensor:
+    """The float weight a QuantLinear stands for, rebuilt from its buffers without the library's helpers."""
+    q = layer.qweight.to(torch.int16)
+    if layer.bits == 4:
+        lo, hi = q & 0xF, q >> 4
+        q = torch.stack([lo, hi], -1).flatten(-2)
+        q = torch.where(q >= 8, q - 16, q)
+    return q.float() * layer.scale.float().repeat_interleave(layer.in_features // layer.scale.shape[1], dim=1)
+
+
+@pytest.mark.parametrize("bits, group_size", [(8, None), (8, 16), (4, None), (4, 32), (4, 8)])
+def test_quant_linear_matches_f_linear_with_dequantized_weight(bits, group_size):
+    lin = torch.nn.Linear(64, 48)
+    layer = QuantLinear.from_linear(lin, bits, group_size)
+    x = torch.randn(3, 5, 64)
+    w_hat = dequantize_by_hand(layer)
+    torch.testing.assert_close(layer(x), F.linear(x, w_hat, lin.bias), rtol=1e-5, atol=1e-6)
+    # the stored codes are the closed form round(w / s), s = max|group| / q_max rounded up to float16
+    g = 64 if group_size is None else group_size
+    s = layer.scale.float().repeat_interleave(g, dim=1)  # (48, 64)
+    assert torch.equal(w_hat / s, torch.round(lin.weight.detach() / s))
+    qmax = int_range(bits)[1]
+    amax = lin.weight.detach().reshape(48, -1, g).abs().amax(-1)  # (48, n_groups)
+    assert (layer.scale.float() >= amax / qmax).all() and (layer.scale.float() <= amax / qmax * (1 + 2 ** -10)).all()
+    assert layer.qweight.dtype == (torch.int8 if bits == 8 else torch.uint8)
+    assert layer.qweight.shape == (48, 64 if bits == 8 else 32)
+
+
+def test_int8_matmul_is_exact():
+    gen = torch.Generator().manual_seed(6)
+    a = torch.randint(-127, 128, (5, 96), generator=gen).to(torch.int8)
+    b = torch.randint(-127, 128, (40, 96), generator=gen).to(torch.int8)
+    out = int8_matmul(a, b)
+    assert out.dtype == torch.int32
+    assert torch.equal(out.long(), a.long() @ b.long().t())
+
+
+def test_w8a8_quant_linear_matches_per_token_fake_quantization():
+    lin = torch.nn.Linear(64, 32)
+    layer = QuantLinear.from_linear(lin, 8, None, act_bits=8)
+    x = heavy_tailed((2, 7, 64), torch.Generator().manual_seed(7))
+    x_hat = fake_quantize(x, 8, True, "channel")  # one absmax scale per token (row): the closed form
+    xq, sx = quantize_per_token(x.reshape(-1, 64))
+    torch.testing.assert_close(xq.float() * sx, x_hat.reshape(-1, 64), rtol=1e-6, atol=1e-7)
+    ref = F.linear(x_hat, dequantize_by_hand(layer), lin.bias)
+    torch.testing.assert_close(layer(x), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_quant_linear_keeps_the_input_dtype():
+    layer = QuantLinear.from_linear(torch.nn.Linear(32, 16), 4, 16)
+    x = torch.randn(2, 32, dtype=torch.bfloat16)
+    y = layer(x)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), layer(x.float()), rtol=0.05, atol=0.05)
+
+
+# ----------------------------------------------------------------------------- argument checks
+@pytest.mark.parametrize("bits", [2, 3, 16, 8.0, "8"])
+def test_bits_outside_4_and_8_raise(bits):
+    with pytest.raises(ValueError, match=r"bits must be one of \(4, 8\)"):
+        quantize(torch.randn(4, 8), bits)
+    with pytest.raises(ValueError, match="bits must be"):
+        QuantLinear(8, 4, bits=bits)
+    with pytest.raises(ValueError, match="bits must be"):
+        quantize_model(book_gpt(), bits=bits)
+
+
+def test_group_size_must_divide_the_dimension():
+    with pytest.raises(ValueError, match=r"group_size must .*K=24, got 5"):
+        quantize(torch.randn(4, 24), 4, granularity="group", group_size=5)
+    with pytest.raises(ValueError, match=r"in_features=24, got 5"):
+        QuantLinear(24, 8, bits=4, group_size=5)
+    model = book_gpt()
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=r"in_features=128, got group_size=96"):
+        quantize_model(model, bits=4, group_size=96)
+    assert all(isinstance(m, torch.nn.Linear) for m in (model.lm_head, model.blocks[0].ffn.up))  # nothing changed
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_other_bad_arguments_raise():
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        quantize(torch.randn(4, 8), 8, granularity="row")
+    with pytest.raises(ValueError, match="x must be a floating-point"):
+        quantize(torch.ones(4, 8, dtype=torch.int64))
+    with pytest.raises(ValueError, match="act_bits=8 needs bits=8 and group_size=None"):
+        QuantLinear(32, 8, bits=4, group_size=16, act_bits=8)
+    with pytest.raises(ValueError, match="act_bits must be None"):
+        QuantLinear(32, 8, act_bits=4)
+    with pytest.raises(ValueError, match=r"x must be \(\.\.\., in_features=32\)"):
+        QuantLinear(32, 8)(torch.randn(2, 31))
+    with pytest.raises(ValueError, match="n_outliers must be in"):
+        keep_outliers(torch.randn(4, 8), 8)
+
+
+# ----------------------------------------------------------------------------- whole model
+def test_quantize_model_keeps_the_tie_between_embedding_and_head():
+    model = quantize_model(book_gpt(), bits=4, group_size=32)
+    assert isinstance(model.tok_emb, QuantEmbedding) and isinstance(model.lm_head, QuantLinear)
+    assert model.tok_emb.qweight.data_ptr() == model.lm_head.qweight.data_ptr()
+    idx = torch.tensor([[0, 5, 83, 5]])
+    torch.testing.assert_close(model.tok_emb(idx), model.lm_head.dequantized_weight()[idx])
+
+
+def test_skipped_head_stays_float_and_tied():
+    model = quantize_model(book_gpt(), bits=8, skip=("lm_head",))
+    assert type(model.lm_head) is torch.nn.Linear and type(model.tok_emb) is torch.nn.Embedding
+    assert model.lm_head.weight is model.tok_emb.weight
+    assert isinstance(model.blocks[0].ffn.up, QuantLinear)
+
+
+@pytest.mark.parametrize("bits, group_size, act_bits, max_rel", [(8, None, None, 0.02), (8, None, 8, 0.03),
+                                                                 (4, 32, None, 0.25)])
+def test_quantized_gpt_stays_close_and_decodes_with_a_cache(bits, group_size, act_bits, max_rel):
+    model = book_gpt()
+    q = quantize_model(copy.deepcopy(model), bits, group_size, act_bits)
+    idx = torch.randint(0, 84, (2, 40))
+    ref, out = model(idx)[0], q(idx)[0]
+    assert ((out - ref).norm() / ref.norm()) < max_rel
+    prompt = idx[:, :8]
+    torch.testing.assert_close(generate(q, prompt, 12), generate(q, prompt, 12, use_cache=False))
+
+
+def test_saved_size_is_the_dtype_arithmetic():
+    model = book_gpt()
+    n_float = sum(p.numel() for p in model.parameters())  # tied weight counted once
+    assert state_dict_bytes(model) == 4 * n_float
+    for bits, g in [(8, None), (4, 128), (4, 32)]:
+        q = quantize_model(copy.deepcopy(model), bits, g)
+        expect = 0
+        for name, p in model.named_parameters():  # the float model's tensors, by what quantization made of them
+            lin = name.removesuffix(".weight")
+            if name.endswith(".weight") and isinstance(q.get_submodule(lin), (QuantLinear, QuantEmbedding)):
+                N, K = p.shape
+                expect += N * K * bits // 8 + N * (1 if g is None else K // g) * 2  # codes + float16 scales
+            else:
+                expect += 4 * p.numel()  # biases, LayerNorms, position table stay float32
+        assert state_dict_bytes(q) == expect
+        size = saved_size(q)
+        assert 0 < size - expect < 16_000  # the safetensors header (names, shapes, offsets) only
+    ratios = {(b, g): saved_size(quantize_model(copy.deepcopy(model), b, g)) / saved_size(model)
+              for b, g in [(8, None), (4, 128)]}
+    assert ratios[(8, None)] <= 0.29 and ratios[(4, 128)] <= 0.16, ratios
+
+
+# ----------------------------------------------------------------------------- outliers
+def test_keeping_outlier_columns_reduces_activation_error():
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(256, 64, generator=gen)
+    x[:, 3] *= 60  # one systematic outlier feature, as LLM.int8() describes
+    base = (x - keep_outliers(x, 0)).pow(2).mean()
+    torch.testing.assert_close(keep_outliers(x, 0), fake_quantize(x, 8, granularity="tensor"))
+    kept = keep_outliers(x, 1)
+    assert torch.equal(kept[:, 3], x[:, 3])  # the outlier column is untouched
+    assert (x - kept).pow(2).mean() < base / 100  # the other columns get a 60x finer grid
+
+
+@pytest.mark.cuda
+def test_quant_linear_on_cuda_matches_cpu():
+    lin = torch.nn.Linear(64, 32)
+    x = torch.randn(20, 64)
+    for bits, g, a in [(8, None, None), (8, None, 8), (4, 16, None)]:
+        layer = QuantLinear.from_linear(lin, bits, g, a)
+        torch.testing.assert_close(layer.cuda()(x.cuda()).cpu(), layer.cpu()(x), rtol=1e-4, atol=1e-5)
