@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import interleaved_medians  # noqa: E402
+from _timing import format_table, interleaved_medians  # noqa: E402
 
 from transformer_lib import pruning as P  # noqa: E402
 from transformer_lib.generate import generate  # noqa: E402
@@ -28,13 +28,6 @@ from transformer_lib.train import evaluate_loss  # noqa: E402
 PROMPT = "ROMEO:\n"
 NEW_TOKENS = 64
 FORWARD_BATCH = 8
-
-
-def format_table(title: str, header: list[str], rows: list[list]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    lines = ["  ".join(str(x).rjust(w) for x, w in zip(line, widths)) for line in [header, ["-" * w for w in widths],
-                                                                                   *rows]]
-    return "\n".join([f"## {title}", *lines])
 
 
 def speeds(models: dict, prompt: torch.Tensor, batch: torch.Tensor, device, repeats: int = 5) -> dict:

@@ -30,7 +30,17 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int = 7, 
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def print_table(header: list[str], rows: list[list]) -> None:
+def table_lines(header: list[str], rows: list[list]) -> list[str]:
+    """A right-aligned plain-text table: header, a rule, then one line per row."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    for line in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(str(x).rjust(w) for x, w in zip(line, widths)))
+    return ["  ".join(str(x).rjust(w) for x, w in zip(line, widths)) for line in [header, ["-" * w for w in widths],
+                                                                                 *rows]]
+
+
+def print_table(header: list[str], rows: list[list]) -> None:
+    print("\n".join(table_lines(header, rows)))
+
+
+def format_table(title: str, header: list[str], rows: list[list]) -> str:
+    """The table under a ``## title`` line, as one string."""
+    return "\n".join([f"## {title}", *table_lines(header, rows)])

@@ -95,6 +95,29 @@ def test_forward_hooks_are_honoured_by_the_decode_step():
     assert not torch.equal(want, generate(model, prompt, 15, use_cache=False))  # the hook mattered
 
 
+class _RowScaledWeight(torch.Tensor):
+    """A stand-in for a quantized weight subclass (torchao's): its own ``F.linear`` (it doubles the output), so a
+    transposed plain copy of it would compute something else."""
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if func is torch.nn.functional.linear:
+            return out.as_subclass(torch.Tensor) * 2
+        return out
+
+
+def test_tensor_subclass_weights_run_as_modules():
+    """A weight that is a tensor subclass keeps its own forward: no transposed copy, and decoding equals recompute."""
+    model = GPT(toy_gpt().cfg).eval()
+    model.load_state_dict(toy_gpt().state_dict())
+    ffn = model.blocks[0].ffn.up
+    ffn.weight = torch.nn.Parameter(ffn.weight.detach().as_subclass(_RowScaledWeight), requires_grad=False)
+    assert ffn not in matvec_weights(model) and model.blocks[1].ffn.up in matvec_weights(model)
+    prompt = ids((1, 5), seed=6)
+    want = generate(model, prompt, 15, use_cache=False)
+    assert torch.equal(generate(model, prompt, 15, transpose_weights=True), want)
+
+
 # ----------------------------------------------------------------------------- left padding
 @pytest.mark.parametrize("positional, n_kv_heads", VARIANTS)
 @pytest.mark.parametrize("mode", ["static", "dynamic", "no cache"])

@@ -76,12 +76,15 @@ def matvec_weights(model) -> dict:
     matrix from memory. ``nn.Linear`` stores ``W`` as ``(out, in)``; on the x86-64 CPU (MKL) this book was
     built on, the same product read ``W`` faster stored as ``(in, out)``, GPT-2's ``Conv1D`` layout
     (``benchmarks/bench_kv_cache.py`` times decoding with both). The copies double the weights' memory while
-    ``generate`` runs. Layers with hooks or of another type (e.g. quantized) are left out: they run as modules.
+    ``generate`` runs. Layers with hooks, of another type (e.g. the library's ``QuantLinear``) or whose weight is
+    a tensor subclass (e.g. torchao's quantized weights, which keep ``nn.Linear`` as the module) are left out:
+    they run as modules.
     """
     layers = [model.lm_head] + [lin for b in model.blocks
                                 for lin in (b.self_attn.qkv, b.self_attn.out, b.ffn.up, b.ffn.down)]
     return {lin: lin.weight.detach().t().contiguous() for lin in layers
-            if type(lin) is nn.Linear and not (lin._forward_hooks or lin._forward_pre_hooks)}
+            if type(lin) is nn.Linear and type(lin.weight) in (nn.Parameter, torch.Tensor)
+            and not (lin._forward_hooks or lin._forward_pre_hooks)}
 
 
 def _linear(lin, x: torch.Tensor, weights_t: dict | None) -> torch.Tensor:

@@ -1,0 +1,185 @@
+"""Quantization part of ``bench_compression.py``: size, quality and decoding speed of quantized GPTs.
+
+``quantization_tables(model, tokenizer, val_data, device)`` prints two tables and returns them as strings:
+
+1. the given (trained) GPT in each format: bytes of the saved file, validation loss and perplexity, top-1
+   next-token agreement with fp32 on the same inputs, decode tokens/s and the ratio to fp32, on 1 CPU thread and on
+   the current count (on a busy 2-core machine a second thread often waits for a core: compare both);
+2. decode speed of a GPT-2-shaped model (6 layers, d_model 384, random weights: speed does not depend on training)
+   in the same formats but int4, ``rounds`` times per thread count to show how stable the ratios are.
+
+Formats: the library's ``quantize_model`` (int8 per-channel weight-only, int8 weights + dynamic per-token int8
+activations "W8A8", int4 group-wise weight-only), bf16, and the ecosystem: PyTorch's ``quantize_dynamic``
+(``torch.ao.quantization``, deprecated: its DeprecationWarning/UserWarnings are silenced here only) and torchao's
+int8 weight-only (only if ``torchao`` is installed). Their file sizes come from ``torch.save`` (safetensors cannot
+hold their packed tensors); ours from the safetensors file ``train.save_weights`` writes (``torch.save`` alongside).
+Times are interleaved medians in one run (``_timing.interleaved_medians``); compare ratios, not absolute numbers.
+
+Run alone: ``.venv/bin/python benchmarks/_bench_quantization.py [--quick]`` (the trained Shakespeare GPT).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import format_table, interleaved_medians  # noqa: E402
+
+from transformer_lib import GPT, GPTConfig  # noqa: E402
+from transformer_lib.generate import generate  # noqa: E402
+from transformer_lib.quantization import lm_quality, quantize_model, saved_size  # noqa: E402
+
+PROMPT = "ROMEO:\n"
+NEW_TOKENS = 96
+GPT2_SHAPE = GPTConfig(vocab_size=256, block_size=1024, n_layers=6, n_heads=6, d_model=384)
+
+
+def torch_save_size(model: torch.nn.Module) -> int:
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    return buf.getbuffer().nbytes
+
+
+def ecosystem_variants(model: torch.nn.Module, device) -> dict:
+    """``{name: model}`` for PyTorch's quantize_dynamic (CPU only) and torchao int8 weight-only, where available."""
+    out = {}
+    if torch.device(device).type == "cpu":
+        with warnings.catch_warnings():  # deprecated API: keep its warnings out of the output
+            warnings.simplefilter("ignore")
+            from torch.ao.quantization import quantize_dynamic
+            out["torch quantize_dynamic int8"] = quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear},
+                                                                  dtype=torch.qint8)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torchao.quantization import Int8WeightOnlyConfig, quantize_
+            m = copy.deepcopy(model)
+            quantize_(m, Int8WeightOnlyConfig())
+            out["torchao int8 weight-only"] = m
+    except ImportError:
+        pass
+    return out
+
+
+def variants(model: torch.nn.Module, device) -> dict:
+    """The formats compared, each a fresh copy of ``model``: ``{name: model}``."""
+    out = {"fp32": model,
+           "bf16": copy.deepcopy(model).to(torch.bfloat16),
+           "int8 per-channel": quantize_model(copy.deepcopy(model), 8),
+           "int8 W8A8 (per-token act.)": quantize_model(copy.deepcopy(model), 8, act_bits=8),
+           "int4 g128": quantize_model(copy.deepcopy(model), 4, 128),
+           "int4 g32": quantize_model(copy.deepcopy(model), 4, 32)}
+    out.update(ecosystem_variants(model, device))
+    return out
+
+
+def decode_speeds(models: dict, prompt: torch.Tensor, n_new: int, device, repeats: int) -> dict:
+    """``{name: decode tokens/s}``, interleaved medians over ``models`` (greedy, static KV cache)."""
+    def fn(m):
+        def run():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                generate(m, prompt, n_new)
+        return run
+    med = interleaved_medians({k: fn(m) for k, m in models.items()}, repeats=repeats, warmup=1, device=device)
+    return {k: n_new / v for k, v in med.items()}
+
+
+@contextlib.contextmanager
+def num_threads(n: int):
+    """Run the block with ``torch.set_num_threads(n)``, then restore the previous count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, rounds: int = 2,
+                        thread_counts: tuple[int, ...] | None = None) -> list[str]:
+    """Print and return the two tables. ``model``: a trained ``GPT`` (not modified: every format is a copy);
+    ``val_data``: a list of ``(x, y)`` batches, each ``(B, T)``. ``thread_counts``: CPU threads to time decoding
+    with (default: 1 and the current count); one token at a time is little work to share between threads."""
+    device = torch.device(device)
+    if thread_counts is None:
+        n = torch.get_num_threads()
+        thread_counts = tuple(sorted({1, n})) if device.type == "cpu" else (n,)
+    model = copy.deepcopy(model).to(device).eval()
+    val_data = [tuple(t.to(device) for t in b) for b in val_data]
+    models = variants(model, device)
+    ref = lm_quality(model, val_data)
+    prompt = torch.tensor([tokenizer.encode(PROMPT)], device=device)
+    n_new = min(NEW_TOKENS, model.cfg.block_size - prompt.shape[1])
+    speed = {}
+    for n in thread_counts:
+        with num_threads(n):
+            speed[n] = decode_speeds(models, prompt, n_new, device, repeats)
+    fp32_size = saved_size(model)
+    rows = []
+    for name, m in models.items():
+        try:
+            size = saved_size(m)
+        except Exception:  # packed tensor subclasses: safetensors cannot hold them
+            size = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            q = lm_quality(m, val_data, ref["top1"])
+        rows.append([name, "-" if size is None else f"{size:,}", "-" if size is None else f"{size / fp32_size:.3f}",
+                     f"{torch_save_size(m):,}", f"{q['loss']:.4f}", f"{q['perplexity']:.3f}",
+                     f"{100 * (q['perplexity'] / ref['perplexity'] - 1):+.2f}%", f"{100 * q['agreement']:.2f}%"] +
+                    [f"{speed[n][name]:.0f} ({speed[n][name] / speed[n]['fp32']:.2f}x)" for n in thread_counts])
+    n_tok = sum(y.numel() for _, y in val_data)
+    tables = [format_table(
+        f"Trained GPT ({model.num_params() / 1e6:.2f}M parameters), {n_tok:,} validation tokens; decode {n_new} "
+        f"tokens greedily from {PROMPT!r}, {device}: tok/s (x fp32), median of {repeats}",
+        ["format", "safetensors B", "x fp32", "torch.save B", "val loss", "perplexity", "ppl vs fp32",
+         "top-1 agree"] + [f"decode, {n} thread{'s' * (n > 1)}" for n in thread_counts], rows)]
+
+    torch.manual_seed(0)
+    big = GPT(GPT2_SHAPE).to(device).eval()
+    big_models = {k: m for k, m in variants(big, device).items() if not k.startswith("int4")}
+    big_prompt = torch.randint(0, GPT2_SHAPE.vocab_size, (1, 32), device=device)
+    columns, results = [], []
+    for n in thread_counts:
+        with num_threads(n):
+            for r in range(rounds):
+                columns.append(f"{n} thr., round {r + 1}")
+                results.append(decode_speeds(big_models, big_prompt, NEW_TOKENS, device, repeats))
+    rows = [[name] + [f"{r[name]:.0f} ({r[name] / r['fp32']:.2f}x)" for r in results] for name in big_models]
+    tables.append(format_table(
+        f"Decode speed, GPT-2-shaped model (6L, d384, {big.num_params() / 1e6:.1f}M parameters, "
+        f"{saved_size(big) / 1e6:.1f} MB in fp32, random weights), prompt 32, {NEW_TOKENS} new tokens, {device}: "
+        f"tok/s (x fp32), median of {repeats}. int4 left out (about 0.1x: unpacking dominates)",
+        ["format"] + columns, rows))
+    for t in tables:
+        print(t + "\n", flush=True)
+    return tables
+
+
+def main() -> None:
+    import argparse
+
+    from transformer_lib.device import default_device
+    from transformer_lib.trained import load_shakespeare_gpt, shakespeare_val_batches
+
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true", help="fewer batches and repeats (smoke run)")
+    args = p.parse_args()
+    device = default_device()
+    model, tok = load_shakespeare_gpt(device)
+    batches = shakespeare_val_batches(model.cfg.block_size)
+    print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, device={device}\n")
+    quantization_tables(model, tok, batches[:4] if args.quick else batches, device,
+                        repeats=2 if args.quick else 5, rounds=1 if args.quick else 2)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()
