@@ -14,6 +14,7 @@ Decoding is greedy with ``generate``'s default static KV cache.
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import torch
@@ -102,7 +103,9 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
     rows = []
     for amount in (0.5, 0.9, 0.99):
         ws = w * (w.abs() > w.abs().flatten().quantile(amount))
-        csr = ws.to_sparse_csr()
+        with warnings.catch_warnings():  # "sparse CSR support is in beta": known, and the point of this table
+            warnings.simplefilter("ignore", UserWarning)
+            csr = ws.to_sparse_csr()
         with torch.inference_mode():
             t = interleaved_medians({"dense": lambda: ws @ x, "csr": lambda: csr @ x}, repeats=repeats * 4,
                                     device=device)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -56,6 +57,8 @@ def ecosystem_variants(model: torch.nn.Module, device) -> dict:
             out["torch quantize_dynamic int8"] = quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear},
                                                                   dtype=torch.qint8)
     try:
+        # torchao logs a warning for each GPU kernel library it cannot load on a CPU-only machine: not our concern
+        logging.getLogger("torchao").setLevel(logging.ERROR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from torchao.quantization import Int8WeightOnlyConfig, quantize_
