@@ -1,33 +1,7 @@
-"""Shared timing helpers: interleaved repetitions, medians, ratios against a baseline in the same run."""
+"""Shared benchmark helpers: the library's interleaved timing (``transformer_lib.timing``) and plain-text tables."""
 from __future__ import annotations
 
-import statistics
-import time
-from typing import Callable
-
-import torch
-
-
-def _sync(device: torch.device | str | None) -> None:
-    if device is not None and torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 2,
-                        device=None) -> dict[str, float]:
-    """Median seconds per call of each function, measured round-robin so noise hits all alike."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    _sync(device)
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            _sync(device)
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+from transformer_lib.timing import _sync, interleaved_medians  # noqa: F401: re-exported for the benchmarks
 
 
 def table_lines(header: list[str], rows: list[list]) -> list[str]:
