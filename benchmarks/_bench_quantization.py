@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import logging
 import sys
 import warnings
 from pathlib import Path
@@ -35,6 +34,9 @@ from _timing import format_table, interleaved_medians  # noqa: E402
 from transformer_lib import GPT, GPTConfig  # noqa: E402
 from transformer_lib.generate import generate  # noqa: E402
 from transformer_lib.quantization import lm_quality, quantize_model, saved_size  # noqa: E402
+
+# torchao 0.18 touches TypedStorage when its tensors are copied or saved (a torch deprecation, not our concern)
+warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
 
 PROMPT = "ROMEO:\n"
 NEW_TOKENS = 96
@@ -57,8 +59,6 @@ def ecosystem_variants(model: torch.nn.Module, device) -> dict:
             out["torch quantize_dynamic int8"] = quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear},
                                                                   dtype=torch.qint8)
     try:
-        # torchao logs a warning for each GPU kernel library it cannot load on a CPU-only machine: not our concern
-        logging.getLogger("torchao").setLevel(logging.ERROR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from torchao.quantization import Int8WeightOnlyConfig, quantize_

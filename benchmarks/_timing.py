@@ -1,7 +1,14 @@
 """Shared benchmark helpers: the library's interleaved timing (``transformer_lib.timing``) and plain-text tables."""
 from __future__ import annotations
 
+import logging
+
 from transformer_lib.timing import _sync, interleaved_medians  # noqa: F401: re-exported for the benchmarks
+
+# Importing torchao (ours, or transformers' optional import of it) logs a line per GPU kernel library it cannot load
+# on a CPU-only machine, and makes torch log a deprecation note per enum it registers: noise, not results.
+for _name in ("torchao", "torch.utils._pytree"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
 
 
 def table_lines(header: list[str], rows: list[list]) -> list[str]:
