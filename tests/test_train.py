@@ -242,6 +242,28 @@ def test_new_files_follow_the_umask_and_leave_it_unchanged(tmp_path, umask):
     assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
+@pytest.mark.parametrize("proc_readable", [True, False])
+def test_current_umask_with_and_without_proc(monkeypatch, proc_readable):
+    """Linux reads the umask from /proc/self/status; elsewhere the set-and-restore fallback must agree."""
+    from pathlib import Path
+
+    from transformer_lib import train as train_module
+    if not proc_readable:
+        real = Path.read_text
+
+        def no_proc(self, *args, **kwargs):
+            if str(self).startswith("/proc"):
+                raise OSError("no /proc here")
+            return real(self, *args, **kwargs)
+        monkeypatch.setattr(Path, "read_text", no_proc)
+    old = os.umask(0o027)
+    try:
+        assert train_module._current_umask() == 0o027
+        assert os.umask(0o027) == 0o027  # and it is left as it was
+    finally:
+        os.umask(old)
+
+
 @pytest.mark.parametrize("mode", [0o600, 0o640, 0o664])
 def test_overwritten_files_keep_their_mode(tmp_path, mode):
     path = tmp_path / "m.safetensors"
