@@ -87,6 +87,18 @@ def test_notebooks_are_committed_clean(doc):
             assert cell.outputs == [] and cell.execution_count is None, f"cell {i} has outputs"
 
 
+KNOWN_TAGS = {"setup", "hide-input", "hide-output", "hide-cell", "remove-input", "remove-output", "remove-cell",
+              "nbval-ignore-output", "nbval-skip", "raises-exception"}
+
+
+def test_cell_tags_are_names_the_build_knows(doc):
+    """A tag the build does not know is silently ignored (e.g. "hide-input" stored as its 10 letters)."""
+    nb = nbformat.read(ROOT / f"{doc}.ipynb", as_version=4)
+    for i, cell in enumerate(nb.cells):
+        unknown = set(cell.metadata.get("tags", [])) - KNOWN_TAGS
+        assert not unknown, f"cell {i} has unknown tags {sorted(unknown)}"
+
+
 # ------------------------------------------------------------------------------- configuration
 
 def test_execution_settings_are_bounded():
