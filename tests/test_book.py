@@ -91,6 +91,7 @@ KNOWN_TAGS = {"setup", "hide-input", "hide-output", "hide-cell", "remove-input",
               "nbval-ignore-output", "nbval-skip", "raises-exception"}
 
 
+@pytest.mark.parametrize("doc", CHAPTERS, ids=lambda d: d.split("/")[-1])
 def test_cell_tags_are_names_the_build_knows(doc):
     """A tag the build does not know is silently ignored (e.g. "hide-input" stored as its 10 letters)."""
     nb = nbformat.read(ROOT / f"{doc}.ipynb", as_version=4)
