@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from transformer_lib.layers import (DecoderLayer, EncoderLayer, FeedForward, LayerNorm, load_decoder_layer_from_torch,
-                                    load_encoder_layer_from_torch)
+from transformer_lib.layers import (DecoderLayer, EncoderLayer, FeedForward, LayerNorm, layer_norm,
+                                    load_decoder_layer_from_torch, load_encoder_layer_from_torch)
 from transformer_lib.masking import causal_mask, padding_mask
 
 B, T, S, D, H, DFF = 2, 6, 5, 16, 4, 32
@@ -124,6 +124,7 @@ def test_layer_norm_matches_torch_fp32(eps):
     closed = (xd - xd.mean(-1, keepdim=True)) / torch.sqrt(xd.var(-1, unbiased=False, keepdim=True) + eps)
     closed = closed * ref.weight.double() + ref.bias.double()
     torch.testing.assert_close(ours(x).double(), closed, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(layer_norm(x, ref.weight, ref.bias, eps).double(), closed, atol=1e-5, rtol=1e-5)
 
 
 def test_layer_norm_rejects_the_wrong_width():
@@ -139,6 +140,9 @@ def test_layer_norm_matches_torch_bf16():
     out = ours(x)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out, ref(x), atol=2e-2, rtol=1e-2)
+    written_out = layer_norm(x, ours.weight, ours.bias)
+    assert written_out.dtype == torch.bfloat16
+    torch.testing.assert_close(written_out, ref(x), atol=2e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("activation,closed_form", [
