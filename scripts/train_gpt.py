@@ -1,4 +1,4 @@
-"""Train the book's character-level GPT on Shakespeare and write it to transformer_lib/checkpoints/.
+"""Train the book's GPT (byte-level BPE) on Shakespeare and write it to transformer_lib/checkpoints/.
 
     .venv/bin/python scripts/train_gpt.py                 # the recipe: a fixed number of steps, seeded
     .venv/bin/python scripts/train_gpt.py --threads 2     # pin torch's CPU threads (recorded in the json)

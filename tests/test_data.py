@@ -6,9 +6,10 @@ import re
 import pytest
 import torch
 
-from transformer_lib.data import (DATE_STYLES, FIRST_DATE, LAST_DATE, MONTHS, CharTokenizer, date_pairs, date_split,
-                                  date_test_set, date_tokenizers, format_date, get_batch, pad_sequences,
-                                  shakespeare_corpus, shakespeare_works, strip_gutenberg, translation_batch)
+from transformer_lib.data import (DATE_STYLES, FIRST_DATE, LAST_DATE, MONTHS, BPETokenizer, CharTokenizer, date_pairs,
+                                  date_split, date_test_set, date_tokenizers, format_date, get_batch, pad_sequences,
+                                  shakespeare_corpus, shakespeare_split, shakespeare_token_corpus, shakespeare_works,
+                                  strip_gutenberg, translation_batch)
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -46,6 +47,35 @@ def test_tokenizer_json_round_trip(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # no temporary file left behind
 
 
+@pytest.fixture(scope="module")
+def small_bpe():
+    return BPETokenizer.train(shakespeare_works()["sonnets"], 400)
+
+
+def test_bpe_learns_merges_deterministically_and_round_trips(small_bpe):
+    assert small_bpe.vocab_size == 400
+    assert BPETokenizer.train(shakespeare_works()["sonnets"], 400) == small_bpe  # same text, same merges
+    text = shakespeare_works()["hamlet"][:3000]  # not seen while learning the merges
+    ids = small_bpe.encode(text)
+    assert small_bpe.decode(ids) == text
+    assert len(text) / len(ids) > 1.5  # merges made tokens longer than one character
+    assert small_bpe.encode_tensor(text).tolist() == ids
+    assert int(small_bpe.token_lengths[ids].sum()) == len(text)  # what nats-per-character counting relies on
+    assert small_bpe.decode(small_bpe.encode("zebra-crossing, 2026!")) == "zebra-crossing, 2026!"  # any bytes
+
+
+def test_bpe_json_round_trip_and_errors(small_bpe, tmp_path):
+    small_bpe.save(tmp_path / "bpe.json")
+    assert BPETokenizer.load(tmp_path / "bpe.json") == small_bpe
+    assert small_bpe != CharTokenizer("ab")
+    with pytest.raises(ValueError, match=r"\[0, 400\)"):
+        small_bpe.decode([400])
+    with pytest.raises(ValueError, match="vocab_size must exceed"):
+        BPETokenizer.train("abc", 100)
+    with pytest.raises(ValueError, match="BPETokenizer dict"):
+        BPETokenizer.from_dict(CharTokenizer("ab").to_dict())
+
+
 # ----------------------------------------------------------------------------- Shakespeare
 def test_shakespeare_has_42_works_and_the_split_is_by_work():
     works = shakespeare_works()
@@ -58,6 +88,14 @@ def test_shakespeare_has_42_works_and_the_split_is_by_work():
     assert val_text.startswith(works["hamlet"]) and works["twelfth_night"] in val_text
     assert works["hamlet"][:2000] not in corpus.tokenizer.decode(corpus.train)
     assert corpus.tokenizer.vocab_size == len(set("".join(works.values())))
+    assert shakespeare_split() == (corpus.tokenizer.decode(corpus.train), val_text)
+
+
+def test_token_corpus_encodes_the_same_split(small_bpe):
+    corpus = shakespeare_token_corpus(small_bpe)
+    train_text, val_text = shakespeare_split()
+    assert small_bpe.decode(corpus.val) == val_text
+    assert int(small_bpe.token_lengths[corpus.train].sum()) == len(train_text)
 
 
 def test_strip_gutenberg_removes_licence_header_and_footer():

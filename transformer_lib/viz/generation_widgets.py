@@ -25,8 +25,8 @@ SHOW = {"\n": "⏎", " ": "␣", "\t": "⇥"}  # visible forms of whitespace cha
 
 
 def show_token(token: str) -> str:
-    """A character token as it is drawn on an axis (newline, space and tab made visible)."""
-    return SHOW.get(token, token)
+    """A token as it is drawn on an axis (newlines, spaces and tabs in it made visible)."""
+    return "".join(SHOW.get(c, c) for c in token)
 
 
 @dataclass
@@ -97,7 +97,7 @@ def generation_frame(step: GenerationStep, index: int, total: int, max_len: int,
                     interpolation="nearest")
     ax2.set_facecolor("#f2f2f2")
     ax2.set_yticks(range(L), [f"layer {i}" for i in range(L)], fontsize=7)
-    ax2.set_xticks(range(t), [show_token(c) for c in step.tokens], fontsize=7)
+    ax2.set_xticks(range(t), [show_token(c) for c in step.tokens], fontsize=7, rotation=90)
     ax2.set_xlim(-0.5, max_len - 0.5)
     ax2.set_xlabel("position in the sequence (the token stored there)")
     ax2.set_title(f"Attention of the newest token ({show_token(step.tokens[-1])}) over the cached positions, "
@@ -165,16 +165,16 @@ def sampling_frame(logits: torch.Tensor, vocab: Sequence[str], setting: Sampling
     x = np.arange(len(order))
     ax.bar(x, p[order].numpy(), color="#1976d2", label=f"{setting}")
     ax.plot(x, base[order].numpy(), "k_", markersize=14, mew=2, label="T = 1, no filter (the model)")
-    ax.set_xticks(x, [show_token(vocab[i]) for i in order.tolist()], fontsize=9)
+    ax.set_xticks(x, [show_token(vocab[i]) for i in order.tolist()], fontsize=9, rotation=60)
     ax.set_ylim(0, 1)
-    ax.set_xlabel(f"the {n_show} most likely next characters (by the model's own probabilities)")
+    ax.set_xlabel(f"the {n_show} most likely next tokens (by the model's own probabilities)")
     ax.set_ylabel("probability")
-    ax.set_title(f"Next-character distribution after \u201c{context[-30:]!s}\u201d: {setting}".replace("\n", "⏎"),
+    ax.set_title(f"Next-token distribution after \u201c{context[-30:]!s}\u201d: {setting}".replace("\n", "⏎"),
                  fontsize=9)
     ax.legend(fontsize=8, loc="upper right")
     kept = int((p > 0).sum())
     caption = (f"<div style='max-width:620px;font-size:90%'><b>{html.escape(str(setting))}</b>: {kept} of "
-               f"{len(vocab)} characters can be drawn; entropy {entropy_bits(p):.2f} bits (the model's own: "
+               f"{len(vocab)} tokens can be drawn; entropy {entropy_bits(p):.2f} bits (the model's own: "
                f"{entropy_bits(base):.2f}). A sample with this setting (seed 0):"
                f"<pre style='white-space:pre-wrap;margin:2px 0'>{html.escape(context)}<b>{html.escape(sample)}</b>"
                "</pre></div>")
