@@ -70,7 +70,7 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
              f"{sp[k][0] / full[0]:.2f}x", f"{sp[k][1]:.0f}", f"{sp[k][1] / full[1]:.2f}x"]
             for k, m in variants.items()]
     tables.append(format_table(f"Structural head pruning by gradient importance ({n_layers} layers, {device})",
-                               ["heads/layer", "params", "val loss", "fwd tok/s", "fwd vs full", "decode tok/s",
+                               ["heads/layer", "params", "loss/token", "fwd tok/s", "fwd vs full", "decode tok/s",
                                 "decode vs full"], rows))
 
     # 2. ways to make it "smaller"
@@ -95,7 +95,7 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
         rows.append([name, f"{P.count_parameters(m, nonzero=True):,}", f"{loss:.3f}", f"{sp[name][0] / base[0]:.2f}x",
                      f"{sp[name][1] / base[1]:.2f}x"])
     tables.append(format_table("Masking vs removing (speed relative to the unpruned model, same run)",
-                               ["model", "nonzero params", "val loss", "forward speed", "decode speed"], rows))
+                               ["model", "nonzero params", "loss/token", "forward speed", "decode speed"], rows))
 
     # 3. sparse CSR vs dense matmul on an FFN weight
     w = model.blocks[0].ffn.up.weight.detach()  # (d_ff, d_model)

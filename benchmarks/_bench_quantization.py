@@ -142,7 +142,7 @@ def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, ro
     tables = [format_table(
         f"Trained GPT ({model.num_params() / 1e6:.2f}M parameters), {n_tok:,} validation tokens; decode {n_new} "
         f"tokens greedily from {PROMPT!r}, {device}: tok/s (x fp32), median of {repeats}",
-        ["format", "safetensors B", "x fp32", "torch.save B", "val loss", "perplexity", "ppl vs fp32",
+        ["format", "safetensors B", "x fp32", "torch.save B", "loss/token", "perplexity", "ppl vs fp32",
          "top-1 agree"] + [f"decode, {n} thread{'s' * (n > 1)}" for n in thread_counts], rows)]
 
     torch.manual_seed(0)

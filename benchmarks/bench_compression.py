@@ -48,7 +48,7 @@ def main(argv=None) -> list[str]:
         batches = batches[:4]
     repeats = 2 if args.quick else 5
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {device}; trained GPT "
-          f"({info['num_params']:,} parameters, recorded val loss {info['val_loss']:.3f}); "
+          f"({info['num_params']:,} parameters, recorded val loss {info['val_loss']:.3f} nats/char); "
           f"{len(batches)} validation batches of {tuple(batches[0][0].shape)}\n", flush=True)
     tables, t0 = [], time.perf_counter()
     if args.only in (None, "pruning"):
