@@ -45,9 +45,6 @@ def test_shakespeare_gpt_reaches_its_recorded_validation_loss():
     assert loss == pytest.approx(info["val_loss"], abs=2e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: the committed BPE GPT measures 1.502 nats/char on the held-out "
-                   "works after 119.5 s, the book's target is <= 1.5 (issue 5 stays open); strict, so this fails once "
-                   "it is met")
 def test_shakespeare_gpt_meets_the_books_target():
     model, _ = load_shakespeare_gpt(device="cpu")
     assert shakespeare_val_loss(model) <= 1.5  # nats per character on the held-out works
