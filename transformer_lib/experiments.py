@@ -18,7 +18,6 @@ here only as the pitfalls being measured.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -29,30 +28,14 @@ import torch.nn.functional as F
 from .attention import attention_weights, scaled_dot_product_attention
 from .data import get_batch, shakespeare_corpus
 from .device import default_device
-from .layers import DecoderLayer, Residual
 from .models import GPT, GPTConfig, Transformer
+from .variants import PLACEMENTS, is_causal, set_causal, set_norm_placement  # noqa: F401 (chapters call them as ex.*)
 
 NAIVE_FILL = -1e9  # a common tutorial fill value: the pitfall measured in chapter 06
 GPT2_OLD_FILL = -1e4  # the value GPT-2 implementations replaced masked scores with (huggingface/transformers#17121)
-PLACEMENTS = ("none", "post", "pre")
 
 
 # ============================================================================= chapter 05: norm placement
-def set_norm_placement(model: GPT, placement: str) -> GPT:
-    """Rewire every ``Residual`` of ``model`` in place: ``"pre"`` ``x + f(LN(x))`` (the GPT default),
-    ``"post"`` ``LN(x + f(x))``, or ``"none"`` ``x + f(x)`` (no LayerNorm anywhere, the final one included)."""
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-    for module in model.modules():
-        if isinstance(module, Residual):
-            module.norm_first = placement != "post"
-            if placement == "none":
-                module.norm = nn.Identity()
-    if placement == "none":
-        model.norm = nn.Identity()
-    return model
-
-
 @dataclass
 class NormConfig:
     """A deep, thin character GPT at a high learning rate with no warm-up: where placement matters."""
@@ -236,28 +219,6 @@ def sequence_log_prob(model: Transformer, src_tok, tgt_tok, text: str, output: s
 
 
 # ============================================================================= chapter 06: the causal mask
-def _non_causal_forward(block: DecoderLayer, *args, **kwargs):
-    kwargs["is_causal"] = False
-    return DecoderLayer.forward(block, *args, **kwargs)
-
-
-def set_causal(model: GPT, causal: bool) -> GPT:
-    """Switch the causal mask of every block of ``model`` off (``causal=False``) or back on, in place.
-
-    Only for experiments: a GPT without its causal mask can read the token it is asked to predict.
-    """
-    for block in model.blocks:
-        if causal:
-            block.__dict__.pop("forward", None)
-        else:
-            block.forward = functools.partial(_non_causal_forward, block)
-    return model
-
-
-def is_causal(model: GPT) -> bool:
-    return not any("forward" in block.__dict__ for block in model.blocks)
-
-
 @torch.no_grad()
 def future_sensitivity(model: GPT, idx: torch.Tensor, position: int, seed: int = 0) -> torch.Tensor:
     """The leak test. Replace every token *after* ``position`` by random ones and return, for each position
