@@ -9,10 +9,11 @@
   "not written yet"; any other exception gives "your function raised <Type>: <message>" with the inputs' shapes.
   No hint is searched (there is no output to compare).
 * **Wrong output**, checked in this order on each case, the first problem explained:
-  not a ``torch.Tensor``; a different shape; a different dtype (a float32 answer to an int8 exercise is wrong, and
-  so is a float64 answer to a float32 one); NaN or inf where the reference is finite; values outside
+  not a ``torch.Tensor``; a different shape; a different dtype (a float32 answer to an int8 exercise is wrong,
+  and so is a float64 answer to a float32 one); NaN or inf where the reference is finite; values outside
   ``torch.allclose(atol, rtol)`` (the largest difference, where, and both values). Bool and integer answers are
-  compared as numbers, so ``atol=rtol=0`` asks for equality.
+  compared as numbers, so ``atol=rtol=0`` asks for equality. Where the reference returns a Python number (an
+  int or float), the answer must be a number too (a one-element tensor counts), compared by value.
 * **Hints.** ``hints`` maps a hint to a known wrong variant of the function. When the output is wrong, each
   variant is compared with the reader's function, by the same rules and tolerances, on 3 cases of
   ``hint_inputs`` (default ``make_inputs``); the first that agrees has its hint appended ("... Hint: ...").
@@ -67,8 +68,18 @@ def _copy(args: tuple) -> tuple:
     return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
 
 
-def _compare(got, want: torch.Tensor, atol: float, rtol: float) -> str | None:
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _compare(got, want, atol: float, rtol: float) -> str | None:
     """``None`` if ``got`` matches ``want``, else what is wrong (completing "your function ...")."""
+    if _is_number(want):  # a number is wanted: any number (or one-element tensor) is compared by value
+        if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.dtype == torch.bool:
+            got = got.item()
+        if not _is_number(got):
+            return f"returned a {type(got).__name__}, expected a number"
+        got, want = torch.tensor(float(got), dtype=torch.float64), torch.tensor(float(want), dtype=torch.float64)
     if not isinstance(got, torch.Tensor):
         return f"returned a {type(got).__name__}, expected a torch.Tensor"
     if got.shape != want.shape:
