@@ -51,7 +51,9 @@ def test_entropy_bits_of_a_uniform_distribution_is_log2_n(n):
 
 
 def test_entropy_bits_of_one_hot_rows_is_exactly_zero_not_nan():
-    assert torch.equal(entropy_bits(torch.eye(5)), torch.zeros(5))
+    got = entropy_bits(torch.eye(5))
+    assert torch.equal(got, torch.zeros(5))
+    assert f"{got[0]:.2f}" == "0.00"  # +0, not -0: a caption must not print "-0.00 bits"
 
 
 def test_entropy_bits_matches_torch_categorical_along_any_dim():

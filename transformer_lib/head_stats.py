@@ -70,7 +70,7 @@ def entropy_bits(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
         kind = p.dtype if isinstance(p, torch.Tensor) else type(p).__name__
         raise ValueError(f"p must be a floating-point tensor of probabilities, got {kind}")
     p = p.float()
-    return -torch.special.xlogy(p, p).sum(dim) / math.log(2.0)
+    return 0.0 - torch.special.xlogy(p, p).sum(dim) / math.log(2.0)  # 0.0 - s: a one-hot row gives 0, not -0
 
 
 def row_entropy(attentions: torch.Tensor) -> torch.Tensor:
