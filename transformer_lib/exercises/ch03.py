@@ -23,7 +23,8 @@ def _reference_split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 def _split_inputs(min_heads: int):
     def make_inputs(gen):
-        B, T, H, D = random_int(gen, 1, 3), random_int(gen, 2, 6), random_int(gen, min_heads, 4), random_int(gen, 2, 5)
+        B, T = random_int(gen, 1, 3), random_int(gen, 2, 6)
+        H, D = random_int(gen, min_heads, 4), random_int(gen, 2, 5)
         return torch.randn(B, T, H * D, generator=gen), H
     return make_inputs
 
@@ -35,7 +36,6 @@ def check_split_heads(fn: Callable) -> ExerciseResult:
     Head ``h`` holds the features ``h * d_head .. (h + 1) * d_head - 1`` of every position,
     as ``MultiHeadAttention.split_heads``.
     """
-
     def shape(x, h):
         B, T, d = x.shape
         return B, T, h, d // h
@@ -55,7 +55,8 @@ def check_split_heads(fn: Callable) -> ExerciseResult:
 # ----------------------------------------------------------------------------- exercise 2
 def _mha_inputs(min_heads: int):
     def make_inputs(gen):
-        B, T, H, D = random_int(gen, 1, 3), random_int(gen, 2, 6), random_int(gen, min_heads, 4), random_int(gen, 2, 4)
+        B, T = random_int(gen, 1, 3), random_int(gen, 2, 6)
+        H, D = random_int(gen, min_heads, 4), random_int(gen, 2, 4)
         d = H * D
         scale = 1.0 / math.sqrt(d)
         return (torch.randn(B, T, d, generator=gen),
