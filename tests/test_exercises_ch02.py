@@ -2,7 +2,8 @@
 
 A correct reader solution (written here independently of the library) must pass each check; the usual
 mistakes must fail with a message that names them. The figure helpers are checked against PyTorch
-(``Categorical.entropy``) and against the real model's own attention maps.
+(``Categorical.entropy``) and against the real model's own attention maps. The statistics themselves
+(entropy in bits, neighbour weights) are tested in ``test_head_stats.py``.
 """
 import math
 
@@ -11,8 +12,7 @@ import torch
 
 from transformer_lib.exercises.ch02 import (check_attention_entropy, check_scaled_dot_product_attention,
                                             check_softmax_with_temperature)
-from transformer_lib.viz.attention_widgets import (attention_entropy, head_queries_keys, neighbour_weight,
-                                                   temperature_frame, temperature_slider)
+from transformer_lib.viz.attention_widgets import head_queries_keys, temperature_frame, temperature_slider
 
 
 # ----------------------------------------------------------------------------- reader solutions
@@ -103,47 +103,13 @@ def test_entropy_check_accepts_a_correct_solution():
     (lambda w: -(w * torch.log(w.clamp_min(1e-38))).sum(-1), "nats"),
     (lambda w: (w * torch.log2(w.clamp_min(1e-38))).sum(-1), "wrong sign"),
     (lambda w: -(w * torch.log2(w)).sum(-1), "0 * log(0) is NaN"),
+    (lambda w: -(w * torch.log2(w.clamp_min(1e-38))).sum(0), "wrong dimension"),
+    (lambda w: -(w * torch.log(w)).sum(-1), "nats"),  # nats and NaN on zeros: the first mistake is named
 ])
 def test_entropy_check_names_the_mistake(wrong, hint):
     result = check_attention_entropy(wrong)
     assert not result
     assert hint in result.message, result.message
-
-
-# ----------------------------------------------------------------------------- attention_entropy
-def test_attention_entropy_matches_torch_categorical():
-    w = torch.softmax(torch.randn(3, 5, 7) * 3, dim=-1)  # (B, Tq, Tk)
-    want = torch.distributions.Categorical(probs=w).entropy() / math.log(2.0)  # nats -> bits
-    torch.testing.assert_close(attention_entropy(w), want)
-
-
-def test_attention_entropy_closed_forms():
-    T = 8
-    assert attention_entropy(torch.full((T,), 1.0 / T)).item() == pytest.approx(math.log2(T))  # uniform
-    assert attention_entropy(torch.eye(T)).tolist() == [0.0] * T  # one-hot rows, with exact zeros: no NaN
-
-
-def test_attention_entropy_rejects_integer_weights():
-    with pytest.raises(ValueError, match="floating-point"):
-        attention_entropy(torch.eye(3, dtype=torch.long))
-
-
-# ----------------------------------------------------------------------------- neighbour_weight
-def test_neighbour_weight_on_a_pure_previous_token_pattern():
-    T = 7  # [CLS] + 5 word pieces + [SEP]
-    w = torch.zeros(T, T)
-    w[0, 0] = w[1, 0] = w[T - 1, T - 1] = 1.0
-    for i in range(2, T - 1):
-        w[i, i - 1] = 1.0
-    assert neighbour_weight(w, -1).item() == pytest.approx(1.0)
-    assert neighbour_weight(w, +1).item() == pytest.approx(0.0)
-
-
-def test_neighbour_weight_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="offset"):
-        neighbour_weight(torch.eye(5), 0)
-    with pytest.raises(ValueError, match="attentions"):
-        neighbour_weight(torch.ones(3, 4), 1)
 
 
 # ----------------------------------------------------------------------------- figures on the real model
@@ -182,7 +148,9 @@ def test_temperature_frame_caption_reports_row_entropies():
     for caption in (cold, hot):
         assert "bits" in caption and all(t in caption for t in tokens)
     w_hot = torch.softmax(q @ k.T / (math.sqrt(8) * 5.0), -1)  # the same weights, straight from PyTorch
-    assert f"{attention_entropy(w_hot).mean():.2f} bits" in hot
+    bits = torch.distributions.Categorical(probs=w_hot).entropy() / math.log(2.0)  # (4,), nats -> bits
+    assert f"{bits.mean():.2f} bits" in hot
+    assert all(f"{tok}&nbsp;{b:.2f}" in hot for tok, b in zip(tokens, bits.tolist()))
 
 
 def test_temperature_slider_is_a_frame_slider_named_temperature():

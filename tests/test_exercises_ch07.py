@@ -38,7 +38,7 @@ def test_cache_bytes_common_mistakes_get_their_hint(wrong, hint):
 
 def test_cache_bytes_wrong_type_is_explained():
     result = check_cache_bytes(lambda *a: "many")
-    assert not result and "return a number of bytes" in result.message
+    assert not result and "returned a str, expected a number" in result.message, result.message
 
 
 # ----------------------------------------------------------------------------- top-p

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from transformer_lib.exercises.ch09 import check_absmax_int8, check_int4_group_round_trip, check_pack_int4
-from transformer_lib.viz.quant_widgets import bits_per_weight, grid_frame, grid_slider
+from transformer_lib.viz.quant_widgets import grid_frame, grid_slider
 
 
 # ----------------------------------------------------------------------------- reader solutions
@@ -97,11 +97,6 @@ def test_pack_check_wants_uint8():
 
 
 # ----------------------------------------------------------------------------- the figure helpers
-def test_bits_per_weight_is_code_plus_share_of_the_scale():
-    assert bits_per_weight(4, 32, 512) == 4 + 16 / 32
-    assert bits_per_weight(8, None, 512) == 8 + 16 / 512
-
-
 def test_grid_frame_caption_reports_the_measured_error():
     torch.manual_seed(0)
     w = torch.randn(16, 64) * 0.05

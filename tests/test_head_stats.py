@@ -4,8 +4,9 @@ import math
 import pytest
 import torch
 
-from transformer_lib.head_stats import (STATISTICS, check_attention_maps, dominant_pattern, head_statistics,
-                                        head_statistics_over, key_weight, mean_distance, offset_weight, row_entropy)
+from transformer_lib.head_stats import (STATISTICS, check_attention_maps, dominant_pattern, entropy_bits,
+                                        head_statistics, head_statistics_over, key_weight, mean_distance,
+                                        offset_weight, row_entropy)
 
 
 def uniform(T, *lead):
@@ -43,6 +44,38 @@ def test_entropy_of_a_two_point_row_matches_the_formula():
     assert torch.allclose(row_entropy(rows), torch.full((3,), want))
 
 
+# ----------------------------------------------------------------------------- entropy_bits (any distribution)
+@pytest.mark.parametrize("n", [1, 2, 7, 50257])
+def test_entropy_bits_of_a_uniform_distribution_is_log2_n(n):
+    assert entropy_bits(torch.full((n,), 1.0 / n)).item() == pytest.approx(math.log2(n), abs=1e-4)
+
+
+def test_entropy_bits_of_one_hot_rows_is_exactly_zero_not_nan():
+    got = entropy_bits(torch.eye(5))
+    assert torch.equal(got, torch.zeros(5))
+    assert f"{got[0]:.2f}" == "0.00"  # +0, not -0: a caption must not print "-0.00 bits"
+
+
+def test_entropy_bits_matches_torch_categorical_along_any_dim():
+    p = torch.softmax(torch.randn(3, 5, 7) * 3, dim=1)  # distributions along dim 1
+    want = torch.distributions.Categorical(probs=p.transpose(1, 2)).entropy() / math.log(2.0)  # nats -> bits
+    torch.testing.assert_close(entropy_bits(p, dim=1), want)
+
+
+def test_entropy_bits_of_half_precision_is_float32():
+    got = entropy_bits(torch.full((2, 8), 0.125, dtype=torch.bfloat16))
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, torch.full((2,), 3.0))  # log2(8)
+
+
+@pytest.mark.parametrize("bad, match", [(torch.eye(3, dtype=torch.long), "floating-point.*int64"),
+                                        ([0.5, 0.5], "floating-point.*list")])
+def test_entropy_bits_rejects_non_float_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        entropy_bits(bad)
+
+
+# ----------------------------------------------------------------------------- per-head statistics
 @pytest.mark.parametrize("skip_special", [False, True])
 def test_identity_attention_scores_one_on_self_and_zero_on_neighbours(skip_special):
     a = torch.eye(7)
@@ -58,6 +91,17 @@ def test_shifted_identity_scores_one_at_its_offset(offset, skip_special):
     a = shifted_identity(9, offset)
     assert offset_weight(a, offset, skip_special).item() == pytest.approx(1.0)
     assert offset_weight(a, -offset, skip_special).item() == pytest.approx(0.0)
+
+
+def test_previous_word_piece_pattern_between_cls_and_sep():
+    T = 7  # [CLS] + 5 word pieces + [SEP]; [CLS] and [SEP] attend to themselves, piece 1 to [CLS]
+    w = torch.zeros(T, T)
+    w[0, 0] = w[1, 0] = w[T - 1, T - 1] = 1.0
+    for i in range(2, T - 1):
+        w[i, i - 1] = 1.0
+    assert offset_weight(w, -1, skip_special=True).item() == 1.0  # pieces 2..5 each look one piece back
+    assert offset_weight(w, +1, skip_special=True).item() == 0.0
+    assert offset_weight(w, -1).item() == pytest.approx(5 / 6)  # counting [CLS]/[SEP]: row 6 looks at itself
 
 
 def test_previous_token_head_has_distance_one_when_every_query_has_a_previous_token():
@@ -173,20 +217,23 @@ def test_real_minilm_heads_have_valid_statistics():
     tokens, maps = pretrained.attention_maps(model, tok, "The cat sat on the mat because it was warm.")
     s = head_statistics(maps)  # (6, 12) each
     T = len(tokens)
-    assert s["entropy"].shape == (6, 12)
-    assert ((s["entropy"] >= 0) & (s["entropy"] <= math.log2(T) + 1e-4)).all()
-    for name in ("previous", "next", "self", "cls", "sep"):
-        assert ((s[name] >= 0) & (s[name] <= 1)).all(), name
-    # one head, recomputed with plain Python loops over the word pieces 1 .. T-2
-    layer, head = 2, 5
-    a = maps[layer, head].double().tolist()
+    assert {tuple(v.shape) for v in s.values()} == {(6, 12)}
+    # every head, recomputed with plain Python loops over the word pieces 1 .. T-2
     words = range(1, T - 1)
-    entropy = sum(-sum(p * math.log2(p) for p in a[i] if p > 0) for i in words) / len(words)
-    previous = sum(a[i][i - 1] for i in range(2, T - 1)) / (T - 3)
-    distance = sum(sum(p * abs(i - j) for j, p in enumerate(a[i])) for i in words) / len(words)
-    sep = sum(a[i][T - 1] for i in words) / len(words)
-    got = {k: s[k][layer, head].item() for k in ("entropy", "previous", "distance", "sep")}
-    assert got == pytest.approx({"entropy": entropy, "previous": previous, "distance": distance, "sep": sep}, rel=1e-5)
+    for layer in range(6):
+        for head in range(12):
+            a = maps[layer, head].double().tolist()
+            want = {
+                "entropy": sum(-sum(p * math.log2(p) for p in a[i] if p > 0) for i in words) / len(words),
+                "previous": sum(a[i][i - 1] for i in range(2, T - 1)) / (T - 3),
+                "next": sum(a[i][i + 1] for i in range(1, T - 2)) / (T - 3),
+                "self": sum(a[i][i] for i in words) / len(words),
+                "cls": sum(a[i][0] for i in words) / len(words),
+                "sep": sum(a[i][T - 1] for i in words) / len(words),
+                "distance": sum(sum(p * abs(i - j) for j, p in enumerate(a[i])) for i in words) / len(words),
+            }
+            got = {k: s[k][layer, head].item() for k in want}
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-7), (layer, head)
 
 
 @pytest.mark.cuda

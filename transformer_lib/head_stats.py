@@ -1,4 +1,7 @@
-"""Per-head statistics of attention maps: a few numbers that say what pattern a head draws.
+"""Statistics of attention maps (and of any distribution): the one place the book computes them.
+
+``entropy_bits`` is the entropy of any distribution (an attention row, a next-token distribution); the
+rest are per-head statistics of attention maps: a few numbers that say what pattern a head draws.
 
 Clark et al. 2019 ("What Does BERT Look At? An Analysis of BERT's Attention") measured BERT's heads
 this way and found heads that attend to the previous or the next token, heads that spread their
@@ -57,14 +60,26 @@ def _min_len(skip_special: bool) -> int:
     return 3 if skip_special else 1  # [CLS] w [SEP] is the shortest sentence with a word piece
 
 
+def entropy_bits(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Shannon entropy in **bits** of each distribution along ``dim``: ``-sum p log2 p`` (``0 log 0 = 0``).
+
+    ``p: (..., n)`` -> ``(...)`` float32 (for ``dim=-1``). 0 bits: all mass on one outcome (one-hot);
+    ``log2(n)`` bits: uniform over ``n`` outcomes. ``p`` is not checked to sum to 1 (``row_entropy`` checks maps).
+    """
+    if not isinstance(p, torch.Tensor) or not torch.is_floating_point(p):
+        kind = p.dtype if isinstance(p, torch.Tensor) else type(p).__name__
+        raise ValueError(f"p must be a floating-point tensor of probabilities, got {kind}")
+    p = p.float()
+    return 0.0 - torch.special.xlogy(p, p).sum(dim) / math.log(2.0)  # 0.0 - s: a one-hot row gives 0, not -0
+
+
 def row_entropy(attentions: torch.Tensor) -> torch.Tensor:
     """Shannon entropy in **bits** of every row, ``-sum_j p_j log2 p_j`` (``0 log 0 = 0``): ``(..., T)``.
 
     0 bits: all weight on one key; ``log2(T)`` bits: spread evenly over the ``T`` keys.
     """
     check_attention_maps(attentions)
-    p = attentions.float()
-    return -torch.special.xlogy(p, p).sum(-1) / math.log(2.0)  # (..., T)
+    return entropy_bits(attentions)  # (..., T)
 
 
 def offset_weight(attentions: torch.Tensor, offset: int, skip_special: bool = False) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Chapter 01 exercises: one RNN step, rescaling a matrix to a spectral radius, the Jacobian across k steps.
 
 Each ``check_*`` runs the reader's function and the library's (``transformer_lib.rnn``) on the same random
-inputs (``check_against``); when they differ, it also tries a few common mistakes and, if the reader's
+inputs (``checking.check_against``); when they differ, it also tries a few common mistakes and, if the reader's
 function matches one, says which.
 """
 from __future__ import annotations
@@ -11,22 +11,7 @@ from typing import Callable
 import torch
 
 from ..rnn import rnn_step, set_spectral_radius, state_jacobian
-from .checking import ExerciseResult, check_against
-
-
-def _with_hints(result: ExerciseResult, fn: Callable, make_inputs: Callable,
-                mistakes: list[tuple[str, Callable]]) -> ExerciseResult:
-    """If ``result`` failed and ``fn`` agrees with a known wrong variant, append that variant's hint."""
-    if result:
-        return result
-    for hint, wrong in mistakes:
-        if check_against(fn, wrong, make_inputs, trials=3):
-            return ExerciseResult(False, f"{result.message} Hint: {hint}")
-    return result
-
-
-def _size(gen: torch.Generator, low: int, high: int) -> int:
-    return int(torch.randint(low, high + 1, (1,), generator=gen))
+from .checking import ExerciseResult, check_against, random_int
 
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -37,22 +22,24 @@ def check_rnn_step(fn: Callable) -> ExerciseResult:
     D and H always differ, so a transposed ``W_ih`` shows up as a shape error.
     """
     def make_inputs(gen):
-        B, D = _size(gen, 1, 4), _size(gen, 2, 6)
-        H = D + _size(gen, 1, 3)  # never square: a transposed W_ih fails loudly
+        B, D = random_int(gen, 1, 4), random_int(gen, 2, 6)
+        H = D + random_int(gen, 1, 3)  # never square: a transposed W_ih fails loudly
         r = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731
         return r(B, D), r(B, H), r(H, D) * 0.5, r(H, H) * 0.5, r(H) * 0.1, r(H) * 0.1
 
-    both = "add both biases, b_ih and b_hh."
     mistakes = [
         ("apply tanh to the sum (the new state is squashed into (-1, 1)).",
          lambda x, h, wi, wh, bi, bh: x @ wi.T + bi + h @ wh.T + bh),
-        (both, lambda x, h, wi, wh, bi, bh: torch.tanh(x @ wi.T + h @ wh.T)),
-        (both, lambda x, h, wi, wh, bi, bh: torch.tanh(x @ wi.T + h @ wh.T + bh)),
-        (both, lambda x, h, wi, wh, bi, bh: torch.tanh(x @ wi.T + bi + h @ wh.T)),
+        ("add both biases, b_ih and b_hh (your function adds neither).",
+         lambda x, h, wi, wh, bi, bh: torch.tanh(x @ wi.T + h @ wh.T)),
+        ("add both biases, b_ih and b_hh (b_ih is missing).",
+         lambda x, h, wi, wh, bi, bh: torch.tanh(x @ wi.T + h @ wh.T + bh)),
+        ("add both biases, b_ih and b_hh (b_hh is missing).",
+         lambda x, h, wi, wh, bi, bh: torch.tanh(x @ wi.T + bi + h @ wh.T)),
         ("the new state depends on the previous one: add h W_hh^T.",
          lambda x, h, wi, wh, bi, bh: torch.tanh(x @ wi.T + bi + bh)),
     ]
-    return _with_hints(check_against(fn, rnn_step, make_inputs), fn, make_inputs, mistakes)
+    return check_against(fn, rnn_step, make_inputs, hints=dict(mistakes))
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -62,7 +49,7 @@ def check_set_spectral_radius(fn: Callable) -> ExerciseResult:
     ``w: (H, H)`` float64 (random, so its eigenvalues are complex in general), ``rho`` a float.
     """
     def make_inputs(gen):
-        H = _size(gen, 2, 8)
+        H = random_int(gen, 2, 8)
         rho = float(torch.empty(1).uniform_(0.3, 1.5, generator=gen))
         return torch.randn(H, H, generator=gen, dtype=torch.float64), rho
 
@@ -75,7 +62,7 @@ def check_set_spectral_radius(fn: Callable) -> ExerciseResult:
         ("divide by the current spectral radius, then multiply by rho.",
          lambda w, rho: w * torch.linalg.eigvals(w).abs().max() / rho),
     ]
-    return _with_hints(check_against(fn, set_spectral_radius, make_inputs), fn, make_inputs, mistakes)
+    return check_against(fn, set_spectral_radius, make_inputs, hints=dict(mistakes))
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -85,7 +72,7 @@ def check_state_jacobian(fn: Callable) -> ExerciseResult:
     ``w_hh: (H, H)`` float64, ``hiddens: (k, H)`` = ``h_1 ... h_k`` (values in (-1, 1)); returns ``(H, H)``.
     """
     def make_inputs(gen):
-        H, k = _size(gen, 2, 6), _size(gen, 1, 6)
+        H, k = random_int(gen, 2, 6), random_int(gen, 1, 6)
         w = torch.randn(H, H, generator=gen, dtype=torch.float64) / H ** 0.5
         return w, torch.tanh(torch.randn(k, H, generator=gen, dtype=torch.float64))
 
@@ -109,4 +96,4 @@ def check_state_jacobian(fn: Callable) -> ExerciseResult:
         ("the newest step goes on the left: J_k ... J_2 J_1 (matrix products do not commute).", wrong_order),
         ("diag(1 - h_t^2) W_hh scales the *rows* of W_hh (output units), not its columns.", slope_on_columns),
     ]
-    return _with_hints(check_against(fn, state_jacobian, make_inputs), fn, make_inputs, mistakes)
+    return check_against(fn, state_jacobian, make_inputs, hints=dict(mistakes))

@@ -1,7 +1,7 @@
 """Chapter 03 exercises: split into heads, a whole multi-head attention, a head's previous-token score.
 
 Each ``check_*`` runs the reader's function and the library's on the same random inputs
-(``check_against``) and, when they differ, also tries a few common mistakes: if the reader's
+(``checking.check_against``) and, when they differ, also tries a few common mistakes: if the reader's
 function matches one of them, the message says which.
 """
 from __future__ import annotations
@@ -13,13 +13,7 @@ import torch
 
 from ..head_stats import offset_weight
 from ..multihead import MultiHeadAttention
-from .ch02 import _with_hints
-from .checking import ExerciseResult, check_against
-
-
-def _randint(gen: torch.Generator, low: int, high: int) -> int:
-    """One int in ``[low, high]``."""
-    return int(torch.randint(low, high + 1, (1,), generator=gen))
+from .checking import ExerciseResult, check_against, random_int
 
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -29,7 +23,8 @@ def _reference_split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 def _split_inputs(min_heads: int):
     def make_inputs(gen):
-        B, T, H, D = _randint(gen, 1, 3), _randint(gen, 2, 6), _randint(gen, min_heads, 4), _randint(gen, 2, 5)
+        B, T = random_int(gen, 1, 3), random_int(gen, 2, 6)
+        H, D = random_int(gen, min_heads, 4), random_int(gen, 2, 5)
         return torch.randn(B, T, H * D, generator=gen), H
     return make_inputs
 
@@ -41,12 +36,10 @@ def check_split_heads(fn: Callable) -> ExerciseResult:
     Head ``h`` holds the features ``h * d_head .. (h + 1) * d_head - 1`` of every position,
     as ``MultiHeadAttention.split_heads``.
     """
-    result = check_against(fn, _reference_split_heads, _split_inputs(1))
-
     def shape(x, h):
         B, T, d = x.shape
         return B, T, h, d // h
-    return _with_hints(result, fn, _split_inputs(2), {
+    return check_against(fn, _reference_split_heads, _split_inputs(1), hint_inputs=_split_inputs(2), hints={
         "you reshaped straight to (B, H, T, d_head), which mixes positions across heads: view x as "
         "(B, T, H, d_head) first, then swap the T and H dimensions (.transpose(1, 2)).":
             lambda x, h: x.reshape(shape(x, h)[0], h, x.shape[1], x.shape[2] // h),
@@ -62,7 +55,8 @@ def check_split_heads(fn: Callable) -> ExerciseResult:
 # ----------------------------------------------------------------------------- exercise 2
 def _mha_inputs(min_heads: int):
     def make_inputs(gen):
-        B, T, H, D = _randint(gen, 1, 3), _randint(gen, 2, 6), _randint(gen, min_heads, 4), _randint(gen, 2, 4)
+        B, T = random_int(gen, 1, 3), random_int(gen, 2, 6)
+        H, D = random_int(gen, min_heads, 4), random_int(gen, 2, 4)
         d = H * D
         scale = 1.0 / math.sqrt(d)
         return (torch.randn(B, T, d, generator=gen),
@@ -102,8 +96,7 @@ def check_multi_head_attention(fn: Callable) -> ExerciseResult:
     so ``q = x @ W_Q.T + b_Q``);
     ``w_o: (d_model, d_model)``, ``b_o: (d_model,)`` is the output projection. Returns ``(B, T, d_model)``.
     """
-    result = check_against(fn, _reference_mha, _mha_inputs(1))
-    return _with_hints(result, fn, _mha_inputs(2), {
+    return check_against(fn, _reference_mha, _mha_inputs(1), hint_inputs=_mha_inputs(2), hints={
         "your output is single-head attention over all d_model features: split q, k, v into n_heads "
         "heads of d_head = d_model // n_heads before the softmax.":
             lambda *a: _mha_variant(*a, heads=1),
@@ -118,7 +111,7 @@ def check_multi_head_attention(fn: Callable) -> ExerciseResult:
 
 # ----------------------------------------------------------------------------- exercise 3
 def _maps_inputs(gen):
-    H, T = _randint(gen, 1, 4), _randint(gen, 2, 8)
+    H, T = random_int(gen, 1, 4), random_int(gen, 2, 8)
     return (torch.softmax(torch.randn(H, T, T, generator=gen) * 2.0, -1),)  # (H, T, T), rows sum to 1
 
 
@@ -133,8 +126,7 @@ def check_previous_token_score(fn: Callable) -> ExerciseResult:
     weight on key ``i - 1`` (``head_stats.offset_weight(attn, -1)``). A head that always looks one
     token back scores 1.
     """
-    result = check_against(fn, _reference_previous, _maps_inputs)
-    return _with_hints(result, fn, _maps_inputs, {
+    return check_against(fn, _reference_previous, _maps_inputs, hints={
         "you measured the weight on the NEXT token: query i's previous token is key i - 1, the diagonal "
         "just below the main one (attn[i, i-1]; torch.diagonal(attn, offset=-1, dim1=-2, dim2=-1)).":
             lambda a: offset_weight(a, +1),

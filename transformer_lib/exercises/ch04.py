@@ -4,7 +4,7 @@
 2. ``check_rope(fn)``: ``fn(x) -> x`` rotated, ``x: (B, H, T, d_head)``, position t rotated by ``t * theta_i``.
 3. ``check_alibi_bias(fn)``: ``fn(n_heads, t) -> (n_heads, t, t)``, the causal ALiBi bias.
 
-Each compares the reader's function with the library on random inputs (``check_against``);
+Each compares the reader's function with the library on random inputs (``checking.check_against``);
 on a mismatch it also tries the usual slips (sin/cos swapped, wrong frequency, wrong sign...) and
 names the one that matches the reader's output.
 """
@@ -18,18 +18,6 @@ from ..positional import RotaryEmbedding, alibi_bias, alibi_slopes, sinusoidal_t
 from .checking import ExerciseResult, check_against
 
 
-def _add_hint(result: ExerciseResult, reader_fn: Callable, make_inputs: Callable,
-              slips: list[tuple[Callable, str]], atol: float, rtol: float) -> ExerciseResult:
-    """If the reader's output equals a known slip's output on the same inputs, say which slip it is."""
-    if result.passed:
-        return result
-    for slip_fn, hint in slips:
-        slip = check_against(reader_fn, slip_fn, make_inputs, trials=3, atol=atol, rtol=rtol)
-        if slip.passed:
-            return ExerciseResult(False, f"{result.message} Hint: {hint}")
-    return result
-
-
 # ----------------------------------------------------------------------------- 1. sinusoidal table
 def _table_inputs(gen: torch.Generator) -> tuple:
     max_len = int(torch.randint(1, 80, (1,), generator=gen))
@@ -37,7 +25,7 @@ def _table_inputs(gen: torch.Generator) -> tuple:
     return max_len, d_model
 
 
-def _table_slips() -> list[tuple[Callable, str]]:
+def _table_slips() -> dict[str, Callable]:
     def swapped(max_len, d_model):
         t = sinusoidal_table(max_len, d_model)
         return torch.stack((t[:, 1::2], t[:, 0::2]), dim=-1).flatten(1)
@@ -51,16 +39,15 @@ def _table_slips() -> list[tuple[Callable, str]]:
         t = sinusoidal_table(max_len, d_model)
         return torch.cat((t[:, 0::2], t[:, 1::2]), dim=1)
 
-    return [(swapped, "sin and cos are swapped: even dimensions 2i take sin, odd ones 2i+1 take cos."),
-            (exponent_i, "the exponent is 2i/d_model, where 2i is the even dimension (not the pair index i)."),
-            (halves, "the paper interleaves them: dimension 2i is sin, 2i+1 is cos (not all sin then all cos).")]
+    return {"sin and cos are swapped: even dimensions 2i take sin, odd ones 2i+1 take cos.": swapped,
+            "the exponent is 2i/d_model, where 2i is the even dimension (not the pair index i).": exponent_i,
+            "the paper interleaves them: dimension 2i is sin, 2i+1 is cos (not all sin then all cos).": halves}
 
 
 def check_sinusoidal_table(fn: Callable) -> ExerciseResult:
     """``fn(max_len, d_model)`` must return the ``(max_len, d_model)`` table with
     ``PE[pos, 2i] = sin(pos / 10000^(2i/d_model))`` and ``PE[pos, 2i+1] = cos(...)``."""
-    result = check_against(fn, sinusoidal_table, _table_inputs, atol=1e-4, rtol=1e-4)
-    return _add_hint(result, fn, _table_inputs, _table_slips(), atol=1e-4, rtol=1e-4)
+    return check_against(fn, sinusoidal_table, _table_inputs, atol=1e-4, rtol=1e-4, hints=_table_slips())
 
 
 # ----------------------------------------------------------------------------- 2. RoPE
@@ -74,7 +61,7 @@ def _rope_reference(x: torch.Tensor) -> torch.Tensor:
     return RotaryEmbedding(x.shape[-1])(x)
 
 
-def _rope_slips() -> list[tuple[Callable, str]]:
+def _rope_slips() -> dict[str, Callable]:
     def inverse(x):  # rotates by -angle: diag(1, -1) R(a) diag(1, -1) = R(-a)
         flip = torch.tensor([1.0, -1.0], dtype=x.dtype).repeat(x.shape[-1] // 2)
         return _rope_reference(x * flip) * flip
@@ -85,17 +72,16 @@ def _rope_slips() -> list[tuple[Callable, str]]:
         inv = torch.argsort(perm)
         return _rope_reference(x[..., perm])[..., inv]
 
-    return [(inverse, "your rotation goes the wrong way: the pair (x1, x2) becomes "
-                      "(x1 cos - x2 sin, x1 sin + x2 cos)."),
-            (halves, "this chapter pairs neighbouring features (2i, 2i+1); you paired i with i + d_head/2 "
-                     "(the GPT-NeoX layout, also valid but a different convention).")]
+    return {"your rotation goes the wrong way: the pair (x1, x2) becomes (x1 cos - x2 sin, x1 sin + x2 cos).":
+            inverse,
+            "this chapter pairs neighbouring features (2i, 2i+1); you paired i with i + d_head/2 "
+            "(the GPT-NeoX layout, also valid but a different convention).": halves}
 
 
 def check_rope(fn: Callable) -> ExerciseResult:
     """``fn(x)``, ``x: (B, H, T, d_head)``, must rotate each feature pair ``(x[..., 2i], x[..., 2i+1])`` at
     position ``t`` by the angle ``t * 10000^(-2i/d_head)`` (what ``RotaryEmbedding`` does)."""
-    result = check_against(fn, _rope_reference, _rope_inputs, atol=1e-4, rtol=1e-4)
-    return _add_hint(result, fn, _rope_inputs, _rope_slips(), atol=1e-4, rtol=1e-4)
+    return check_against(fn, _rope_reference, _rope_inputs, atol=1e-4, rtol=1e-4, hints=_rope_slips())
 
 
 # ----------------------------------------------------------------------------- 3. ALiBi
@@ -108,7 +94,7 @@ def _alibi_reference(n_heads: int, t: int) -> torch.Tensor:
     return alibi_bias(n_heads, t)
 
 
-def _alibi_slips() -> list[tuple[Callable, str]]:
+def _alibi_slips() -> dict[str, Callable]:
     def positive(n_heads, t):
         return -alibi_bias(n_heads, t)
 
@@ -119,14 +105,13 @@ def _alibi_slips() -> list[tuple[Callable, str]]:
     def reversed_slopes(n_heads, t):
         return alibi_bias(n_heads, t).flip(0)
 
-    return [(positive, "the bias must be negative: -slope * distance, so far keys lose score."),
-            (no_clamp, "keys in the future (j > i) should get 0 here (the causal mask hides them); "
-                       "clamp the distance i - j at 0."),
-            (reversed_slopes, "head 0 gets the steepest slope 2^(-8/n_heads), the last head the gentlest 2^(-8).")]
+    return {"the bias must be negative: -slope * distance, so far keys lose score.": positive,
+            "keys in the future (j > i) should get 0 here (the causal mask hides them); "
+            "clamp the distance i - j at 0.": no_clamp,
+            "head 0 gets the steepest slope 2^(-8/n_heads), the last head the gentlest 2^(-8).": reversed_slopes}
 
 
 def check_alibi_bias(fn: Callable) -> ExerciseResult:
     """``fn(n_heads, t)`` (``n_heads`` a power of two) must return the ``(n_heads, t, t)`` bias
     ``-m_h * max(i - j, 0)`` with slopes ``m_h = 2^(-8 (h + 1) / n_heads)``."""
-    result = check_against(fn, _alibi_reference, _alibi_inputs, atol=1e-6, rtol=1e-5)
-    return _add_hint(result, fn, _alibi_inputs, _alibi_slips(), atol=1e-6, rtol=1e-5)
+    return check_against(fn, _alibi_reference, _alibi_inputs, atol=1e-6, rtol=1e-5, hints=_alibi_slips())

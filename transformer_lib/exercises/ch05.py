@@ -1,7 +1,7 @@
 """Chapter 05 exercises: layer normalization, the position-wise feed-forward network, a residual sub-layer.
 
 Each ``check_*`` runs the reader's function and the library's module on the same random inputs
-(``check_against``) and, when they differ, tries a few common mistakes to say which one it looks like.
+(``checking.check_against``) and, when they differ, tries a few common mistakes to say which one it looks like.
 """
 from __future__ import annotations
 
@@ -10,18 +10,12 @@ from typing import Callable
 import torch
 
 from ..layers import FeedForward, LayerNorm, Residual
-from .ch02 import _with_hints
-from .checking import ExerciseResult, check_against
-
-
-def _randint(gen: torch.Generator, low: int, high: int) -> int:
-    """One int in ``[low, high]``."""
-    return int(torch.randint(low, high + 1, (1,), generator=gen))
+from .checking import ExerciseResult, check_against, random_int
 
 
 # ----------------------------------------------------------------------------- exercise 1
 def _ln_inputs(gen):
-    B, T, d = _randint(gen, 1, 3), _randint(gen, 2, 5), _randint(gen, 4, 12)
+    B, T, d = random_int(gen, 1, 3), random_int(gen, 2, 5), random_int(gen, 4, 12)
     x = torch.randn(B, T, d, generator=gen) * 3 + torch.randn(B, T, 1, generator=gen) * 2  # each row its own offset
     return x, 1 + 0.3 * torch.randn(d, generator=gen), 0.3 * torch.randn(d, generator=gen), 1e-5
 
@@ -44,8 +38,7 @@ def check_layer_norm(fn: Callable) -> ExerciseResult:
     """``fn(x, gamma, beta, eps) -> y``: ``x: (B, T, d)``, ``gamma, beta: (d,)``; normalize each position over
     its ``d`` features (mean 0, variance 1 with the *biased* variance, ``eps`` inside the square root), then
     scale by ``gamma`` and shift by ``beta``. Same as ``transformer_lib.LayerNorm`` and ``F.layer_norm``."""
-    result = check_against(fn, _reference_layer_norm, _ln_inputs, atol=1e-4)
-    return _with_hints(result, fn, _ln_inputs, {
+    return check_against(fn, _reference_layer_norm, _ln_inputs, atol=1e-4, hints={
         "you normalized over the time axis (each feature across positions, like a batch norm over time); "
         "LayerNorm normalizes each position over its own features: use dim=-1.":
             lambda *a: _ln_variant(*a, dim=1),
@@ -59,7 +52,7 @@ def check_layer_norm(fn: Callable) -> ExerciseResult:
 
 # ----------------------------------------------------------------------------- exercise 2
 def _ffn_inputs(gen):
-    B, T, d, f = _randint(gen, 1, 3), _randint(gen, 2, 5), _randint(gen, 3, 8), _randint(gen, 8, 16)
+    B, T, d, f = random_int(gen, 1, 3), random_int(gen, 2, 5), random_int(gen, 3, 8), random_int(gen, 8, 16)
     return (torch.randn(B, T, d, generator=gen), torch.randn(f, d, generator=gen) / d ** 0.5,
             torch.randn(f, generator=gen) * 0.5, torch.randn(d, f, generator=gen) / f ** 0.5,
             torch.randn(d, generator=gen) * 0.5)
@@ -77,8 +70,7 @@ def check_feed_forward(fn: Callable) -> ExerciseResult:
 
     ``x: (B, T, d_model)``, ``w1: (d_ff, d_model)``, ``b1: (d_ff,)``, ``w2: (d_model, d_ff)``, ``b2: (d_model,)``
     (the layout of ``nn.Linear.weight``). Returns ``(B, T, d_model)``."""
-    result = check_against(fn, _reference_ffn, _ffn_inputs)
-    return _with_hints(result, fn, _ffn_inputs, {
+    return check_against(fn, _reference_ffn, _ffn_inputs, hints={
         "there is no non-linearity between the two layers, so the FFN collapses into one linear map: apply "
         "ReLU (torch.relu) to x @ w1.T + b1.":
             lambda x, w1, b1, w2, b2: (x @ w1.T + b1) @ w2.T + b2,
@@ -92,7 +84,7 @@ def check_feed_forward(fn: Callable) -> ExerciseResult:
 # ----------------------------------------------------------------------------- exercise 3
 def _res_inputs(norm_first: bool):
     def make_inputs(gen):
-        B, T, d = _randint(gen, 1, 3), _randint(gen, 2, 5), _randint(gen, 4, 10)
+        B, T, d = random_int(gen, 1, 3), random_int(gen, 2, 5), random_int(gen, 4, 10)
         return (torch.randn(B, T, d, generator=gen) * 2 + 1, torch.randn(d, d, generator=gen) / d ** 0.5,
                 torch.randn(d, generator=gen) * 0.5, norm_first)
     return make_inputs
@@ -115,9 +107,8 @@ def check_residual(fn: Callable) -> ExerciseResult:
     ``norm_first=False`` (post-norm, the 2017 paper): ``LN(x + f(x))``;
     ``norm_first=True`` (pre-norm, GPT-2): ``x + f(LN(x))``. ``x: (B, T, d)``, ``w: (d, d)``, ``b: (d,)``."""
     for norm_first in (False, True):
-        result = check_against(fn, _reference_residual, _res_inputs(norm_first), atol=1e-4)
         name = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
-        hinted = _with_hints(result, fn, _res_inputs(norm_first), {
+        hinted = check_against(fn, _reference_residual, _res_inputs(norm_first), atol=1e-4, hints={
             "pre-norm and post-norm are swapped: post-norm is LN(x + f(x)), pre-norm is x + f(LN(x)).":
                 lambda x, w, b, nf: x + (_ln(x) @ w.T + b) if not nf else _ln(x + x @ w.T + b),
             "the residual (skip) connection is missing: add x back.":

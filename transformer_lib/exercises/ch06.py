@@ -12,29 +12,13 @@ import torch
 
 from ..attention import attention_weights
 from ..masking import causal_mask, padding_mask
-from .ch02 import _with_hints
-from .checking import ExerciseResult, check_against
-
-
-def _randint(gen: torch.Generator, low: int, high: int) -> int:
-    """One int in ``[low, high]``."""
-    return int(torch.randint(low, high + 1, (1,), generator=gen))
-
-
-def _as_bool(fn: Callable) -> Callable:
-    """Wrap a mask function so that a non-bool answer is reported, not silently compared as numbers."""
-    def wrapped(*args):
-        out = fn(*args)
-        if isinstance(out, torch.Tensor) and out.dtype != torch.bool:
-            raise TypeError(f"the mask must be a bool tensor (True = may attend), got dtype {out.dtype}")
-        return out
-    return wrapped
+from .checking import ExerciseResult, check_against, random_int
 
 
 # ----------------------------------------------------------------------------- exercise 1
 def _causal_inputs(gen):
-    t_q = _randint(gen, 1, 6)
-    return t_q, t_q + _randint(gen, 0, 4)  # t_k >= t_q: the last t_q of t_k positions are the queries
+    t_q = random_int(gen, 1, 6)
+    return t_q, t_q + random_int(gen, 0, 4)  # t_k >= t_q: the last t_q of t_k positions are the queries
 
 
 def _ones(t_q, t_k):
@@ -47,27 +31,24 @@ def check_causal_mask(fn: Callable) -> ExerciseResult:
     The queries are the *last* ``t_q`` of the ``t_k`` positions (with a KV cache, ``t_k - t_q`` keys are
     already in the past), so query ``i`` sits at position ``i + t_k - t_q`` and sees keys ``j <= i + t_k - t_q``.
     With ``t_q == t_k`` this is the usual lower-triangular mask."""
-    result = check_against(_as_bool(fn), causal_mask, _causal_inputs)
-    square = lambda gen: (lambda t: (t, t))(_randint(gen, 2, 6))  # noqa: E731
-    hints = {
-        "you aligned the queries with the *start* of the keys: with t_k > t_q (a KV cache) query i is at position "
-        "i + (t_k - t_q), so use .tril(diagonal=t_k - t_q).":
-            lambda t_q, t_k: _ones(t_q, t_k).tril(),
-    }
-    result = _with_hints(result, _as_bool(fn), _causal_inputs, hints)
-    return _with_hints(result, _as_bool(fn), square, {
+    square = lambda gen: (lambda t: (t, t))(random_int(gen, 2, 6))  # noqa: E731
+    # hints are tried on square masks; the last one fits a function that is right there, so right but for t_k > t_q
+    return check_against(fn, causal_mask, _causal_inputs, hint_inputs=square, hints={
         "your mask is inverted (True on the future): in this library True means *may attend*; use tril, not triu.":
             lambda t_q, t_k: _ones(t_q, t_k).triu(diagonal=1),
         "the diagonal is blocked: a position may attend to itself (tril with diagonal=0, not -1).":
             lambda t_q, t_k: _ones(t_q, t_k).tril(diagonal=-1),
         "your mask lets each position see the future (upper triangle): transpose it, or use tril.":
             lambda t_q, t_k: _ones(t_q, t_k).triu(),
+        "you aligned the queries with the *start* of the keys: with t_k > t_q (a KV cache) query i is at position "
+        "i + (t_k - t_q), so use .tril(diagonal=t_k - t_q).":
+            lambda t_q, t_k: _ones(t_q, t_k).tril(),
     })
 
 
 # ----------------------------------------------------------------------------- exercise 2
 def _padded_inputs(gen):
-    B, T = _randint(gen, 2, 4), _randint(gen, 3, 7)
+    B, T = random_int(gen, 2, 4), random_int(gen, 3, 7)
     lengths = torch.randint(1, T + 1, (B,), generator=gen)
     lengths[0] = T  # at least one full row, at least one padded row
     lengths[1] = min(int(lengths[1]), T - 1)
@@ -84,8 +65,7 @@ def check_padded_causal_mask(fn: Callable) -> ExerciseResult:
     Query ``i`` of sequence ``b`` may see key ``j`` when ``j <= i`` (causal) and ``j < lengths[b]`` (a real
     token, not padding). Padded *queries* keep their causal row over the real keys (the loss ignores them
     anyway); blocking them completely leaves rows with nothing to attend to."""
-    result = check_against(_as_bool(fn), _reference_padded_causal, _padded_inputs)
-    return _with_hints(result, _as_bool(fn), _padded_inputs, {
+    return check_against(fn, _reference_padded_causal, _padded_inputs, hints={
         "the padding is not masked: AND the causal mask with a (B, 1, T) key mask, positions < lengths[b].":
             lambda lengths, T: causal_mask(T)[None].expand(len(lengths), T, T),
         "the causal part is missing: AND with torch.ones(T, T, dtype=torch.bool).tril().":
@@ -100,8 +80,8 @@ def check_padded_causal_mask(fn: Callable) -> ExerciseResult:
 
 # ----------------------------------------------------------------------------- exercise 3
 def _softmax_inputs(gen):
-    R, T = _randint(gen, 2, 5), _randint(gen, 2, 6)
-    dtype = (torch.float32, torch.float16, torch.bfloat16)[_randint(gen, 0, 2)]
+    R, T = random_int(gen, 2, 5), random_int(gen, 2, 6)
+    dtype = (torch.float32, torch.float16, torch.bfloat16)[random_int(gen, 0, 2)]
     scores = torch.randn(R, T, generator=gen) * 4 - 20  # negative scores, as after a large key norm
     keep = torch.rand(R, T, generator=gen) < 0.6
     keep[0] = False  # one fully masked row
@@ -121,11 +101,10 @@ def check_masked_softmax(fn: Callable) -> ExerciseResult:
     ``scores: (R, T)`` in fp32, fp16 or bf16; ``keep: (R, T)`` bool. Blocked keys get weight exactly 0; each
     row with at least one kept key sums to 1; a row with no kept key is all zeros (not NaN, not uniform).
     Return the scores' dtype."""
-    result = check_against(fn, _reference_masked_softmax, _softmax_inputs, atol=2e-2, rtol=2e-2)
 
     def fill_softmax(scores, keep, value):
         return torch.softmax(scores.float().masked_fill(~keep, value), -1).to(scores.dtype)
-    return _with_hints(result, fn, _softmax_inputs, {
+    return check_against(fn, _reference_masked_softmax, _softmax_inputs, atol=2e-2, rtol=2e-2, hints={
         "a fully masked row gives NaN: with -inf everywhere the softmax divides 0 by 0. Zero those rows out "
         "afterwards (e.g. torch.nan_to_num, or masked_fill on rows where keep.any(-1) is False).":
             lambda s, k: fill_softmax(s, k, float("-inf")),

@@ -1,7 +1,7 @@
 """Chapter 07 exercises: the size of a KV cache, a top-p (nucleus) filter, greedy decoding with a cache.
 
 Each ``check_*`` runs the reader's function and the library's on the same random inputs
-(``check_against``) and, when they differ, also tries a few common mistakes: if the reader's
+(``checking.check_against``) and, when they differ, also tries a few common mistakes: if the reader's
 function matches one of them, the message says which.
 """
 from __future__ import annotations
@@ -13,33 +13,15 @@ import torch
 from ..generate import filter_logits, generate
 from ..kv_cache import kv_cache_bytes
 from ..models import GPT, GPTConfig, init_weights
-from .ch02 import _with_hints
-from .checking import ExerciseResult, check_against
-
-
-def _randint(gen: torch.Generator, low: int, high: int) -> int:
-    """One int in ``[low, high]``."""
-    return int(torch.randint(low, high + 1, (1,), generator=gen))
+from .checking import ExerciseResult, check_against, random_int
 
 
 # ----------------------------------------------------------------------------- exercise 1
 def _bytes_inputs(gen):
-    n_heads = [4, 8, 16, 32][_randint(gen, 0, 3)]
-    n_kv = [1, 2, n_heads // 2, n_heads][_randint(gen, 0, 3)]
-    return (_randint(gen, 1, 48), n_heads * 16 * _randint(gen, 1, 8), n_heads, n_kv, _randint(gen, 1, 8192),
-            _randint(gen, 1, 8), [1, 2, 4][_randint(gen, 0, 2)])
-
-
-def _as_tensor(fn: Callable) -> Callable:
-    """Call ``fn`` and turn its integer answer into a float64 tensor that ``check_against`` can compare."""
-    def call(*args):
-        out = fn(*args)
-        if isinstance(out, torch.Tensor) and out.numel() == 1:
-            out = out.item()
-        if not isinstance(out, (int, float)):
-            raise TypeError(f"return a number of bytes (an int), got {type(out).__name__}")
-        return torch.tensor(float(out), dtype=torch.float64)
-    return call
+    n_heads = [4, 8, 16, 32][random_int(gen, 0, 3)]
+    n_kv = [1, 2, n_heads // 2, n_heads][random_int(gen, 0, 3)]
+    return (random_int(gen, 1, 48), n_heads * 16 * random_int(gen, 1, 8), n_heads, n_kv, random_int(gen, 1, 8192),
+            random_int(gen, 1, 8), [1, 2, 4][random_int(gen, 0, 2)])
 
 
 def _reference_bytes(n_layers, d_model, n_heads, n_kv_heads, seq_len, batch_size, bytes_per_element):
@@ -52,17 +34,13 @@ def check_cache_bytes(fn: Callable) -> ExerciseResult:
     The bytes a KV cache needs for ``batch_size`` sequences of ``seq_len`` tokens: every layer keeps one key
     and one value vector of ``d_head = d_model // n_heads`` numbers for each of its ``n_kv_heads`` key/value heads.
     """
-    reader, ref = _as_tensor(fn), _as_tensor(_reference_bytes)
-    result = check_against(reader, ref, _bytes_inputs, atol=0.0, rtol=0.0)
-
     def variant(**change):
         def wrong(L, d, H, H_kv, T, B, nb):
             v = dict(L=L, d_head=d // H, H_kv=H_kv, T=T, B=B, nb=nb, kv=2) | change
             v = {k: (f(L, d, H, H_kv, T, B, nb) if callable(f) else f) for k, f in v.items()}
-            return torch.tensor(float(v["kv"] * v["L"] * v["d_head"] * v["H_kv"] * v["T"] * v["B"] * v["nb"]),
-                                dtype=torch.float64)
+            return v["kv"] * v["L"] * v["d_head"] * v["H_kv"] * v["T"] * v["B"] * v["nb"]
         return wrong
-    return _with_hints(result, reader, _bytes_inputs, {
+    return check_against(fn, _reference_bytes, _bytes_inputs, atol=0.0, rtol=0.0, hints={
         "you counted only the keys (or only the values): the cache holds both, a factor of 2.": variant(kv=1),
         "you used n_heads; only the n_kv_heads key/value heads are cached (grouped-query attention shares them "
         "between query heads).": variant(H_kv=lambda L, d, H, H_kv, T, B, nb: H),
@@ -75,17 +53,15 @@ def check_cache_bytes(fn: Callable) -> ExerciseResult:
 
 # ----------------------------------------------------------------------------- exercise 2
 def _top_p_inputs(gen):
-    B, V = _randint(gen, 1, 3), _randint(gen, 5, 12)
+    B, V = random_int(gen, 1, 3), random_int(gen, 5, 12)
     return torch.randn(B, V, generator=gen) * 2, float(torch.empty(1).uniform_(0.3, 0.95, generator=gen))
 
 
 def _probabilities(fn: Callable) -> Callable:
     """Compare filters by the distribution they leave: ``softmax(fn(logits, p))`` (a removed token gets 0)."""
     def call(logits, p):
-        out = fn(logits.clone(), p)
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"return the filtered logits as a tensor, got {type(out).__name__}")
-        return out.float().softmax(-1)
+        out = fn(logits, p)
+        return out.float().softmax(-1) if isinstance(out, torch.Tensor) else out  # check_against explains a non-tensor
     return call
 
 
@@ -109,8 +85,7 @@ def check_top_p(fn: Callable) -> ExerciseResult:
     The check compares ``softmax`` of your result with the library's (``filter_logits(logits, top_p=p)``).
     """
     reader = _probabilities(fn)
-    result = check_against(reader, _probabilities(lambda x, p: filter_logits(x, top_p=p)), _top_p_inputs)
-    return _with_hints(result, reader, _top_p_inputs, {
+    return check_against(reader, _probabilities(lambda x, p: filter_logits(x, top_p=p)), _top_p_inputs, hints={
         "you dropped the token whose probability makes the total reach p; keep it: a token goes only when the "
         "tokens ranked above it already reach p (cumsum - prob >= p).": _probabilities(_top_p_variant(False)),
         "your result is in sorted order: scatter the filtered values back to their token ids "
@@ -143,7 +118,7 @@ def check_cached_greedy(fn: Callable) -> ExerciseResult:
         (args[0] if args else kwargs["idx"]).shape[1]), with_kwargs=True)
 
     def make_inputs(gen):
-        return torch.randint(0, 20, (1, _randint(gen, 2, 6)), generator=gen), _randint(gen, 3, 12)
+        return torch.randint(0, 20, (1, random_int(gen, 2, 6)), generator=gen), random_int(gen, 3, 12)
 
     def reader(prompt, n):
         processed.clear()

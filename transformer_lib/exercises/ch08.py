@@ -1,6 +1,6 @@
 """Chapter 08 exercises: cut a head out of ``qkv``, score heads by weight size, a magnitude-pruning mask.
 
-Each ``check_*`` runs the reader's function and a reference on the same random inputs (``check_against``)
+Each ``check_*`` runs the reader's function and a reference on the same random inputs (``checking.check_against``)
 and, when they differ, tries a few common mistakes: if the reader's function matches one, the message says which.
 """
 from __future__ import annotations
@@ -12,9 +12,7 @@ from torch.nn.utils import prune
 
 from ..multihead import MultiHeadAttention
 from ..pruning import head_weight_norms, prune_attention_heads
-from .ch02 import _with_hints
-from .ch03 import _randint
-from .checking import ExerciseResult, check_against
+from .checking import ExerciseResult, check_against, random_int
 
 
 def _module(w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int) -> MultiHeadAttention:
@@ -29,8 +27,8 @@ def _module(w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int) -> MultiHeadAt
 
 def _heads_inputs(min_heads: int):
     def make_inputs(gen):
-        H, D, d = _randint(gen, min_heads, 5), _randint(gen, 2, 4), _randint(gen, 4, 10)
-        keep = sorted(torch.randperm(H, generator=gen)[:_randint(gen, 1, H - 1)].tolist())
+        H, D, d = random_int(gen, min_heads, 5), random_int(gen, 2, 4), random_int(gen, 4, 10)
+        keep = sorted(torch.randperm(H, generator=gen)[:random_int(gen, 1, H - 1)].tolist())
         return torch.randn(3 * H * D, d, generator=gen), torch.randn(d, H * D, generator=gen), H, keep
     return make_inputs
 
@@ -57,7 +55,6 @@ def check_prune_qkv(fn: Callable) -> ExerciseResult:
     ``(3 * len(keep) * d_head, d_model)``: the kept heads' ``W_Q`` rows, then their ``W_K`` rows, then their
     ``W_V`` rows (the layout of a ``MultiHeadAttention`` with ``len(keep)`` heads).
     """
-    result = check_against(fn, _reference_rows, _qkv_inputs(2))
 
     def interleaved(w, keep, H):  # as if each head owned one contiguous block of 3 * d_head rows
         return w.view(H, -1, w.shape[1])[keep].flatten(0, 1)
@@ -68,7 +65,7 @@ def check_prune_qkv(fn: Callable) -> ExerciseResult:
     def queries_only(w, keep, H):
         D = w.shape[0] // (3 * H)
         return torch.cat([w[h * D:(h + 1) * D] for h in keep])
-    return _with_hints(result, fn, _qkv_inputs(2), {
+    return check_against(fn, _reference_rows, _qkv_inputs(2), hints={
         "you treated each head as one block of 3 * d_head rows; the matrix is three blocks [W_Q; W_K; W_V] "
         "of n_heads * d_head rows each, and head h owns rows h*d_head:(h+1)*d_head of EACH block.": interleaved,
         "you returned the rows of the heads NOT in keep: keep lists the heads that stay.": removed,
@@ -94,7 +91,6 @@ def check_head_weight_norms(fn: Callable) -> ExerciseResult:
     Head ``h``'s weights are its ``d_head`` rows in each of the three blocks and its ``d_head`` columns of ``W_O``:
     ``sqrt(sum of their squares)`` (``pruning.head_weight_norms``).
     """
-    result = check_against(fn, _reference_norms, _norm_inputs)
 
     def no_out(w_qkv, w_o, H):
         return _reference_norms(w_qkv, torch.zeros_like(w_o), H)
@@ -104,7 +100,7 @@ def check_head_weight_norms(fn: Callable) -> ExerciseResult:
         blocks = w_qkv.view(3, H, D, -1)
         out_cols = w_o.view(-1, H, D).transpose(0, 1).flatten(1)  # (H, d_model * d_head)
         return sum(blocks[i].flatten(1).norm(dim=1) for i in range(3)) + out_cols.norm(dim=1)
-    return _with_hints(result, fn, _norm_inputs, {
+    return check_against(fn, _reference_norms, _norm_inputs, hints={
         "you left out W_O: a head's output projection is part of it (its d_head columns of w_o).": no_out,
         "you added the norms of the four pieces; the norm of all the weights together is the square root of "
         "the SUM OF SQUARES of every entry.": sum_of_norms,
@@ -113,8 +109,8 @@ def check_head_weight_norms(fn: Callable) -> ExerciseResult:
 
 # ----------------------------------------------------------------------------- exercise 3
 def _mask_inputs(gen):
-    rows, cols = _randint(gen, 2, 8), 4 * _randint(gen, 1, 2)  # amount * numel is a whole number
-    amount = [0.25, 0.5, 0.75][_randint(gen, 0, 2)]
+    rows, cols = random_int(gen, 2, 8), 4 * random_int(gen, 1, 2)  # amount * numel is a whole number
+    amount = [0.25, 0.5, 0.75][random_int(gen, 0, 2)]
     return torch.randn(rows, cols, generator=gen), amount
 
 
@@ -133,8 +129,7 @@ def check_magnitude_mask(fn: Callable) -> ExerciseResult:
     """``fn(w, amount) -> keep``: boolean mask of ``w``'s shape, False on the ``amount * w.numel()`` entries
     with the smallest absolute value, True elsewhere (the mask of ``torch.nn.utils.prune.l1_unstructured``).
     """
-    result = check_against(fn, _reference_mask, _mask_inputs)
-    return _with_hints(result, fn, _mask_inputs, {
+    return check_against(fn, _reference_mask, _mask_inputs, hints={
         "you removed the LARGEST weights: magnitude pruning drops the smallest |w| and keeps the big ones.":
             lambda w, a: _drop_top(w.abs(), round(a * w.numel())),
         "you ranked the signed values, so large negative weights were removed; rank by |w|.":

@@ -1,8 +1,8 @@
 """Chapter 09 exercises: absmax int8 codes per row, group-wise int4 round trip, packing two int4 codes per byte.
 
 Each ``check_*`` runs the reader's function and the library's (``quantization.py``) on the same random inputs
-(``check_against``), checks the returned dtype, and when they differ tries the usual mistakes: if the reader's
-function matches one, the message names it.
+(``checking.check_against``, which also wants the library's dtype: int8 codes, uint8 packed bytes), and when
+they differ tries the usual mistakes: if the reader's function matches one, the message names it.
 """
 from __future__ import annotations
 
@@ -12,32 +12,6 @@ import torch
 
 from ..quantization import fake_quantize, pack_int4, quantize
 from .checking import ExerciseResult, check_against
-
-
-def _with_hints(result: ExerciseResult, fn: Callable, make_inputs: Callable,
-                mistakes: dict[str, Callable]) -> ExerciseResult:
-    """If ``result`` failed and ``fn`` agrees with a known wrong variant, append that variant's hint."""
-    if result:
-        return result
-    for hint, wrong in mistakes.items():
-        try:
-            same = check_against(fn, wrong, make_inputs, trials=3, atol=1e-6, rtol=1e-5)
-        except Exception:  # a variant that cannot run on these inputs is no hint
-            continue
-        if same:
-            return ExerciseResult(False, f"{result.message} Hint: {hint}")
-    return result
-
-
-def _check_dtype(result: ExerciseResult, fn: Callable, make_inputs: Callable, dtype: torch.dtype) -> ExerciseResult:
-    """A passing ``result`` still fails if ``fn`` returns the right numbers in the wrong dtype."""
-    if not result:
-        return result
-    got = fn(*make_inputs(torch.Generator().manual_seed(0)))
-    if got.dtype != dtype:
-        return ExerciseResult(False, f"the values are right but your function returned dtype {got.dtype}; "
-                              f"expected {dtype} (the point is to store small integers).")
-    return result
 
 
 def _weights(gen: torch.Generator, K_choices=(8, 16, 32, 64)) -> torch.Tensor:
@@ -62,8 +36,7 @@ def check_absmax_int8(fn: Callable) -> ExerciseResult:
     def make_inputs(gen):
         return (_weights(gen),)
 
-    result = check_against(fn, _absmax_codes, make_inputs, atol=0, rtol=0)
-    result = _with_hints(result, fn, make_inputs, {
+    return check_against(fn, _absmax_codes, make_inputs, atol=0, rtol=0, hints={
         "one scale for the whole matrix: compute max|w| per row (dim=1, keepdim=True).":
             lambda w: torch.round(w / (w.abs().max() / 127)).to(torch.int8),
         "the codes are truncated toward zero: .to(torch.int8) drops the fraction, call torch.round first.":
@@ -73,7 +46,6 @@ def check_absmax_int8(fn: Callable) -> ExerciseResult:
         "the scale uses 255 (the whole int8 range): absmax maps [-max, max] onto [-127, 127], so divide max by 127.":
             lambda w: torch.round(w / (w.abs().amax(1, keepdim=True) / 255)).clamp(-128, 127).to(torch.int8),
     })
-    return _check_dtype(result, fn, make_inputs, torch.int8)
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -91,8 +63,7 @@ def check_int4_group_round_trip(fn: Callable) -> ExerciseResult:
         w = _weights(gen, K_choices=(16, 32, 64))
         return w, (4, 8, 16)[int(torch.randint(3, (1,), generator=gen))]
 
-    result = check_against(fn, _int4_groups, make_inputs, atol=1e-6, rtol=1e-5)
-    return _with_hints(result, fn, make_inputs, {
+    return check_against(fn, _int4_groups, make_inputs, atol=1e-6, rtol=1e-5, hints={
         "you used one scale per row: reshape each row into (K // group_size, group_size) and take the max of "
         "each group.": lambda w, g: fake_quantize(w, 4, True, "channel"),
         "you divided by 8 (or 15): symmetric int4 uses the codes -7..7, so the scale is max|group| / 7.":
@@ -119,11 +90,9 @@ def check_pack_int4(fn: Callable) -> ExerciseResult:
         N, half = (int(n) for n in torch.randint(1, 9, (2,), generator=gen))
         return (torch.randint(-8, 8, (N, 2 * half), generator=gen).to(torch.int8),)
 
-    result = check_against(fn, pack_int4, make_inputs, atol=0, rtol=0)
-    result = _with_hints(result, fn, make_inputs, {
+    return check_against(fn, pack_int4, make_inputs, atol=0, rtol=0, hints={
         "the nibbles are swapped: element 2i goes into the LOW 4 bits, element 2i + 1 into the high 4 bits.":
             lambda q: pack_int4(torch.stack([q[:, 1::2], q[:, 0::2]], -1).flatten(-2)),
         "negative codes spill into the other nibble: keep only their low 4 bits (q & 0xF) before shifting.":
             lambda q: ((q[:, 0::2].to(torch.int16) | (q[:, 1::2].to(torch.int16) << 4)) & 0xFF).to(torch.uint8),
     })
-    return _check_dtype(result, fn, make_inputs, torch.uint8)

@@ -5,6 +5,7 @@ head of a trained encoder (``head_queries_keys``), recompute the weights with th
 ``attention_weights`` at any temperature ``T``, and show each setting as a heatmap with the entropy of
 every row in its caption (``temperature_frame``). ``temperature_slider`` precomputes the frames (works in
 the static book); ``temperature_live_view`` recomputes them for any sentence, layer and head (needs a kernel).
+The statistics (entropy in bits, weight on a neighbouring token) live in ``head_stats``.
 """
 from __future__ import annotations
 
@@ -16,36 +17,9 @@ import matplotlib.pyplot as plt
 import torch
 
 from ..attention import attention_weights
+from ..head_stats import entropy_bits
 from .plots import plot_attention
 from .widgets import frame_slider, live_view
-
-
-def attention_entropy(weights: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Shannon entropy in bits of each distribution along ``dim``: ``-sum p log2 p`` (``0 log 0 = 0``).
-
-    ``weights: (..., Tq, Tk)`` -> ``(..., Tq)``. 0 bits: all weight on one key (one-hot);
-    ``log2(Tk)`` bits: spread evenly over ``Tk`` keys.
-    """
-    if not torch.is_floating_point(weights):
-        raise ValueError(f"weights must be a floating-point tensor, got dtype {weights.dtype}")
-    p = weights.float()
-    return -torch.special.xlogy(p, p).sum(dim) / math.log(2.0)
-
-
-def neighbour_weight(attentions: torch.Tensor, offset: int) -> torch.Tensor:
-    """Mean weight each word piece puts on the piece ``offset`` places away (``-1`` previous, ``+1`` next).
-
-    ``attentions: (..., T, T)`` for one sentence with ``[CLS]`` first and ``[SEP]`` last; only pairs
-    of real word pieces count (both ends inside ``1 .. T-2``). Returns ``(...)``, e.g. ``(n_layers, n_heads)``.
-    """
-    T = attentions.shape[-1]
-    if attentions.dim() < 2 or attentions.shape[-2] != T:
-        raise ValueError(f"attentions must be (..., T, T), got shape {tuple(attentions.shape)}")
-    if offset == 0 or T - 2 <= abs(offset):
-        raise ValueError(f"offset must be non-zero and |offset| < T - 2 = {T - 2} word pieces, got offset={offset}")
-    queries = torch.arange(1, T - 1)
-    queries = queries[(queries + offset >= 1) & (queries + offset <= T - 2)]
-    return attentions[..., queries, queries + offset].mean(-1)
 
 
 @torch.no_grad()
@@ -75,7 +49,7 @@ def temperature_frame(q: torch.Tensor, k: torch.Tensor, tokens: Sequence[str], t
     ``q: (Tq, D)``, ``k: (Tk, D)``. Returns ``(figure, caption_html)`` as ``frame_slider`` expects.
     """
     w = attention_weights(q, k, temperature=temperature).float().cpu()  # (Tq, Tk)
-    ent = attention_entropy(w)  # (Tq,)
+    ent = entropy_bits(w)  # (Tq,)
     fig, ax = plt.subplots(figsize=figsize)
     plot_attention(w, list(tokens), list(tokens), ax=ax, title=f"{title} T = {temperature:g}".strip(),
                    colorbar=False)  # the weights are written in the cells; colours share one scale, 0 to 1

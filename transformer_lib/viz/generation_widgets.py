@@ -9,7 +9,6 @@ attends over them. ``generation_slider`` turns the steps into precomputed frames
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from ..generate import filter_logits, sample_next
+from ..head_stats import entropy_bits
 from ..kv_cache import DynamicCache, kv_cache_bytes
 from .widgets import frame_slider
 
@@ -146,11 +146,6 @@ def sampling_distribution(logits: torch.Tensor, setting: Sampling) -> torch.Tens
     return filter_logits(logits.float()[None] / setting.temperature, setting.top_k, setting.top_p)[0].softmax(-1)
 
 
-def entropy_bits(p: torch.Tensor) -> float:
-    """``-sum p log2 p`` (0 log 0 = 0)."""
-    return float(-torch.special.xlogy(p, p).sum() / math.log(2.0))
-
-
 def sampling_frame(logits: torch.Tensor, vocab: Sequence[str], setting: Sampling, sample: str, context: str,
                    n_show: int = 20):
     """Bars: the top ``n_show`` tokens of ``softmax(logits)``, as reshaped by ``setting``; caption: a sample.
@@ -174,8 +169,8 @@ def sampling_frame(logits: torch.Tensor, vocab: Sequence[str], setting: Sampling
     ax.legend(fontsize=8, loc="upper right")
     kept = int((p > 0).sum())
     caption = (f"<div style='max-width:620px;font-size:90%'><b>{html.escape(str(setting))}</b>: {kept} of "
-               f"{len(vocab)} tokens can be drawn; entropy {entropy_bits(p):.2f} bits (the model's own: "
-               f"{entropy_bits(base):.2f}). A sample with this setting (seed 0):"
+               f"{len(vocab)} tokens can be drawn; entropy {float(entropy_bits(p)):.2f} bits (the model's own: "
+               f"{float(entropy_bits(base)):.2f}). A sample with this setting (seed 0):"
                f"<pre style='white-space:pre-wrap;margin:2px 0'>{html.escape(context)}<b>{html.escape(sample)}</b>"
                "</pre></div>")
     return fig, caption

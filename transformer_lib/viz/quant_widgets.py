@@ -14,17 +14,13 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 
+from ..quant_storage import bits_per_weight
 from ..quantization import int_range, quantize
 from .widgets import WIDE, figure_to_png
 
 
 def _setting_name(bits: int, group_size: int | None) -> str:
     return f"int{bits}, " + ("one scale per row" if group_size is None else f"groups of {group_size}")
-
-
-def bits_per_weight(bits: int, group_size: int | None, row_length: int, scale_bits: int = 16) -> float:
-    """Storage cost of one weight: its code plus its share of the group's float16 scale."""
-    return bits + scale_bits / (row_length if group_size is None else group_size)
 
 
 @torch.no_grad()
@@ -80,10 +76,10 @@ def grid_frame(w: torch.Tensor, bits: int, group_size: int | None, row: int | No
     fig.tight_layout()
 
     rel = (err.pow(2).mean().sqrt() / w.pow(2).mean().sqrt()).item()
-    caption = (f"<b>{_setting_name(bits, group_size)}</b>: {bits_per_weight(bits, group_size, K):.2f} bits per "
-               f"weight; whole matrix: RMS error {100 * rel:.2f}% of the RMS weight, largest error "
-               f"{err.max().item():.2e}; in row {row} the grid step ranges from {scales.min():.2e} to "
-               f"{scales.max():.2e}.")
+    cost = bits_per_weight(bits, w.shape, gran, group_size)  # code + share of a float16 scale
+    caption = (f"<b>{_setting_name(bits, group_size)}</b>: {cost:.2f} bits per weight; whole matrix: RMS error "
+               f"{100 * rel:.2f}% of the RMS weight, largest error {err.max().item():.2e}; "
+               f"in row {row} the grid step ranges from {scales.min():.2e} to {scales.max():.2e}.")
     return fig, caption
 
 

@@ -1,0 +1,45 @@
+"""What quantized weights cost to store: bits per weight, the code plus its share of a scale.
+
+A ``b``-bit code per weight, and one ``scale_bits``-bit scale (float16: 16 bits) per run of weights that share it:
+the whole tensor (``"tensor"``), one output row of ``K`` weights (``"channel"``) or ``group_size`` weights
+(``"group"``), the granularities of ``quantization.quantize``. Stored weights cost
+``bits + scale_bits / weights_per_scale`` bits each: int4 in groups of 32 with float16 scales is 4.5 bits.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .quantization import GRANULARITIES
+
+
+def weights_per_scale(shape: Sequence[int], granularity: str, group_size: int | None = None) -> int:
+    """How many weights of a ``shape = (..., K)`` tensor share one scale at ``granularity``."""
+    shape = tuple(shape)
+    if not shape or any(not isinstance(n, int) or n < 1 for n in shape):
+        raise ValueError(f"shape must be a non-empty sequence of positive ints (..., K), got {shape}")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    if granularity == "tensor":
+        return math.prod(shape)
+    K = shape[-1]
+    if granularity == "channel":
+        return K
+    if not isinstance(group_size, int) or group_size < 1 or K % group_size != 0:
+        raise ValueError(f"group_size must be a positive int dividing the last dimension K={K}, got {group_size!r}")
+    return group_size
+
+
+def bits_per_weight(bits: int, shape: Sequence[int], granularity: str = "channel", group_size: int | None = None,
+                    scale_bits: int = 16) -> float:
+    """Storage per weight in bits: the ``bits``-bit code plus its share of one ``scale_bits``-bit scale.
+
+    ``shape``: the weight's shape ``(..., K)`` (``(out, in)`` for a linear layer); ``granularity`` and
+    ``group_size`` as in ``quantization.quantize``. Absmax has no zero point; for zero-point quantization add the
+    zero point's bits to ``scale_bits``.
+    """
+    if not isinstance(bits, int) or isinstance(bits, bool) or bits < 1:
+        raise ValueError(f"bits must be a positive int, got {bits!r}")
+    if not isinstance(scale_bits, int) or isinstance(scale_bits, bool) or scale_bits < 0:
+        raise ValueError(f"scale_bits must be a non-negative int, got {scale_bits!r}")
+    return bits + scale_bits / weights_per_scale(shape, granularity, group_size)
