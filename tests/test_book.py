@@ -366,3 +366,15 @@ def test_make_test_is_the_fast_loop_and_test_all_adds_the_rest():
     assert "$(PYTEST);" in recipes["test-all"] and "-m " not in recipes["test-all"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert ci.index("make test-all") < ci.index("make book") and "REQUIRE_BROWSER=1" in ci
+
+
+def test_make_book_without_npm_says_what_to_install(monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("vendor_static", ROOT / "tools" / "vendor_static.py")
+    vendor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vendor)
+    monkeypatch.setattr(vendor, "up_to_date", lambda: False)
+    monkeypatch.setenv("PATH", str(ROOT / "no-such-folder"))
+    monkeypatch.setattr(vendor, "install", lambda: pytest.fail("tried to install without npm"))
+    assert vendor.main([]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "install Node.js, which includes npm" in err, err
