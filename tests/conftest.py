@@ -29,11 +29,16 @@ requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 
 
 def pytest_collection_modifyitems(config, items):
-    if HAS_CUDA:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (marked @pytest.mark.cuda)")
-    for item in items:
-        if item.get_closest_marker("cuda") is not None:
+    if not HAS_CUDA:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (marked @pytest.mark.cuda)")
+        for item in items:
+            if item.get_closest_marker("cuda") is not None:
+                item.add_marker(skip)
+    browser_items = [item for item in items if item.get_closest_marker("browser") is not None]
+    if browser_items and os.environ.get("REQUIRE_BROWSER") != "1" and find_browser() is None:
+        # a skip mark (not only the fixture's skip) so that `-rs` folds them into one line per file
+        skip = pytest.mark.skip(reason=f"no Chromium or Chrome found: {BROWSER_HELP}")
+        for item in browser_items:
             item.add_marker(skip)
 
 
