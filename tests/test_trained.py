@@ -94,6 +94,7 @@ def test_loaders_return_fresh_models_each_call():
     assert b.tok_emb.weight.abs().sum() > 0
 
 
+@pytest.mark.slow  # greedy and beam-4 decoding of the whole test set: about 10 s on 2 cores
 def test_date_translator_reaches_its_recorded_accuracy():
     model, src_tok, tgt_tok = load_date_translator(device="cpu")
     info = checkpoint_info("date_translator")
