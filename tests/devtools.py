@@ -11,8 +11,10 @@ import base64
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -57,9 +59,13 @@ class Chromium:
                 raise RuntimeError(f"{executable} did not open its DevTools port")
             time.sleep(0.1)
         port = int(port_file.read_text().split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+        no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never via a proxy
+        with no_proxy.open(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
             page = next(t for t in json.load(r) if t["type"] == "page")
-        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], suppress_origin=True, timeout=60)
+        # our own socket to the loopback address: websocket-client would send it through an http_proxy of the env
+        ws_url = page["webSocketDebuggerUrl"]
+        sock = socket.create_connection((urllib.parse.urlsplit(ws_url).hostname, port), timeout=60)
+        self.ws = websocket.create_connection(ws_url, suppress_origin=True, timeout=60, socket=sock)
         self.events: list[dict] = []
         self._id = 0
 

@@ -43,6 +43,9 @@ RUN_ALL_TIMEOUT_S = 240
 REDRAW_TIMEOUT_S = 60
 
 
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 never goes through a proxy
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,7 +54,7 @@ def _free_port() -> int:
 
 def _api(base: str, path: str, token: str, method: str = "GET"):
     request = urllib.request.Request(f"{base}{path}", method=method, headers={"Authorization": f"token {token}"})
-    with urllib.request.urlopen(request, timeout=10) as r:
+    with _NO_PROXY.open(request, timeout=10) as r:
         body = r.read()
     return json.loads(body) if body else None
 
