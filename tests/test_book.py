@@ -378,3 +378,25 @@ def test_make_book_without_npm_says_what_to_install(monkeypatch, capsys):
     assert vendor.main([]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "install Node.js, which includes npm" in err, err
+
+
+# ------------------------------------------- tests/devtools.py: the browser tests find a browser wherever it is
+
+def test_find_browser_looks_at_chrome_then_path(tmp_path):
+    from devtools import BROWSER_COMMANDS, MACOS_APPS, find_browser
+
+    def executable(name: str) -> Path:
+        path = tmp_path / name
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return path
+
+    assert find_browser({"PATH": str(tmp_path / "empty")}) in (None, *map(Path, MACOS_APPS))  # none on PATH
+    for name in reversed(BROWSER_COMMANDS):  # each name is found; the earlier in the list wins
+        found = executable(name)
+        assert find_browser({"PATH": str(tmp_path)}) == found
+    custom = executable("my-chrome")
+    assert find_browser({"PATH": str(tmp_path), "CHROME": str(custom)}) == custom
+    assert find_browser({"PATH": str(tmp_path), "CHROME": str(tmp_path / "missing")}) is None  # a wrong CHROME
+    (tmp_path / "not-executable").write_text("")
+    assert find_browser({"PATH": "", "CHROME": str(tmp_path / "not-executable")}) is None
