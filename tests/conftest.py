@@ -5,9 +5,20 @@
 * Every test starts from the same torch seed, so a failure reproduces.
 * ``make_cache`` gives a minimal object with the library's KV-cache protocol.
 * Torch runs on one thread (see below).
+* ``browser_path``: the Chromium or Chrome the browser tests drive (see ``devtools.find_browser``); skipped with
+  one line saying how to enable them when there is none, a failure instead when ``REQUIRE_BROWSER=1`` (CI).
+* Each notebook executed by nbval (``make test``) must finish within ``NOTEBOOK_BUDGET_S`` (house rule 7): the
+  durations of its cells (kernel start and stop included) are summed, printed at the end of the session, and one
+  over the budget fails the session (exit status 1) with a line naming it.
 """
+import os
+from collections import defaultdict
+from pathlib import Path
+
 import pytest
 import torch
+
+from devtools import BROWSER_HELP, find_browser
 
 # The tests use tiny tensors, which gain nothing from intra-op threads; on a busy 2-core machine two threads
 # spinning against other processes made them ~6x slower. One thread keeps the suite fast everywhere.
@@ -18,12 +29,70 @@ requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 
 
 def pytest_collection_modifyitems(config, items):
-    if HAS_CUDA:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (marked @pytest.mark.cuda)")
-    for item in items:
-        if item.get_closest_marker("cuda") is not None:
+    if not HAS_CUDA:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (marked @pytest.mark.cuda)")
+        for item in items:
+            if item.get_closest_marker("cuda") is not None:
+                item.add_marker(skip)
+    browser_items = [item for item in items if item.get_closest_marker("browser") is not None]
+    if browser_items and os.environ.get("REQUIRE_BROWSER") != "1" and find_browser() is None:
+        # a skip mark (not only the fixture's skip) so that `-rs` folds them into one line per file
+        skip = pytest.mark.skip(reason=f"no Chromium or Chrome found: {BROWSER_HELP}")
+        for item in browser_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def browser_path() -> Path:
+    """The browser for the tests marked ``browser``; skip (or fail, with ``REQUIRE_BROWSER=1``) without one."""
+    path = find_browser()
+    if path is None:
+        message = f"no Chromium or Chrome found: {BROWSER_HELP}"
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail(f"REQUIRE_BROWSER=1 but {message}")
+        pytest.skip(message)
+    return path
+
+
+# house rule 7: each notebook executes in about 90 s or less on 2 CPU cores (the variable exists to see it fail)
+NOTEBOOK_BUDGET_S = float(os.environ.get("NOTEBOOK_BUDGET_S", 90))
+
+
+class NotebookBudget:
+    """Sums the time of every nbval item (a notebook cell; setup/call/teardown, so the kernel's start and stop are
+    counted) per notebook; at the end, prints the totals and fails the session when one is over ``budget_s``."""
+
+    def __init__(self, budget_s: float = NOTEBOOK_BUDGET_S):
+        self.budget_s = budget_s
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report):
+        path = report.nodeid.split("::", 1)[0]
+        if path.endswith(".ipynb"):
+            self.seconds[path] += report.duration
+
+    def over_budget(self) -> dict[str, float]:
+        return {nb: s for nb, s in self.seconds.items() if s > self.budget_s}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session):
+        if self.over_budget() and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.seconds:
+            return
+        terminalreporter.section(f"notebook times (budget {self.budget_s:.0f} s each)")
+        for nb, s in sorted(self.seconds.items()):
+            terminalreporter.write_line(f"{s:7.1f} s  {nb}")
+        for nb, s in sorted(self.over_budget().items()):
+            terminalreporter.write_line(f"FAILED: {nb} took {s:.1f} s, over the {self.budget_s:.0f} s budget of a "
+                                        "notebook (house rule 7)", red=True, bold=True)
+
+
+def pytest_configure(config):
+    # Registered as a plugin (not hooks of this conftest), so that it sees the items under notebooks/ too.
+    config.pluginmanager.register(NotebookBudget(), "notebook-budget")
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,6 @@ import importlib.util
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 from queue import Empty
 
@@ -224,13 +223,14 @@ def _book_fixes():
 
 
 def test_sliced_get_msg_keeps_jupyter_clients_contract():
-    """Real ZeroMQ asyncio sockets: a queued message is returned, a missing one raises Empty on time."""
+    """Real ZeroMQ asyncio sockets: a queued message is returned, a missing one raises Empty, and with no timeout
+    a message that comes after several slices is still returned."""
     import zmq
     import zmq.asyncio
     from jupyter_client.channels import AsyncZMQSocketChannel
     from jupyter_client.session import Session
 
-    get_msg = _book_fixes().get_msg
+    fixes = _book_fixes()
 
     async def scenario():
         ctx = zmq.asyncio.Context()
@@ -240,40 +240,45 @@ def test_sliced_get_msg_keeps_jupyter_clients_contract():
         session = Session()
         channel = AsyncZMQSocketChannel(b, session)
         try:
-            t0 = time.monotonic()
             with pytest.raises(Empty):
-                await get_msg(channel, timeout=1.2)
-            waited = time.monotonic() - t0
+                await fixes.get_msg(channel, timeout=0.3)
+            session.send(a, "status", {"execution_state": "idle"})
+            queued = await fixes.get_msg(channel, timeout=1)
             loop = asyncio.get_running_loop()
-            loop.call_later(0.8, lambda: session.send(a, "execute_reply", {"status": "ok"}))
-            t0 = time.monotonic()
-            msg = await get_msg(channel, timeout=None)  # waits across slices until the message comes
-            late = time.monotonic() - t0
-            return waited, msg["msg_type"], late
+            loop.call_later(2.5 * fixes.SLICE_S, lambda: session.send(a, "execute_reply", {"status": "ok"}))
+            late = await fixes.get_msg(channel, timeout=None)  # waits across slices until the message comes
+            return queued["msg_type"], late["msg_type"], late["content"]
         finally:
             a.close(0)
             b.close(0)
             ctx.term()
 
-    waited, msg_type, late = asyncio.run(scenario())
-    assert 1.15 <= waited < 1.2 + 0.5
-    assert msg_type == "execute_reply" and 0.75 <= late < 1.5
+    assert asyncio.run(scenario()) == ("status", "execute_reply", {"status": "ok"})
 
 
-def test_a_lost_wake_up_costs_at_most_one_slice():
-    """A socket whose poll is never woken early (the stall's cause): the reply is still seen in ~SLICE_S."""
+class _FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class _DeafSocket:
+    """``poll(t)`` lets the fake clock run the full ``t`` and only then looks: every wake-up during a wait is lost
+    (the stall's cause). Records each poll's timeout in ms."""
+
+    def __init__(self, clock: _FakeClock, arrives_at: float):
+        self.clock, self.arrives_at, self.polls = clock, arrives_at, []
+
+    async def poll(self, timeout_ms=None):
+        self.polls.append(timeout_ms)
+        self.clock.now += timeout_ms / 1000
+        return 1 if self.clock.now >= self.arrives_at else 0
+
+
+def _deaf_channel(clock: _FakeClock, arrives_at: float):
     from jupyter_client.channels import AsyncZMQSocketChannel
-
-    fixes = _book_fixes()
-
-    class DeafSocket:
-        """poll(t) sleeps the full t and only then looks: every wake-up during the wait is lost."""
-        def __init__(self, arrives_at):
-            self.arrives_at = arrives_at
-
-        async def poll(self, timeout_ms=None):
-            await asyncio.sleep((timeout_ms or 0) / 1000)
-            return 1 if time.monotonic() >= self.arrives_at else 0
 
     class Channel(AsyncZMQSocketChannel):
         def __init__(self, socket):
@@ -282,15 +287,116 @@ def test_a_lost_wake_up_costs_at_most_one_slice():
         async def _recv(self, **kwargs):
             return {"msg_type": "execute_reply"}
 
-    async def wait(get_msg, timeout):
-        channel = Channel(DeafSocket(time.monotonic() + 0.2))
-        t0 = time.monotonic()
-        msg = await get_msg(channel, timeout=timeout)
-        return msg["msg_type"], time.monotonic() - t0
+    return Channel(_DeafSocket(clock, arrives_at))
 
-    msg_type, took = asyncio.run(wait(fixes.get_msg, timeout=240))
-    assert msg_type == "execute_reply" and took < 0.2 + fixes.SLICE_S + 0.3
-    # the unpatched method on the same socket waits the whole timeout (3 s here, 240 s in the build)
+
+def test_a_lost_wake_up_costs_at_most_one_slice(monkeypatch):
+    """On a socket that loses every wake-up, the patched get_msg sees a reply at most one slice late, keeps the
+    total wait and the Empty at the deadline, where the unpatched one waits the whole timeout (a fake clock: the
+    durations are exact, nothing is timed)."""
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    fixes = _book_fixes()
+    clock = _FakeClock()
+    monkeypatch.setattr(fixes, "time", clock)
+    slice_ms = int(fixes.SLICE_S * 1000)
+
+    channel = _deaf_channel(clock, arrives_at=0.2)  # a reply 0.2 s in, the build's 240 s timeout
+    assert asyncio.run(fixes.get_msg(channel, timeout=240))["msg_type"] == "execute_reply"
+    assert channel.socket.polls == [slice_ms] and clock.now <= 0.2 + fixes.SLICE_S
+
+    clock.now = 0.0
+    channel = _deaf_channel(clock, arrives_at=2.2)  # waiting for output: no timeout
+    assert asyncio.run(fixes.get_msg(channel, timeout=None))["msg_type"] == "execute_reply"
+    assert set(channel.socket.polls) == {slice_ms} and 2.2 <= clock.now <= 2.2 + fixes.SLICE_S
+
+    clock.now = 0.0
+    channel = _deaf_channel(clock, arrives_at=float("inf"))  # nothing comes: Empty at the deadline, not later
+    with pytest.raises(Empty):
+        asyncio.run(fixes.get_msg(channel, timeout=1.2))
+    polls = channel.socket.polls  # the same total wait, in slices (the last one rounded down to whole ms)
+    assert polls[:2] == [slice_ms, slice_ms] and len(polls) == 3 and 1200 - 1 <= sum(polls) <= 1200
+
+    # the unpatched method on the same socket waits the whole timeout for a reply that came 0.2 s in
     assert AsyncZMQSocketChannel.get_msg is not fixes.get_msg, "jupyter_client is already patched here"
-    msg_type, took = asyncio.run(wait(AsyncZMQSocketChannel.get_msg, timeout=3))
-    assert msg_type == "execute_reply" and took >= 3
+    clock.now = 0.0
+    channel = _deaf_channel(clock, arrives_at=0.2)
+    assert asyncio.run(AsyncZMQSocketChannel.get_msg(channel, timeout=3))["msg_type"] == "execute_reply"
+    assert channel.socket.polls == [3000] and clock.now == 3.0
+
+
+# ------------------------------------------- tests/conftest.py: each notebook within its time budget
+
+def test_a_notebook_over_its_budget_fails_the_session():
+    """The plugin that ``make test`` runs: nbval items' durations are summed per notebook (all three phases);
+    over the budget, a passing session's exit status becomes TESTS_FAILED; other files are not counted."""
+    from types import SimpleNamespace
+
+    from conftest import NotebookBudget
+
+    budget = NotebookBudget(budget_s=90)
+    reports = [("notebooks/01_a.ipynb::Cell 0", 30.0), ("notebooks/01_a.ipynb::Cell 0", 0.5),
+               ("notebooks/01_a.ipynb::Cell 1", 59.0), ("notebooks/02_b.ipynb::Cell 0", 89.0),
+               ("tests/test_x.py::test_slow", 500.0)]
+    for nodeid, seconds in reports:
+        budget.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=seconds))
+    assert budget.seconds == {"notebooks/01_a.ipynb": 89.5, "notebooks/02_b.ipynb": 89.0}
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    budget.pytest_sessionfinish(session)
+    assert session.exitstatus == pytest.ExitCode.OK  # under the budget
+
+    budget.pytest_runtest_logreport(SimpleNamespace(nodeid="notebooks/01_a.ipynb::Cell 2", duration=0.6))
+    assert budget.over_budget() == {"notebooks/01_a.ipynb": pytest.approx(90.1)}
+    budget.pytest_sessionfinish(session)
+    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+    lines = []
+    budget.pytest_terminal_summary(SimpleNamespace(section=lambda title: lines.append(title),
+                                                   write_line=lambda line, **kw: lines.append(line)))
+    assert any(line.startswith("FAILED: notebooks/01_a.ipynb took 90.1 s") for line in lines), lines
+
+
+def test_make_test_is_the_fast_loop_and_test_all_adds_the_rest():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "apt-get" not in makefile and "sudo" not in makefile, "the Makefile must not need root"
+    recipes = {name: re.search(rf"^{name}:.*?(?=^\S|\Z)", makefile, re.S | re.M).group(0)
+               for name in ("test", "test-all")}
+    pytest_cmd = re.search(r"^PYTEST := (.*)$", makefile, re.M).group(1)
+    assert "tests notebooks" in pytest_cmd and "--nbval-lax" in pytest_cmd
+    assert '-m "not slow and not browser"' in recipes["test"]
+    assert "$(PYTEST);" in recipes["test-all"] and "-m " not in recipes["test-all"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("make test-all") < ci.index("make book") and "REQUIRE_BROWSER=1" in ci
+
+
+def test_make_book_without_npm_says_what_to_install(monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("vendor_static", ROOT / "tools" / "vendor_static.py")
+    vendor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vendor)
+    monkeypatch.setattr(vendor, "up_to_date", lambda: False)
+    monkeypatch.setenv("PATH", str(ROOT / "no-such-folder"))
+    monkeypatch.setattr(vendor, "install", lambda: pytest.fail("tried to install without npm"))
+    assert vendor.main([]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "install Node.js, which includes npm" in err, err
+
+
+# ------------------------------------------- tests/devtools.py: the browser tests find a browser wherever it is
+
+def test_find_browser_looks_at_chrome_then_path(tmp_path):
+    from devtools import BROWSER_COMMANDS, MACOS_APPS, find_browser
+
+    def executable(name: str) -> Path:
+        path = tmp_path / name
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return path
+
+    assert find_browser({"PATH": str(tmp_path / "empty")}) in (None, *map(Path, MACOS_APPS))  # none on PATH
+    for name in reversed(BROWSER_COMMANDS):  # each name is found; the earlier in the list wins
+        found = executable(name)
+        assert find_browser({"PATH": str(tmp_path)}) == found
+    custom = executable("my-chrome")
+    assert find_browser({"PATH": str(tmp_path), "CHROME": str(custom)}) == custom
+    assert find_browser({"PATH": str(tmp_path), "CHROME": str(tmp_path / "missing")}) is None  # a wrong CHROME
+    (tmp_path / "not-executable").write_text("")
+    assert find_browser({"PATH": "", "CHROME": str(tmp_path / "not-executable")}) is None

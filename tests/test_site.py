@@ -1,7 +1,8 @@
 """The rendered book works offline in a real browser: math, kernel-free widgets, no outside request.
 
-Opens one chapter page in headless Chromium (Debian's ``/usr/bin/chromium``; ``make test`` installs
-it) through the Chrome DevTools protocol, served from ``127.0.0.1`` as a web server would, and checks:
+Opens one chapter page in a headless Chromium or Chrome (found by ``devtools.find_browser``: ``$CHROME``, then
+``PATH``, then the macOS applications; skipped with the reason when there is none, unless ``REQUIRE_BROWSER=1``)
+through the Chrome DevTools protocol, served from ``127.0.0.1`` as a web server would, and checks:
 
 * the math is typeset by MathJax (served by the site itself);
 * moving a ``frame_slider`` with the keyboard changes the picture shown (no kernel behind the page);
@@ -16,10 +17,7 @@ test builds just that page (plus nothing else) into a temporary folder, with the
 """
 from __future__ import annotations
 
-import base64
 import functools
-import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -28,11 +26,12 @@ import tempfile
 import threading
 import time
 import urllib.parse
-import urllib.request
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from devtools import Chromium
 
 websocket = pytest.importorskip("websocket")  # websocket-client
 
@@ -40,13 +39,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "notebooks/02_attention"  # the page under test: a chapter with math and a frame_slider
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1280,1600"]
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 NON_NETWORK_SCHEMES = {"data", "blob", "about", "chrome", "chrome-extension", "devtools"}
-PAGE_TIMEOUT_S = 60
 
 
 # ------------------------------------------------------------------------------------- the page
@@ -87,6 +81,11 @@ def site_dir(tmp_path_factory) -> Path:
     built = ROOT / "_build" / "html"
     if _fresh_page(built):
         return built
+    if shutil.which("npm") is None and not (ROOT / "vendor_static" / "VERSIONS").exists():
+        message = "building the page needs npm for the site's JavaScript (tools/vendor_static.py): install Node.js"
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
     return _build_target_only(tmp_path_factory.mktemp("site"))
 
 
@@ -106,84 +105,10 @@ def server(site_dir):
     httpd.server_close()
 
 
-# --------------------------------------------------------------------- a tiny DevTools client
-
-class Chromium:
-    """Headless Chromium driven through the Chrome DevTools protocol (one page, one websocket)."""
-
-    def __init__(self, profile: Path):
-        self.proc = subprocess.Popen([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                                      "--remote-debugging-port=0", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.close()
-                raise RuntimeError("Chromium did not open its DevTools port")
-            time.sleep(0.1)
-        port = int(port_file.read_text().split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
-            page = next(t for t in json.load(r) if t["type"] == "page")
-        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], suppress_origin=True, timeout=60)
-        self.events: list[dict] = []
-        self._id = 0
-
-    def send(self, method: str, **params):
-        self._id += 1
-        self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == self._id:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
-            self.events.append(msg)
-
-    def js(self, expression: str, await_promise: bool = False):
-        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True,
-                           awaitPromise=await_promise)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"{expression[:80]}...: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def wait_for(self, expression: str, timeout: float = PAGE_TIMEOUT_S):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = self.js(expression)
-            if value:
-                return value
-            time.sleep(0.25)
-        raise TimeoutError(f"waited {timeout} s for: {expression}")
-
-    def key(self, key: str, code: int) -> None:
-        for kind in ("rawKeyDown", "keyUp"):
-            self.send("Input.dispatchKeyEvent", type=kind, key=key, code=key,
-                      windowsVirtualKeyCode=code, nativeVirtualKeyCode=code)
-
-    def screenshot(self, path: Path) -> None:
-        path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"]))
-
-    def close(self) -> None:
-        if getattr(self, "ws", None) is not None:
-            self.ws.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture(scope="module")
-def browser(server):
-    if not CHROMIUM.exists():
-        message = f"{CHROMIUM} is missing: `make test` installs it (apt-get install -y chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+def browser(browser_path, server):
     profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
-    chrome = Chromium(profile)
+    chrome = Chromium(browser_path, profile)
     try:
         for domain in ("Network", "Page", "Runtime"):
             chrome.send(f"{domain}.enable")

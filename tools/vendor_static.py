@@ -8,7 +8,8 @@ serve them from the site (`html_static_path` in _config.yml):
     vendor_static/widgets/embed-amd.js   npm @jupyter-widgets/html-manager (dist/, fonts included)
 
 Idempotent: does nothing when vendor_static/VERSIONS already names the pinned versions.
-Needs `npm` (Debian: `apt-get install -y npm`). Usage: python tools/vendor_static.py [--force]
+Needs `npm` (it comes with Node.js); without it, stops with one sentence saying what to install.
+Usage: python tools/vendor_static.py [--force]
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ DEST = ROOT / "vendor_static"
 PACKAGES = {"@jupyter-widgets/html-manager": "1.0.15", "requirejs": "2.3.8"}
 STAMP = DEST / "VERSIONS"
 EXPECTED = ["require.js", "widgets/embed-amd.js"]
+NO_NPM = ("make book needs npm to fetch the site's JavaScript (require.js, the ipywidgets embed manager): install "
+          "Node.js, which includes npm (https://nodejs.org, or Debian/Ubuntu: apt-get install npm, macOS: brew install "
+          "node), then run make book again.")
 
 
 def up_to_date() -> bool:
@@ -41,7 +45,7 @@ def npm_pack(spec: str, workdir: Path) -> Path:
     """Download one package tarball from the npm registry (`npm pack`) and return its path."""
     npm = shutil.which("npm")
     if npm is None:
-        sys.exit("tools/vendor_static.py needs npm (Debian: apt-get install -y npm)")
+        sys.exit(NO_NPM)
     out = subprocess.run([npm, "pack", spec, "--silent", "--pack-destination", str(workdir)],
                          check=True, capture_output=True, text=True, cwd=workdir).stdout
     return workdir / out.strip().splitlines()[-1]
@@ -80,6 +84,9 @@ def install() -> None:
 def main(argv: list[str]) -> int:
     if "--force" not in argv and up_to_date():
         return 0
+    if shutil.which("npm") is None:
+        print(NO_NPM, file=sys.stderr)
+        return 1
     install()
     print("installed", ", ".join(f"{k}@{v}" for k, v in PACKAGES.items()), "into", DEST.relative_to(ROOT))
     return 0
