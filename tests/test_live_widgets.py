@@ -1,0 +1,247 @@
+"""The live figures (transformer_lib/viz/live.py + viz/js/) compute what the library computes.
+
+Three kinds of test:
+
+* Python-side validation (fast, unmarked): bad input gets a ValueError naming the argument.
+* The maths in the browser (``browser``): each widget's ES module, exactly as anywidget receives it, is
+  imported in headless Chromium (the DevTools harness of ``test_site.py``) and its functions are compared
+  with torch on the same inputs at 1e-6.
+* The built book (``browser``): every live widget renders on its chapter page with no outside request and
+  no script error, and moving its control changes what it shows. Needs ``_build/html`` (``make book``).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import json
+import math
+import shutil
+import tempfile
+import threading
+import urllib.parse
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_lib.viz import live
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILT = ROOT / "_build" / "html"
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+# ------------------------------------------------------------------------ Python-side validation
+
+def _scores(L=2, H=3, T=4):
+    return torch.randn(L, H, T, T)
+
+
+def test_attention_heatmap_accepts_scores_and_encodes_them_compactly():
+    w = live.AttentionHeatmap([list("abcd")], [_scores()], layer=1, head=2, temperature=0.5)
+    assert (w.n_layers, w.n_heads, w.layer, w.head) == (2, 3, 1, 2)
+    assert len(w.scores[0]) == math.ceil(2 * 3 * 4 * 4 * 4 / 3) * 4  # base64 of float32: 4 bytes a number
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(tokens=[list("abc")], scores=[_scores()]), r"scores\[0\] must be a tensor .*T = len\(tokens\[0\]\) = 3"),
+    (dict(tokens=[list("abcd")], scores=[_scores(), _scores()]), "same length"),
+    (dict(tokens=[list("abcd"), list("ab")], scores=[_scores(), _scores(L=3, T=2)]), r"expected \(2, 3\)"),
+    (dict(tokens=[list("abcd")], scores=[_scores()], layer=2), r"layer must be an int in \[0, 1\], got layer=2"),
+    (dict(tokens=[list("abcd")], scores=[_scores()], head=-1), r"head must be an int in \[0, 2\], got head=-1"),
+    (dict(tokens=[list("abcd")], scores=[_scores()], temperature=0.0), "temperature must be a number"),
+    (dict(tokens=[list("abcd")], scores=[_scores()], mode="grid"), "mode must be 'one' or 'all', got 'grid'"),
+    (dict(tokens=[list("abcd")], scores=[torch.full((2, 3, 4, 4), float("nan"))]), "must be finite"),
+])
+def test_attention_heatmap_rejects_bad_input_naming_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        live.AttentionHeatmap(**kwargs)
+
+
+def test_scaled_scores_give_the_pretrained_models_own_attention_at_temperature_one():
+    from transformer_lib.pretrained import attention_maps, load_minilm
+    model, tokenizer = load_minilm(torch.device("cpu"))
+    sentence = "The cat sat on the mat."
+    tokens, scores = live.scaled_scores(model, tokenizer, sentence)  # (L, H, T, T)
+    ref_tokens, maps = attention_maps(model, tokenizer, sentence)  # the model's forward pass, need_weights=True
+    assert tokens == ref_tokens and scores.shape == maps.shape
+    torch.testing.assert_close(torch.softmax(scores, dim=-1), maps, atol=1e-5, rtol=0)
+    widget = live.AttentionHeatmap.from_model(model, tokenizer, [sentence])
+    assert (widget.n_layers, widget.n_heads) == maps.shape[:2]
+
+
+# ------------------------------------------------------------------ a browser page for the modules
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def page():
+    """A blank page on 127.0.0.1 in headless Chromium (the harness of test_site.py), with a helper to load modules."""
+    websocket = pytest.importorskip("websocket")  # noqa: F841 (websocket-client, used by the harness)
+    from test_site import Chromium  # the DevTools client; it knows where the browser is
+    folder = Path(tempfile.mkdtemp(prefix="live-page-"))
+    (folder / "index.html").write_text("<!doctype html><html><body><div id='root'></div></body></html>")
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
+    try:
+        chrome = Chromium(profile)
+    except (OSError, RuntimeError) as e:
+        httpd.shutdown()
+        pytest.skip(f"headless Chromium is not available: {e}")
+    try:
+        chrome.send("Runtime.enable")
+        chrome.send("Page.enable")
+        chrome.send("Page.navigate", url=f"http://127.0.0.1:{httpd.server_address[1]}/index.html")
+        chrome.wait_for("document.readyState === 'complete'")
+        yield chrome
+    finally:
+        chrome.close()
+        httpd.shutdown()
+        shutil.rmtree(profile, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_module(page, widget_cls, body: str):
+    """Import ``widget_cls``'s ES module (as anywidget does: from a Blob) and return ``body``'s value.
+
+    ``body`` is the inside of an async function whose argument ``m`` is the module.
+    """
+    src = json.dumps(widget_cls._esm)
+    return page.js(f"""(async () => {{
+      const url = URL.createObjectURL(new Blob([{src}], {{type: 'text/javascript'}}));
+      const m = await import(url);
+      return JSON.stringify(await (async (m) => {{ {body} }})(m));
+    }})()""", await_promise=True)
+
+
+def as_json(x: torch.Tensor) -> str:
+    return json.dumps(x.tolist())
+
+
+@pytest.mark.browser
+def test_browser_softmax_at_any_temperature_matches_torch(page):
+    scores = torch.randn(2, 3, 5, 5) * 3  # (L, H, T, T)
+    taus = [0.05, 0.3, 1.0, 2.7, 5.0]
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"""
+      const flat = m.decodeFloat32({json.dumps(live.encode_float32(scores))});
+      return {json.dumps(taus)}.map(tau => {{
+        const out = [];
+        for (let l = 0; l < 2; l++) for (let h = 0; h < 3; h++)
+          out.push(m.headWeights(m.headScores(flat, 3, 5, l, h), tau).map(r => Array.from(r)));
+        return out;
+      }});"""))
+    for tau, weights in zip(taus, got):
+        expected = torch.softmax(scores.double() / tau, dim=-1).reshape(6, 5, 5)
+        torch.testing.assert_close(torch.tensor(weights, dtype=torch.float64), expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.browser
+def test_browser_row_entropy_matches_head_stats(page):
+    from transformer_lib.head_stats import row_entropy
+    p = torch.softmax(torch.randn(7, 7) * 2, dim=-1)  # one square map: row_entropy checks the shape
+    p[0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0])  # 0 log 0 = 0
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(p)}.map(m.entropyBits);"))
+    torch.testing.assert_close(torch.tensor(got), row_entropy(p), atol=1e-6, rtol=0)  # float32 reference
+
+
+@pytest.mark.browser
+def test_browser_viridis_is_matplotlibs(page):
+    from matplotlib import colormaps
+    ts = [i / 20 for i in range(21)]
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {json.dumps(ts)}.map(m.viridisRGB);"))
+    expected = [[round(255 * c) for c in colormaps["viridis"](t)[:3]] for t in ts]
+    worst = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+    assert worst <= 4, f"viridis in JS is {worst}/255 from matplotlib's somewhere: {got} vs {expected}"
+
+
+@pytest.mark.browser
+def test_browser_round_half_even_matches_torch(page):
+    x = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 0.49, -0.51, 126.5, 7.0])
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(x)}.map(m.roundHalfEven);"))
+    assert got == torch.round(x).tolist()
+
+
+# ------------------------------------------------------------------------------ the built book
+
+# Chapter pages and the number of live figures each must show.
+LIVE_PAGES = {"notebooks/02_attention": 1}
+SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
+
+# Everything a figure shows: its canvases' pixels and its text.
+SHOWN = """(fig => [...fig.querySelectorAll('canvas')].map(c => c.toDataURL()).join('|') + '|' + fig.innerText)"""
+
+MOVE_EVERY_CONTROL = """(() => {
+  const report = [];
+  for (const [f, fig] of [...document.querySelectorAll('.tl-live')].entries()) {
+    for (const [c, control] of [...fig.querySelectorAll('input[type=range], select')].entries()) {
+      const before = %(shown)s(fig);
+      if (control.tagName === 'SELECT') {
+        control.selectedIndex = (control.selectedIndex + 1) %% control.options.length;
+        control.dispatchEvent(new Event('change'));
+      } else {
+        const at = Number(control.value), max = Number(control.max), min = Number(control.min);
+        control.value = String(at < max ? max : min);
+        control.dispatchEvent(new Event('input'));
+      }
+      report.push([fig.dataset.figure, c, control.closest('label')?.innerText.trim(), before !== %(shown)s(fig)]);
+    }
+  }
+  return report;
+})()""" % {"shown": SHOWN}
+
+
+@pytest.fixture(scope="module")
+def book_browser():
+    if not (SITE / "index.html").exists():
+        pytest.skip(f"no built book at {SITE}: run `make book` first (or set LIVE_SITE_HTML to a built html folder)")
+    from test_site import Chromium
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(SITE)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
+    try:
+        chrome = Chromium(profile)
+    except (OSError, RuntimeError) as e:
+        httpd.shutdown()
+        pytest.skip(f"headless Chromium is not available: {e}")
+    try:
+        for domain in ("Network", "Page", "Runtime"):
+            chrome.send(f"{domain}.enable")
+        yield chrome, f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        chrome.close()
+        httpd.shutdown()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page_name", list(LIVE_PAGES))
+def test_live_figures_render_offline_and_follow_their_controls(book_browser, page_name):
+    chrome, server = book_browser
+    if not (SITE / f"{page_name}.html").exists():
+        pytest.skip(f"{page_name}.html is not in {SITE}")
+    chrome.events.clear()
+    chrome.send("Page.navigate", url=f"{server}/{page_name}.html")
+    chrome.wait_for("document.readyState === 'complete'")
+    n = LIVE_PAGES[page_name]
+    chrome.wait_for(f"document.querySelectorAll('.tl-live canvas').length > 0 && "
+                    f"document.querySelectorAll('.tl-live').length >= {n}")
+    assert chrome.js("document.querySelectorAll('.tl-live').length") == n
+    moved = chrome.js(MOVE_EVERY_CONTROL)
+    assert moved, "no control found in the live figures"
+    still = [m for m in moved if not m[3]]
+    assert still == [], f"moving these controls changed nothing shown: {still}"
+    chrome.js("new Promise(r => setTimeout(() => r(true), 500))", await_promise=True)
+    urls = [e["params"]["request"]["url"] for e in chrome.events if e.get("method") == "Network.requestWillBeSent"]
+    outside = [u for u in urls if urllib.parse.urlsplit(u).scheme in ("http", "https", "ws", "wss")
+               and urllib.parse.urlsplit(u).hostname not in LOCAL_HOSTS]
+    assert outside == [], f"requests left the machine: {outside[:10]}"
+    failed = [e["params"]["response"]["url"] for e in chrome.events if e.get("method") == "Network.responseReceived"
+              and e["params"]["response"]["status"] >= 400 and not e["params"]["response"]["url"].endswith("favicon.ico")]
+    assert failed == [], f"missing local files: {failed}"
+    errors = [e["params"]["exceptionDetails"] for e in chrome.events if e.get("method") == "Runtime.exceptionThrown"]
+    assert errors == [], [d.get("exception", {}).get("description", d.get("text", ""))[:300] for d in errors]

@@ -1,0 +1,135 @@
+"""Live figures: widgets whose JavaScript computes the figure in the reader's browser.
+
+A live widget is an ``anywidget.AnyWidget`` whose front-end is one ES module: ``js/common.js`` (shared maths
+and DOM helpers) followed by the figure's own ``js/<name>.js``. Python hands over numbers only (synced
+traits, compactly encoded) and checks them; the browser recomputes the figure on every input event. It
+renders with a kernel (JupyterLab, VS Code, Colab) and in the static book, where the site serves
+anywidget's front-end itself (``tools/vendor_static.py``, ``book/static/widgets-setup.js``).
+
+To add a figure: write ``js/<name>.js`` with ``export default { render({ model, el }) {...} }``, subclass
+``LiveWidget`` with ``script = "<name>.js"`` and the traits it reads, and validate them in ``__init__``.
+"""
+from __future__ import annotations
+
+import base64
+import math
+from pathlib import Path
+from typing import Sequence
+
+import anywidget
+import numpy as np
+import torch
+import traitlets
+
+JS_DIR = Path(__file__).with_name("js")
+
+
+def module_source(script: str) -> str:
+    """The ES module of one figure: ``js/common.js`` then ``js/<script>`` (read from the package data)."""
+    return (JS_DIR / "common.js").read_text() + "\n" + (JS_DIR / script).read_text()
+
+
+def encode_float32(x: torch.Tensor | np.ndarray) -> str:
+    """Base64 of ``x`` as little-endian float32, flattened in C order (decoded by ``decodeFloat32`` in JS)."""
+    a = x.detach().cpu().float().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float32)
+    return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
+
+
+def check_range(name: str, value, low, high, kind=int) -> None:
+    """Raise ``ValueError`` unless ``low <= value <= high`` and ``value`` is a ``kind`` (bools refused)."""
+    ok_type = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+    if not ok_type or not (low <= value <= high) or (kind is float and not math.isfinite(value)):
+        raise ValueError(f"{name} must be {'a number' if kind is float else 'an int'} in [{low}, {high}], "
+                         f"got {name}={value!r}")
+
+
+class LiveWidget(anywidget.AnyWidget):
+    """Base class of the book's live figures: a subclass names its ``script`` in ``js/`` and declares traits."""
+
+    script: str = ""
+
+    def __init_subclass__(cls, **kwargs):
+        if cls.__dict__.get("script"):
+            cls._esm = module_source(cls.script)
+        super().__init_subclass__(**kwargs)
+
+
+# ----------------------------------------------------------------------------- attention (chapters 02, 03)
+
+@torch.no_grad()
+def scaled_scores(model, tokenizer, sentence: str) -> tuple[list[str], torch.Tensor]:
+    """Every head's scaled scores ``S = q k^T / sqrt(d_head)`` of a ``BertEncoder`` on one sentence.
+
+    Returns ``(tokens, scores)`` with ``scores: (n_layers, n_heads, T, T)`` float32 on the CPU;
+    ``softmax(S / tau)`` is that head's attention map at temperature ``tau`` (``attention_maps`` at ``tau = 1``).
+    """
+    device = next(model.parameters()).device
+    enc = {name: t.to(device) for name, t in tokenizer.encode(sentence).items()}  # each (1, T)
+    hidden = model(**enc).hidden_states  # the input of layer l is hidden[l]: (1, T, d_model)
+    scores = []
+    for layer, block in enumerate(model.layers):
+        q, k, _ = block.self_attn.project_qkv(hidden[layer])  # each (1, H, T, d_head)
+        scores.append(q[0].float() @ k[0].float().transpose(-1, -2) / math.sqrt(q.shape[-1]))  # (H, T, T)
+    return tokenizer.tokens(sentence), torch.stack(scores).cpu()
+
+
+class AttentionHeatmap(LiveWidget):
+    """Attention maps ``softmax(S / tau)`` of every layer and head, recomputed in the browser.
+
+    ``tokens[s]``: the ``T_s`` word pieces of sentence ``s``; ``scores[s]: (n_layers, n_heads, T_s, T_s)`` its
+    scaled scores (see ``scaled_scores``). ``mode="one"`` shows one head (pick layer and head), ``"all"`` every
+    head of the picked layer side by side. The reader moves ``temperature`` continuously in
+    ``[tau_min, tau_max]``, reads the weight under the pointer and a row's entropy (bits) on click.
+    """
+
+    script = "attention.js"
+    tokens = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
+    scores = traitlets.List(traitlets.Unicode()).tag(sync=True)  # base64 float32, one per sentence
+    n_layers = traitlets.Int().tag(sync=True)
+    n_heads = traitlets.Int().tag(sync=True)
+    sentence = traitlets.Int(0).tag(sync=True)
+    layer = traitlets.Int(0).tag(sync=True)
+    head = traitlets.Int(0).tag(sync=True)
+    temperature = traitlets.Float(1.0).tag(sync=True)
+    tau_min = traitlets.Float(0.05).tag(sync=True)
+    tau_max = traitlets.Float(5.0).tag(sync=True)
+    mode = traitlets.Unicode("one").tag(sync=True)
+
+    def __init__(self, tokens: Sequence[Sequence[str]], scores: Sequence[torch.Tensor], layer: int = 0,
+                 head: int = 0, temperature: float = 1.0, mode: str = "one", sentence: int = 0,
+                 tau_min: float = 0.05, tau_max: float = 5.0):
+        if len(tokens) == 0 or len(tokens) != len(scores):
+            raise ValueError(f"tokens and scores must be non-empty lists of the same length (one per sentence), "
+                             f"got {len(tokens)} and {len(scores)}")
+        shape = None
+        for s, (toks, sc) in enumerate(zip(tokens, scores)):
+            T = len(toks)
+            if not isinstance(sc, torch.Tensor) or sc.dim() != 4 or tuple(sc.shape[-2:]) != (T, T):
+                got = tuple(sc.shape) if isinstance(sc, torch.Tensor) else type(sc).__name__
+                raise ValueError(f"scores[{s}] must be a tensor (n_layers, n_heads, T, T) with T = len(tokens[{s}])"
+                                 f" = {T}, got {got}")
+            if shape is not None and tuple(sc.shape[:2]) != shape:
+                raise ValueError(f"scores[{s}] has (n_layers, n_heads) = {tuple(sc.shape[:2])}, "
+                                 f"expected {shape} as in scores[0]")
+            if not torch.isfinite(sc).all():
+                raise ValueError(f"scores[{s}] must be finite (no NaN or inf)")
+            shape = tuple(sc.shape[:2])
+        if mode not in ("one", "all"):
+            raise ValueError(f"mode must be 'one' or 'all', got {mode!r}")
+        check_range("tau_min", tau_min, 1e-3, 100.0, float)
+        check_range("tau_max", tau_max, tau_min, 100.0, float)
+        check_range("temperature", temperature, tau_min, tau_max, float)
+        check_range("layer", layer, 0, shape[0] - 1)
+        check_range("head", head, 0, shape[1] - 1)
+        check_range("sentence", sentence, 0, len(tokens) - 1)
+        super().__init__(tokens=[list(map(str, t)) for t in tokens], scores=[encode_float32(s) for s in scores],
+                         n_layers=shape[0], n_heads=shape[1], layer=layer, head=head, temperature=float(temperature),
+                         mode=mode, sentence=sentence, tau_min=float(tau_min), tau_max=float(tau_max))
+
+    @classmethod
+    def from_model(cls, model, tokenizer, sentences: Sequence[str], **kwargs) -> "AttentionHeatmap":
+        """Run ``model`` once per sentence and show its heads (``kwargs`` as for the constructor)."""
+        if isinstance(sentences, str) or len(sentences) == 0:
+            raise ValueError(f"sentences must be a non-empty list of strings, got {sentences!r}")
+        pairs = [scaled_scores(model, tokenizer, s) for s in sentences]
+        return cls([p[0] for p in pairs], [p[1] for p in pairs], **kwargs)
