@@ -71,6 +71,30 @@ def test_scaled_scores_give_the_pretrained_models_own_attention_at_temperature_o
     assert (widget.n_layers, widget.n_heads) == maps.shape[:2]
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(d_model=63), "d_model must be even"),
+    (dict(d_model=1024), r"d_model must be an int in \[2, 512\], got d_model=1024"),
+    (dict(position=100), r"position must be an int in \[0, 99\], got position=100"),
+    (dict(other=-1), "other must be an int"),
+    (dict(n_positions=1), "n_positions must be an int"),
+])
+def test_sinusoid_table_rejects_bad_input_naming_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        live.SinusoidTable(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(q=torch.randn(7), k=torch.randn(7)), r"q must be a 1-D tensor \(d_head,\) with d_head even.*got \(7,\)"),
+    (dict(q=torch.randn(8), k=torch.randn(6)), "q and k must have the same shape"),
+    (dict(q=torch.randn(8), k=torch.randn(8), m=65), r"m must be an int in \[0, 64\], got m=65"),
+    (dict(q=torch.randn(8), k=[0.0] * 8), "k must be a 1-D tensor"),
+    (dict(q=torch.randn(8), k=torch.randn(8), base=float("nan")), "base must be a number"),
+])
+def test_rope_rotation_rejects_bad_input_naming_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        live.RopeRotation(**kwargs)
+
+
 # ------------------------------------------------------------------ a browser page for the modules
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -166,10 +190,51 @@ def test_browser_round_half_even_matches_torch(page):
     assert got == torch.round(x).tolist()
 
 
+@pytest.mark.browser
+def test_browser_sinusoid_table_matches_the_library(page):
+    import transformer_lib as tl
+    for d in (2, 6, 64, 510):
+        got = json.loads(run_module(page, live.SinusoidTable,
+                                    f"return Array.from({{length: 200}}, (_, p) => m.sinusoidalRow(p, {d}));"))
+        torch.testing.assert_close(torch.tensor(got, dtype=torch.float32), tl.sinusoidal_table(200, d),
+                                   atol=1e-6, rtol=0)
+
+
+@pytest.mark.browser
+def test_browser_dot_products_of_positions_match_torch(page):
+    import transformer_lib as tl
+    pe = tl.sinusoidal_table(100, 64).double()  # (100, 64)
+    got = json.loads(run_module(page, live.SinusoidTable, """
+      return Array.from({length: 100}, (_, p) => m.dot(m.sinusoidalRow(p, 64), m.sinusoidalRow(37, 64)));"""))
+    torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), pe @ pe[37], atol=1e-5, rtol=0)
+
+
+def rope_closed_form(x: torch.Tensor, pos: int, base: float = 10000.0) -> torch.Tensor:
+    """Rotate pairs (x[2i], x[2i+1]) by pos * base^(-2i/d) as complex numbers, in float64 (RoFormer eq. 34)."""
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    z = torch.view_as_complex(x.double().reshape(d // 2, 2).contiguous()) * torch.polar(torch.ones_like(theta), pos * theta)
+    return torch.view_as_real(z).reshape(d)
+
+
+@pytest.mark.browser
+def test_browser_rope_matches_the_closed_form_and_the_library(page):
+    from transformer_lib.positional import RotaryEmbedding
+    x = torch.randn(16)
+    positions = [0, 1, 5, 37, 64]
+    got = torch.tensor(json.loads(run_module(page, live.RopeRotation,
+                                             f"return {json.dumps(positions)}.map(p => m.ropeRotate({as_json(x)}, p));")),
+                       dtype=torch.float64)  # (5, 16)
+    exact = torch.stack([rope_closed_form(x, p) for p in positions])
+    torch.testing.assert_close(got, exact, atol=1e-6, rtol=0)
+    lib = torch.cat([RotaryEmbedding(16)(x.reshape(1, 1, 1, 16), offset=p).reshape(1, 16) for p in positions])
+    torch.testing.assert_close(got.float(), lib, atol=1e-4, rtol=0)  # the library's angles are float32
+
+
 # ------------------------------------------------------------------------------ the built book
 
 # Chapter pages and the number of live figures each must show.
-LIVE_PAGES = {"notebooks/02_attention": 1}
+LIVE_PAGES = {"notebooks/02_attention": 1, "notebooks/04_positional_encoding": 2}
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 
 # Everything a figure shows: its canvases' pixels and its text.

@@ -133,3 +133,67 @@ class AttentionHeatmap(LiveWidget):
             raise ValueError(f"sentences must be a non-empty list of strings, got {sentences!r}")
         pairs = [scaled_scores(model, tokenizer, s) for s in sentences]
         return cls([p[0] for p in pairs], [p[1] for p in pairs], **kwargs)
+
+
+# ----------------------------------------------------------------------------- positions (chapter 04)
+
+class SinusoidTable(LiveWidget):
+    """The sinusoidal table ``PE[pos, i]`` for any even ``d_model`` and position, computed in the browser.
+
+    Shows positions ``0 .. n_positions - 1``, the chosen ``position``'s row, and the dot product of two
+    positions' vectors (``position`` and ``other``) with the curve ``PE[position] . PE[pos]`` over every ``pos``.
+    """
+
+    script = "positional.js"
+    figure = traitlets.Unicode("table").tag(sync=True)
+    d_model = traitlets.Int(64).tag(sync=True)
+    max_d_model = traitlets.Int(512).tag(sync=True)
+    n_positions = traitlets.Int(100).tag(sync=True)
+    position = traitlets.Int(10).tag(sync=True)
+    other = traitlets.Int(20).tag(sync=True)
+
+    def __init__(self, d_model: int = 64, position: int = 10, other: int = 20, n_positions: int = 100,
+                 max_d_model: int = 512):
+        check_range("max_d_model", max_d_model, 2, 4096)
+        check_range("d_model", d_model, 2, max_d_model)
+        if d_model % 2:
+            raise ValueError(f"d_model must be even (sin and cos pairs), got d_model={d_model}")
+        check_range("n_positions", n_positions, 2, 1000)
+        check_range("position", position, 0, n_positions - 1)
+        check_range("other", other, 0, n_positions - 1)
+        super().__init__(d_model=d_model, position=position, other=other, n_positions=n_positions,
+                         max_d_model=max_d_model)
+
+
+class RopeRotation(LiveWidget):
+    """RoPE in the browser: each pair of a query ``q`` at position ``m`` and a key ``k`` at position ``n``
+    turns by ``pos * theta_i``; the score ``RoPE(q, m) . RoPE(k, n)`` depends only on ``m - n``.
+
+    ``q, k: (d_head,)`` with ``d_head`` even (at most 64, so every pair is drawn).
+    """
+
+    script = "positional.js"
+    figure = traitlets.Unicode("rope").tag(sync=True)
+    q = traitlets.Unicode().tag(sync=True)  # base64 float32
+    k = traitlets.Unicode().tag(sync=True)
+    m = traitlets.Int(3).tag(sync=True)
+    n = traitlets.Int(1).tag(sync=True)
+    base = traitlets.Float(10000.0).tag(sync=True)
+    max_position = traitlets.Int(64).tag(sync=True)
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, m: int = 3, n: int = 1, max_position: int = 64,
+                 base: float = 10000.0):
+        for name, v in (("q", q), ("k", k)):
+            if not isinstance(v, torch.Tensor) or v.dim() != 1 or v.shape[0] % 2 or not 2 <= v.shape[0] <= 64:
+                got = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
+                raise ValueError(f"{name} must be a 1-D tensor (d_head,) with d_head even, 2..64, got {got}")
+            if not torch.isfinite(v).all():
+                raise ValueError(f"{name} must be finite (no NaN or inf)")
+        if q.shape != k.shape:
+            raise ValueError(f"q and k must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}")
+        check_range("max_position", max_position, 1, 100_000)
+        check_range("m", m, 0, max_position)
+        check_range("n", n, 0, max_position)
+        check_range("base", base, 2.0, 1e7, float)
+        super().__init__(q=encode_float32(q), k=encode_float32(k), m=m, n=n, max_position=max_position,
+                         base=float(base))
