@@ -53,6 +53,7 @@ def test_attention_heatmap_accepts_scores_and_encodes_them_compactly():
     (dict(tokens=[list("abcd")], scores=[_scores()], temperature=0.0), "temperature must be a number"),
     (dict(tokens=[list("abcd")], scores=[_scores()], mode="grid"), "mode must be 'one' or 'all', got 'grid'"),
     (dict(tokens=[list("abcd")], scores=[torch.full((2, 3, 4, 4), float("nan"))]), "must be finite"),
+    (dict(tokens=[list("abcd")], scores=[_scores()], head_labels=[[["x"] * 3]]), r"head_labels must hold.*\(2, 3\)"),
 ])
 def test_attention_heatmap_rejects_bad_input_naming_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -93,6 +94,32 @@ def test_sinusoid_table_rejects_bad_input_naming_the_argument(kwargs, match):
 def test_rope_rotation_rejects_bad_input_naming_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         live.RopeRotation(**kwargs)
+
+
+@pytest.mark.parametrize("models, kwargs, match", [
+    ([], {}, "models must list at least one"),
+    ([("GPT-2", 12, 12, 64, 1024)], {}, r"models\[0\] must be \(name, n_layers"),
+    ([("GPT-2", 0, 12, 64, 1024, 2)], {}, r"models\[0\] n_layers must be an int in \[1, 128\], got models\[0\] n_layers=0"),
+    ([("GPT-2", 12, 12, 64, 1024, 3)], {}, "bytes_per_element must be 1, 2 or 4, got 3"),
+    ([("GPT-2", 12, 12, 64, 4096, 2)], dict(max_length=2048), r"context_length must be an int in \[1, 2048\]"),
+])
+def test_kv_cache_calculator_rejects_bad_input_naming_the_argument(models, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        live.KVCacheCalculator(models, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(row=torch.randn(4, 8)), r"row must be a 1-D floating-point tensor \(K,\) with K >= 2, got \(\(4, 8\)"),
+    (dict(row=torch.arange(8)), "row must be a 1-D floating-point tensor"),
+    (dict(row=torch.randn(64), group_options=(None, 24)), "ints dividing K=64, got 24"),
+    (dict(row=torch.randn(128), bits=5), r"bits must be one of bits_options=\(2, 3, 4, 8\), got bits=5"),
+    (dict(row=torch.randn(64), bits_options=(1, 4)), r"bits_options entries must be an int in \[2, 8\]"),
+    (dict(row=torch.randn(64), group_size=16, group_options=(None, 8)), "group_size must be one of"),
+    (dict(row=torch.randn(128), outlier=0.5), r"outlier must be a number in \[1.0, 10.0\]"),
+])
+def test_quant_grid_rejects_bad_input_naming_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        live.QuantGrid(**kwargs)
 
 
 # ------------------------------------------------------------------ a browser page for the modules
@@ -231,10 +258,59 @@ def test_browser_rope_matches_the_closed_form_and_the_library(page):
     torch.testing.assert_close(got.float(), lib, atol=1e-4, rtol=0)  # the library's angles are float32
 
 
+@pytest.mark.browser
+def test_browser_kv_cache_bytes_match_the_library(page):
+    from transformer_lib.kv_cache import DynamicCache, kv_cache_bytes
+    shapes = [(12, 12, 64, 1024, 1, 2), (32, 32, 128, 2048, 16, 2), (80, 8, 128, 4096, 4, 1), (2, 4, 16, 128, 1, 4)]
+    got = json.loads(run_module(page, live.KVCacheCalculator,
+                                f"return {json.dumps(shapes)}.map(s => m.kvCacheBytes(...s));"))
+    assert got == [kv_cache_bytes(L, H, d, T, batch_size=B, bytes_per_element=nb) for L, H, d, T, B, nb in shapes]
+    cache = DynamicCache()  # and what a real cache allocates: 2 layers, batch 1, 4 kv heads, 16 dims, 128 positions
+    for layer in range(2):
+        cache.update(torch.zeros(1, 4, 128, 16), torch.zeros(1, 4, 128, 16), layer)
+    assert got[-1] == cache.nbytes()
+
+
+def quantize_reference(w: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
+    """Absmax round trip: the library's for 4 and 8 bits, the same closed form in torch otherwise."""
+    from transformer_lib.quantization import BITS, fake_quantize
+    if bits in BITS:
+        return fake_quantize(w[None], bits, True, "channel" if group_size is None else "group", group_size)[0]
+    qmax = 2 ** (bits - 1) - 1
+    g = w.reshape(-1, group_size or w.numel())  # (n_groups, group)
+    scale = g.abs().amax(-1, keepdim=True) / qmax
+    return (torch.round(g / scale).clamp(-qmax, qmax) * scale).reshape(-1)
+
+
+@pytest.mark.browser
+def test_browser_quantization_grid_matches_the_library(page):
+    w = torch.randn(512) * 0.05
+    settings = [(b, g) for b in (2, 3, 4, 8) for g in (None, 128, 32, 8)]
+    got = json.loads(run_module(page, live.QuantGrid, f"""
+      const w = Array.from(m.decodeFloat32({json.dumps(live.encode_float32(w))}));
+      return {json.dumps(settings)}.map(([b, g]) => m.quantizeGroups(w, b, g).deq);"""))
+    for (bits, g), deq in zip(settings, got):
+        torch.testing.assert_close(torch.tensor(deq), quantize_reference(w, bits, g), atol=1e-6, rtol=0,
+                                   msg=lambda m: f"int{bits}, groups of {g}: {m}")
+
+
+@pytest.mark.browser
+def test_browser_outlier_scales_the_largest_weight(page):
+    w = torch.randn(64)
+    got = json.loads(run_module(page, live.QuantGrid,
+                                f"const r = m.withOutlier({as_json(w)}, 7.5); return [r.at, r.w];"))
+    at = int(w.abs().argmax())
+    expected = w.clone()
+    expected[at] *= 7.5
+    assert got[0] == at
+    torch.testing.assert_close(torch.tensor(got[1]), expected, atol=1e-6, rtol=0)
+
+
 # ------------------------------------------------------------------------------ the built book
 
 # Chapter pages and the number of live figures each must show.
-LIVE_PAGES = {"notebooks/02_attention": 1, "notebooks/04_positional_encoding": 2}
+LIVE_PAGES = {"notebooks/02_attention": 1, "notebooks/03_multi_head_attention": 1,
+              "notebooks/04_positional_encoding": 2, "notebooks/07_kv_cache": 1, "notebooks/09_quantization": 1}
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 
 # Everything a figure shows: its canvases' pixels and its text.

@@ -78,7 +78,7 @@ class AttentionHeatmap(LiveWidget):
 
     ``tokens[s]``: the ``T_s`` word pieces of sentence ``s``; ``scores[s]: (n_layers, n_heads, T_s, T_s)`` its
     scaled scores (see ``scaled_scores``). ``mode="one"`` shows one head (pick layer and head), ``"all"`` every
-    head of the picked layer side by side. The reader moves ``temperature`` continuously in
+    head of the picked layer side by side, each captioned with ``head_labels[s][layer][head]`` when given. The reader moves ``temperature`` continuously in
     ``[tau_min, tau_max]``, reads the weight under the pointer and a row's entropy (bits) on click.
     """
 
@@ -94,10 +94,11 @@ class AttentionHeatmap(LiveWidget):
     tau_min = traitlets.Float(0.05).tag(sync=True)
     tau_max = traitlets.Float(5.0).tag(sync=True)
     mode = traitlets.Unicode("one").tag(sync=True)
+    head_labels = traitlets.List().tag(sync=True)  # per sentence, (n_layers, n_heads) strings, or empty
 
     def __init__(self, tokens: Sequence[Sequence[str]], scores: Sequence[torch.Tensor], layer: int = 0,
                  head: int = 0, temperature: float = 1.0, mode: str = "one", sentence: int = 0,
-                 tau_min: float = 0.05, tau_max: float = 5.0):
+                 tau_min: float = 0.05, tau_max: float = 5.0, head_labels: Sequence | None = None):
         if len(tokens) == 0 or len(tokens) != len(scores):
             raise ValueError(f"tokens and scores must be non-empty lists of the same length (one per sentence), "
                              f"got {len(tokens)} and {len(scores)}")
@@ -122,9 +123,15 @@ class AttentionHeatmap(LiveWidget):
         check_range("layer", layer, 0, shape[0] - 1)
         check_range("head", head, 0, shape[1] - 1)
         check_range("sentence", sentence, 0, len(tokens) - 1)
+        labels = [] if head_labels is None else [[[str(x) for x in row] for row in per] for per in head_labels]
+        if labels and (len(labels) != len(tokens) or any(len(per) != shape[0] or any(len(r) != shape[1] for r in per)
+                                                          for per in labels)):
+            raise ValueError(f"head_labels must hold, per sentence, (n_layers, n_heads) = {shape} strings for "
+                             f"{len(tokens)} sentence(s)")
         super().__init__(tokens=[list(map(str, t)) for t in tokens], scores=[encode_float32(s) for s in scores],
                          n_layers=shape[0], n_heads=shape[1], layer=layer, head=head, temperature=float(temperature),
-                         mode=mode, sentence=sentence, tau_min=float(tau_min), tau_max=float(tau_max))
+                         mode=mode, sentence=sentence, tau_min=float(tau_min), tau_max=float(tau_max),
+                         head_labels=labels)
 
     @classmethod
     def from_model(cls, model, tokenizer, sentences: Sequence[str], **kwargs) -> "AttentionHeatmap":
@@ -197,3 +204,74 @@ class RopeRotation(LiveWidget):
         check_range("base", base, 2.0, 1e7, float)
         super().__init__(q=encode_float32(q), k=encode_float32(k), m=m, n=n, max_position=max_position,
                          base=float(base))
+
+
+# ----------------------------------------------------------------------- KV cache (chapter 07)
+
+class KVCacheCalculator(LiveWidget):
+    """The KV cache's size ``2 x n_layers x batch x n_kv_heads x d_head x T x bytes`` for a table of models.
+
+    ``models``: rows ``(name, n_layers, n_kv_heads, d_head, context_length, bytes_per_element)``; the reader
+    picks one and changes any of its numbers (``kv_cache.kv_cache_bytes`` is the Python twin).
+    """
+
+    script = "kvcache.js"
+    models = traitlets.List(traitlets.List()).tag(sync=True)
+    max_length = traitlets.Int(32768).tag(sync=True)
+
+    def __init__(self, models: Sequence[tuple], max_length: int = 32768):
+        if len(models) == 0:
+            raise ValueError("models must list at least one (name, n_layers, n_kv_heads, d_head, context, bytes) row")
+        check_range("max_length", max_length, 1, 1 << 20)
+        limits = (("n_layers", 128), ("n_kv_heads", 128), ("d_head", 256), ("context_length", max_length))
+        for r, m in enumerate(models):
+            if len(m) != 6 or not isinstance(m[0], str):
+                raise ValueError(f"models[{r}] must be (name, n_layers, n_kv_heads, d_head, context_length, "
+                                 f"bytes_per_element), got {m!r}")
+            for (name, high), value in zip(limits, m[1:5]):
+                check_range(f"models[{r}] {name}", value, 1, high)
+            if m[5] not in (1, 2, 4):
+                raise ValueError(f"models[{r}] bytes_per_element must be 1, 2 or 4, got {m[5]!r}")
+        super().__init__(models=[list(m) for m in models], max_length=max_length)
+
+
+# ----------------------------------------------------------------------- quantization (chapter 09)
+
+class QuantGrid(LiveWidget):
+    """Absmax quantization of one weight ``row: (K,)`` at any bits, group size and outlier, in the browser.
+
+    ``group_options``: group sizes dividing ``K`` (``None``: one scale for the row). ``outlier``: the factor
+    applied to the row's largest ``|w|`` (1 = the row as it is), up to ``max_outlier``.
+    """
+
+    script = "quant.js"
+    row = traitlets.Unicode().tag(sync=True)  # base64 float32
+    bits = traitlets.Int(4).tag(sync=True)
+    bits_options = traitlets.List(traitlets.Int()).tag(sync=True)
+    group_size = traitlets.Int(0).tag(sync=True)  # 0: one scale per row
+    group_options = traitlets.List(traitlets.Int()).tag(sync=True)
+    outlier = traitlets.Float(1.0).tag(sync=True)
+    max_outlier = traitlets.Float(10.0).tag(sync=True)
+
+    def __init__(self, row: torch.Tensor, bits: int = 4, group_size: int | None = None,
+                 bits_options: Sequence[int] = (2, 3, 4, 8), group_options: Sequence[int | None] = (None, 128, 32, 8),
+                 outlier: float = 1.0, max_outlier: float = 10.0):
+        if not isinstance(row, torch.Tensor) or row.dim() != 1 or row.numel() < 2 or not row.is_floating_point():
+            got = (tuple(row.shape), row.dtype) if isinstance(row, torch.Tensor) else type(row).__name__
+            raise ValueError(f"row must be a 1-D floating-point tensor (K,) with K >= 2, got {got}")
+        if not torch.isfinite(row).all():
+            raise ValueError("row must be finite (no NaN or inf)")
+        for b in bits_options:
+            check_range("bits_options entries", b, 2, 8)
+        for g in group_options:
+            if g is not None and (not isinstance(g, int) or g < 1 or row.numel() % g):
+                raise ValueError(f"group_options entries must be None or ints dividing K={row.numel()}, got {g!r}")
+        if bits not in bits_options:
+            raise ValueError(f"bits must be one of bits_options={tuple(bits_options)}, got bits={bits!r}")
+        if group_size not in group_options:
+            raise ValueError(f"group_size must be one of group_options={tuple(group_options)}, got {group_size!r}")
+        check_range("max_outlier", max_outlier, 1.0, 1000.0, float)
+        check_range("outlier", outlier, 1.0, max_outlier, float)
+        super().__init__(row=encode_float32(row), bits=bits, bits_options=list(bits_options),
+                         group_size=group_size or 0, group_options=[g or 0 for g in group_options],
+                         outlier=float(outlier), max_outlier=float(max_outlier))
