@@ -122,6 +122,19 @@ def test_quant_grid_rejects_bad_input_naming_the_argument(kwargs, match):
         live.QuantGrid(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(q=torch.randn(3, 4)), r"q must be a finite \(T, d\) tensor with T = len\(tokens\) = 4, got \(3, 4\)"),
+    (dict(k=torch.randn(4, 5)), r"q and k must have the same shape"),
+    (dict(features=["a"]), "features must name the d_v = 2 value dimensions, got 1 names"),
+    (dict(query=4), r"query must be an int in \[0, 3\], got query=4"),
+    (dict(v=torch.full((4, 2), float("inf"))), "v must be a finite"),
+])
+def test_attention_steps_rejects_bad_input_naming_the_argument(kwargs, match):
+    args = dict(tokens=list("abcd"), q=torch.randn(4, 4), k=torch.randn(4, 4), v=torch.randn(4, 2)) | kwargs
+    with pytest.raises(ValueError, match=match):
+        live.AttentionSteps(**args)
+
+
 # ------------------------------------------------------------------ a browser page for the modules
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -306,10 +319,30 @@ def test_browser_outlier_scales_the_largest_weight(page):
     torch.testing.assert_close(torch.tensor(got[1]), expected, atol=1e-6, rtol=0)
 
 
+@pytest.mark.browser
+def test_browser_attention_steps_match_the_library(page):
+    import transformer_lib as tl
+    q, k, v = torch.randn(6, 8), torch.randn(6, 8), torch.randn(6, 3)
+    taus = [0.1, 1.0, 3.3]
+    got = json.loads(run_module(page, live.AttentionSteps, f"""
+      const [Q, K, V] = [{as_json(q)}, {as_json(k)}, {as_json(v)}];
+      return {json.dumps(taus)}.map(tau => Q.map(q => {{
+        const a = m.softmax(m.scoresFor(q, K), tau);
+        return [a, m.weightedSum(a, V)];
+      }}));"""))
+    for tau, per_query in zip(taus, got):
+        out, weights = tl.scaled_dot_product_attention(q.double(), k.double(), v.double(), return_weights=True,
+                                                       temperature=tau)
+        torch.testing.assert_close(torch.tensor([w for w, _ in per_query], dtype=torch.float64), weights,
+                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(torch.tensor([o for _, o in per_query], dtype=torch.float64), out,
+                                   atol=1e-6, rtol=0)
+
+
 # ------------------------------------------------------------------------------ the built book
 
 # Chapter pages and the number of live figures each must show.
-LIVE_PAGES = {"notebooks/02_attention": 1, "notebooks/03_multi_head_attention": 1,
+LIVE_PAGES = {"notebooks/02_attention": 2, "notebooks/03_multi_head_attention": 1,
               "notebooks/04_positional_encoding": 2, "notebooks/07_kv_cache": 1, "notebooks/09_quantization": 1}
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 
@@ -372,6 +405,11 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
     chrome.wait_for(f"document.querySelectorAll('.tl-live canvas').length > 0 && "
                     f"document.querySelectorAll('.tl-live').length >= {n}")
     assert chrome.js("document.querySelectorAll('.tl-live').length") == n
+    blank = chrome.js("""[...document.querySelectorAll('.tl-live canvas')].filter(c => {
+      const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      return !px.some((v, i) => i % 4 === 3 && v > 0);  // no pixel drawn
+    }).map(c => c.getAttribute('aria-label'))""")
+    assert blank == [], f"blank canvases: {blank}"
     moved = chrome.js(MOVE_EVERY_CONTROL)
     assert moved, "no control found in the live figures"
     still = [m for m in moved if not m[3]]

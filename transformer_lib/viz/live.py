@@ -275,3 +275,39 @@ class QuantGrid(LiveWidget):
         super().__init__(row=encode_float32(row), bits=bits, bits_options=list(bits_options),
                          group_size=group_size or 0, group_options=[g or 0 for g in group_options],
                          outlier=float(outlier), max_outlier=float(max_outlier))
+
+
+class AttentionSteps(LiveWidget):
+    """Scaled dot-product attention for one query at a time: scores, softmax weights, weighted values.
+
+    ``q, k: (T, d_k)``, ``v: (T, d_v)`` for the ``T`` ``tokens``; ``features`` optionally names the ``d_v``
+    value dimensions. The reader picks the query token and a temperature.
+    """
+
+    script = "steps.js"
+    tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    features = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    q = traitlets.Unicode().tag(sync=True)  # base64 float32, (T, d) row by row
+    k = traitlets.Unicode().tag(sync=True)
+    v = traitlets.Unicode().tag(sync=True)
+    d = traitlets.Int().tag(sync=True)
+    d_v = traitlets.Int().tag(sync=True)
+    query = traitlets.Int(0).tag(sync=True)
+    temperature = traitlets.Float(1.0).tag(sync=True)
+
+    def __init__(self, tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 features: Sequence[str] = (), query: int = 0, temperature: float = 1.0):
+        T = len(tokens)
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != T or not torch.isfinite(x).all():
+                got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+                raise ValueError(f"{name} must be a finite (T, d) tensor with T = len(tokens) = {T}, got {got}")
+        if q.shape != k.shape:
+            raise ValueError(f"q and k must have the same shape (T, d_k), got {tuple(q.shape)} and {tuple(k.shape)}")
+        if features and len(features) != v.shape[1]:
+            raise ValueError(f"features must name the d_v = {v.shape[1]} value dimensions, got {len(features)} names")
+        check_range("query", query, 0, T - 1)
+        check_range("temperature", temperature, 0.05, 5.0, float)
+        super().__init__(tokens=list(map(str, tokens)), features=list(map(str, features)), q=encode_float32(q),
+                         k=encode_float32(k), v=encode_float32(v), d=q.shape[1], d_v=v.shape[1], query=query,
+                         temperature=float(temperature))

@@ -14,8 +14,9 @@ export function headWeights(rows, tau) {
 }
 
 // Draw one head's weights as a heatmap on a canvas: row i = query token i, column j = key token j.
+// `tokens`: the axis labels, or [] for a small unlabelled map.
 function drawHeatmap(canvas, A, tokens, cell, margin, selectedRow) {
-  const T = tokens.length;
+  const T = A.length;
   const ctx = canvas.getContext("2d");
   ctx.clearRect(0, 0, canvas.width, canvas.height);
   ctx.font = "11px sans-serif";
@@ -65,6 +66,7 @@ function render({ model, el: widget }) {
   const L = model.get("n_layers"), H = model.get("n_heads");
   const allHeads = model.get("mode") === "all";
   const tokensOf = model.get("tokens");
+  const labels = model.get("head_labels"); // per sentence, layer and head: a short description, or []
   const scoresOf = model.get("scores").map(decodeFloat32); // one (L, H, T, T) array per sentence
   const state = { s: model.get("sentence"), l: model.get("layer"), hd: model.get("head"),
                   tau: model.get("temperature"), row: null };
@@ -78,7 +80,7 @@ function render({ model, el: widget }) {
   const hover = readout("Point at a cell to read its weight; click a row (or pick a query) for its entropy.");
   const rowInfo = readout("");
   const controls = h("div", { style: "margin-bottom:6px" }, [
-    labelled("sentence", sentenceBox), labelled("layer", layerBox),
+    ...(tokensOf.length > 1 ? [labelled("sentence", sentenceBox)] : []), labelled("layer", layerBox),
     ...(allHeads ? [] : [labelled("head", headBox)]),
     labelled("temperature τ", tauBox), tauText, " ", labelled("query row", rowBox),
   ]);
@@ -120,7 +122,7 @@ function render({ model, el: widget }) {
         if (at) { state.row = at[0]; rowBox.value = String(at[0]); draw(); }
       });
       figures.append(allHeads ? h("figure", { style: "margin:0;text-align:center;font-size:80%" },
-        [canvas, h("figcaption", {}, [`head ${hd}`])]) : canvas);
+        [canvas, h("figcaption", {}, [`head ${hd}` + (labels.length ? `: ${labels[state.s][state.l][hd]}` : "")])]) : canvas);
     }
     showRow();
   }

@@ -18,6 +18,13 @@ export function softmax(row, tau = 1) {
   return e.map((x) => x / total);
 }
 
+// a . b = sum_i a_i b_i
+export function dot(a, b) {
+  let s = 0;
+  for (let i = 0; i < a.length; i++) s += a[i] * b[i];
+  return s;
+}
+
 // Shannon entropy in bits, H(p) = -sum_j p_j log2 p_j with 0 log 0 = 0 (head_stats.row_entropy).
 export function entropyBits(p) {
   let h = 0;

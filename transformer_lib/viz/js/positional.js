@@ -13,12 +13,6 @@ export function sinusoidalRow(pos, d, base = 10000) {
   return Array.from({ length: d }, (_, i) => sinusoid(pos, i, d, base));
 }
 
-export function dot(a, b) {
-  let s = 0;
-  for (let i = 0; i < a.length; i++) s += a[i] * b[i];
-  return s;
-}
-
 // RoPE: rotate each pair (x[2k], x[2k+1]) by the angle pos * theta_k, theta_k = base^(-2k / d)
 // (positional.RotaryEmbedding): (x1 cos - x2 sin, x1 sin + x2 cos).
 export function ropeRotate(x, pos, base = 10000) {
