@@ -137,6 +137,13 @@ def test_attention_steps_rejects_bad_input_naming_the_argument(kwargs, match):
 
 # ------------------------------------------------------------------ a browser page for the modules
 
+def _no_browser(error: Exception):
+    message = f"headless Chromium is not available ({error}): `make test` installs it (apt-get install -y chromium)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 class _Quiet(SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -156,7 +163,7 @@ def page():
         chrome = Chromium(profile)
     except (OSError, RuntimeError) as e:
         httpd.shutdown()
-        pytest.skip(f"headless Chromium is not available: {e}")
+        _no_browser(e)
     try:
         chrome.send("Runtime.enable")
         chrome.send("Page.enable")
@@ -381,7 +388,7 @@ def book_browser():
         chrome = Chromium(profile)
     except (OSError, RuntimeError) as e:
         httpd.shutdown()
-        pytest.skip(f"headless Chromium is not available: {e}")
+        _no_browser(e)
     try:
         for domain in ("Network", "Page", "Runtime"):
             chrome.send(f"{domain}.enable")

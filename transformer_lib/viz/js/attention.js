@@ -97,8 +97,13 @@ function render({ model, el: widget }) {
       const A = headWeights(headScores(scoresOf[state.s], H, T, state.l, hd), state.tau);
       return `${allHeads ? `head ${hd}: ` : ""}${fmt(entropyBits(A[state.row]), 2)} bits`;
     });
+    let weights = ""; // one head: the whole row as text, for readers who do not use a pointer
+    if (!allHeads) {
+      const A = headWeights(headScores(scoresOf[state.s], H, T, state.l, state.hd), state.tau);
+      weights = "; weights: " + tokens.map((t, j) => `${t} ${fmt(A[state.row][j])}`).join(", ");
+    }
     rowInfo.textContent = `query "${tokens[state.row]}" (row ${state.row}), τ = ${fmt(state.tau, 2)}: entropy ` +
-      `${parts.join(", ")} (0 = all weight on one key; uniform over ${T} keys = ${fmt(Math.log2(T), 2)} bits)`;
+      `${parts.join(", ")} (0 = all weight on one key; uniform over ${T} keys = ${fmt(Math.log2(T), 2)} bits)` + weights;
   }
 
   function draw() {
