@@ -39,7 +39,7 @@ websocket = pytest.importorskip("websocket")  # websocket-client
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = "notebooks/06_masking"  # the page under test: a chapter with math and a frame_slider (02 went live)
+TARGET = "notebooks/07_kv_cache"  # the page under test: a chapter with math and a frame_slider (02 went live)
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
