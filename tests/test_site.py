@@ -38,7 +38,7 @@ websocket = pytest.importorskip("websocket")  # websocket-client
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = "notebooks/02_attention"  # the page under test: a chapter with math and a frame_slider
+TARGET = "notebooks/07_kv_cache"  # the page under test: a chapter with math and a frame_slider (02 went live)
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 NON_NETWORK_SCHEMES = {"data", "blob", "about", "chrome", "chrome-extension", "devtools"}
 

@@ -6,6 +6,8 @@ serve them from the site (`html_static_path` in _config.yml):
 
     vendor_static/require.js             npm requirejs (require.js)
     vendor_static/widgets/embed-amd.js   npm @jupyter-widgets/html-manager (dist/, fonts included)
+    vendor_static/anywidget/index.js     the front-end of the live figures, copied from the installed
+                                         anywidget Python package (its AMD build; no npm needed)
 
 Idempotent: does nothing when vendor_static/VERSIONS already names the pinned versions.
 Needs `npm` (it comes with Node.js); without it, stops with one sentence saying what to install.
@@ -81,14 +83,28 @@ def install() -> None:
         shutil.move(str(staging), DEST)
 
 
+def copy_anywidget() -> None:
+    """anywidget's AMD front-end (and licence) from its installed wheel; copies only when it changed."""
+    import anywidget
+    from importlib.metadata import distribution
+    files = {Path(anywidget.__file__).parent / "nbextension" / "index.js": DEST / "anywidget" / "index.js"}
+    for f in distribution("anywidget").files or []:
+        if f.name == "LICENSE":
+            files[Path(f.locate())] = DEST / "LICENSE.anywidget"
+    for src, dest in files.items():
+        if not dest.is_file() or dest.read_bytes() != src.read_bytes():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+
+
 def main(argv: list[str]) -> int:
-    if "--force" not in argv and up_to_date():
-        return 0
-    if shutil.which("npm") is None:
+    if shutil.which("npm") is None and ("--force" in argv or not up_to_date()):
         print(NO_NPM, file=sys.stderr)
         return 1
-    install()
-    print("installed", ", ".join(f"{k}@{v}" for k, v in PACKAGES.items()), "into", DEST.relative_to(ROOT))
+    if "--force" in argv or not up_to_date():
+        install()
+        print("installed", ", ".join(f"{k}@{v}" for k, v in PACKAGES.items()), "into", DEST.relative_to(ROOT))
+    copy_anywidget()
     return 0
 
 

@@ -12,14 +12,17 @@
     window.FontAwesome.config.observeMutations = false;
   }
   // 2. Tell require.js that widget modules and the widget manager's files (its fonts) live in
-  //    the served `widgets` folder next to this script, not on a CDN.
+  //    the served `widgets` folder next to this script, not on a CDN; and that the live figures'
+  //    module "anywidget" is the served `anywidget/index.js` (tools/vendor_static.py copies it).
   var script = document.currentScript;
   var here = script ? script.src : window.location.href;
-  var widgets = here.substring(0, here.lastIndexOf("/") + 1) + "widgets";
+  var folder = here.substring(0, here.lastIndexOf("/") + 1);
+  var widgets = folder + "widgets";
   window.require.config({
     paths: {
       "@jupyter-widgets/html-manager/dist": widgets,
       "@jupyter-widgets": widgets,
+      "anywidget": folder + "anywidget/index",
     },
   });
   // 3. The widgets typeset their labels with MathJax 2's `MathJax.Hub.Queue`; the book serves

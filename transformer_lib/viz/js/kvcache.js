@@ -1,0 +1,66 @@
+// Chapter 07: the memory a KV cache needs, computed in the browser as you change the model.
+// Every layer keeps one key and one value vector per kv head, per position and per sequence:
+//   bytes = 2 (K and V) x n_layers x batch x n_kv_heads x d_head x T x bytes per number
+// (kv_cache.kv_cache_bytes).
+
+export function kvCacheBytes(nLayers, nKvHeads, dHead, seqLen, batch, bytesPerElement) {
+  return 2 * nLayers * batch * nKvHeads * dHead * seqLen * bytesPerElement;
+}
+
+// 1536 -> "1.5 KiB" (binary units, as the chapter's table prints them).
+export function human(n) {
+  for (const unit of ["B", "KiB", "MiB", "GiB"]) {
+    if (n < 1024 || unit === "GiB") return `${n.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 })} ${unit}`;
+    n /= 1024;
+  }
+}
+
+const DTYPES = [["float32", 4], ["float16 / bfloat16", 2], ["int8 / fp8", 1]];
+
+function render({ model, el: widget }) {
+  const el = figureRoot(widget, "kvcache");
+  const presets = model.get("models"); // [name, layers, kv heads, d_head, context, bytes per number]
+  const maxLen = model.get("max_length");
+  const s = { layers: presets[0][1], heads: presets[0][2], dHead: presets[0][3], T: presets[0][4], B: 1, bytes: presets[0][5] };
+  const presetBox = select(presets.map((p) => p[0]), 0);
+  const boxes = {
+    layers: slider(1, 128, 1, s.layers), heads: slider(1, 128, 1, s.heads), dHead: slider(8, 256, 8, s.dHead),
+    T: slider(1, maxLen, 1, s.T), B: slider(1, 64, 1, s.B),
+  };
+  const dtypeBox = select(DTYPES.map((d) => d[0]), DTYPES.findIndex((d) => d[1] === s.bytes));
+  const texts = Object.fromEntries(Object.keys(boxes).map((k) => [k, h("output")]));
+  const bar = h("canvas", { width: "520", height: "120", role: "img", "aria-label": "cache size against length" });
+  const info = readout();
+  const names = { layers: "layers", heads: "kv heads", dHead: "head size d_head", T: "length T", B: "batch" };
+  el.append(h("div", {}, [labelled("model", presetBox), labelled("numbers", dtypeBox)]),
+            h("div", {}, Object.keys(boxes).map((k) => h("span", {}, [labelled(names[k], boxes[k]), texts[k], " "]))),
+            bar, info);
+
+  function draw() {
+    for (const k of Object.keys(boxes)) { boxes[k].value = String(s[k]); texts[k].textContent = String(s[k]); }
+    const total = kvCacheBytes(s.layers, s.heads, s.dHead, s.T, s.B, s.bytes);
+    const perToken = kvCacheBytes(s.layers, s.heads, s.dHead, 1, 1, s.bytes);
+    const ctx = bar.getContext("2d"), W = bar.width, Hh = bar.height, full = kvCacheBytes(s.layers, s.heads, s.dHead, maxLen, s.B, s.bytes);
+    ctx.clearRect(0, 0, W, Hh);
+    ctx.strokeStyle = "#999"; ctx.beginPath(); ctx.moveTo(30, Hh - 20); ctx.lineTo(W - 10, 20); ctx.stroke(); // linear in T
+    const x = 30 + ((s.T - 1) / Math.max(1, maxLen - 1)) * (W - 40), y = Hh - 20 - (total / full) * (Hh - 40);
+    ctx.fillStyle = "#0072b2"; ctx.fillRect(x - 4, y - 4, 8, 8);
+    ctx.fillStyle = "#000"; ctx.font = "11px sans-serif";
+    ctx.fillText(`cache size grows linearly with the length T: ${human(full)} at T = ${maxLen}`, 30, 12);
+    ctx.fillText("T →", W - 30, Hh - 6);
+    info.textContent = `KV cache = 2 × ${s.layers} layers × ${s.B} sequences × ${s.heads} kv heads × ${s.dHead} × ` +
+      `${s.T} positions × ${s.bytes} bytes = ${human(total)} (${total.toLocaleString("en-US")} bytes); ` +
+      `${human(perToken)} per token.`;
+  }
+  presetBox.addEventListener("change", () => {
+    const p = presets[Number(presetBox.value)];
+    Object.assign(s, { layers: p[1], heads: p[2], dHead: p[3], T: Math.min(p[4], maxLen), bytes: p[5] });
+    dtypeBox.value = String(DTYPES.findIndex((d) => d[1] === s.bytes));
+    draw();
+  });
+  for (const [k, box] of Object.entries(boxes)) box.addEventListener("input", () => { s[k] = Number(box.value); draw(); });
+  dtypeBox.addEventListener("change", () => { s.bytes = DTYPES[Number(dtypeBox.value)][1]; draw(); });
+  draw();
+}
+
+export default { render };

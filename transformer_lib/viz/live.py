@@ -1,0 +1,313 @@
+"""Live figures: widgets whose JavaScript computes the figure in the reader's browser.
+
+A live widget is an ``anywidget.AnyWidget`` whose front-end is one ES module: ``js/common.js`` (shared maths
+and DOM helpers) followed by the figure's own ``js/<name>.js``. Python hands over numbers only (synced
+traits, compactly encoded) and checks them; the browser recomputes the figure on every input event. It
+renders with a kernel (JupyterLab, VS Code, Colab) and in the static book, where the site serves
+anywidget's front-end itself (``tools/vendor_static.py``, ``book/static/widgets-setup.js``).
+
+To add a figure: write ``js/<name>.js`` with ``export default { render({ model, el }) {...} }``, subclass
+``LiveWidget`` with ``script = "<name>.js"`` and the traits it reads, and validate them in ``__init__``.
+"""
+from __future__ import annotations
+
+import base64
+import math
+from pathlib import Path
+from typing import Sequence
+
+import anywidget
+import numpy as np
+import torch
+import traitlets
+
+JS_DIR = Path(__file__).with_name("js")
+
+
+def module_source(script: str) -> str:
+    """The ES module of one figure: ``js/common.js`` then ``js/<script>`` (read from the package data)."""
+    return (JS_DIR / "common.js").read_text() + "\n" + (JS_DIR / script).read_text()
+
+
+def encode_float32(x: torch.Tensor | np.ndarray) -> str:
+    """Base64 of ``x`` as little-endian float32, flattened in C order (decoded by ``decodeFloat32`` in JS)."""
+    a = x.detach().cpu().float().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float32)
+    return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode("ascii")
+
+
+def check_range(name: str, value, low, high, kind=int) -> None:
+    """Raise ``ValueError`` unless ``low <= value <= high`` and ``value`` is a ``kind`` (bools refused)."""
+    ok_type = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+    if not ok_type or not (low <= value <= high) or (kind is float and not math.isfinite(value)):
+        raise ValueError(f"{name} must be {'a number' if kind is float else 'an int'} in [{low}, {high}], "
+                         f"got {name}={value!r}")
+
+
+class LiveWidget(anywidget.AnyWidget):
+    """Base class of the book's live figures: a subclass names its ``script`` in ``js/`` and declares traits."""
+
+    script: str = ""
+
+    def __init_subclass__(cls, **kwargs):
+        if cls.__dict__.get("script"):
+            cls._esm = module_source(cls.script)
+        super().__init_subclass__(**kwargs)
+
+
+# ----------------------------------------------------------------------------- attention (chapters 02, 03)
+
+@torch.no_grad()
+def scaled_scores(model, tokenizer, sentence: str) -> tuple[list[str], torch.Tensor]:
+    """Every head's scaled scores ``S = q k^T / sqrt(d_head)`` of a ``BertEncoder`` on one sentence.
+
+    Returns ``(tokens, scores)`` with ``scores: (n_layers, n_heads, T, T)`` float32 on the CPU;
+    ``softmax(S / tau)`` is that head's attention map at temperature ``tau`` (``attention_maps`` at ``tau = 1``).
+    """
+    device = next(model.parameters()).device
+    enc = {name: t.to(device) for name, t in tokenizer.encode(sentence).items()}  # each (1, T)
+    hidden = model(**enc).hidden_states  # the input of layer l is hidden[l]: (1, T, d_model)
+    scores = []
+    for layer, block in enumerate(model.layers):
+        q, k, _ = block.self_attn.project_qkv(hidden[layer])  # each (1, H, T, d_head)
+        scores.append(q[0].float() @ k[0].float().transpose(-1, -2) / math.sqrt(q.shape[-1]))  # (H, T, T)
+    return tokenizer.tokens(sentence), torch.stack(scores).cpu()
+
+
+class AttentionHeatmap(LiveWidget):
+    """Attention maps ``softmax(S / tau)`` of every layer and head, recomputed in the browser.
+
+    ``tokens[s]``: the ``T_s`` word pieces of sentence ``s``; ``scores[s]: (n_layers, n_heads, T_s, T_s)`` its
+    scaled scores (see ``scaled_scores``). ``mode="one"`` shows one head (pick layer and head), ``"all"`` every
+    head of the picked layer side by side, each captioned with ``head_labels[s][layer][head]`` when given. The reader moves ``temperature`` continuously in
+    ``[tau_min, tau_max]``, reads the weight under the pointer and a row's entropy (bits) on click.
+    """
+
+    script = "attention.js"
+    tokens = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
+    scores = traitlets.List(traitlets.Unicode()).tag(sync=True)  # base64 float32, one per sentence
+    n_layers = traitlets.Int().tag(sync=True)
+    n_heads = traitlets.Int().tag(sync=True)
+    sentence = traitlets.Int(0).tag(sync=True)
+    layer = traitlets.Int(0).tag(sync=True)
+    head = traitlets.Int(0).tag(sync=True)
+    temperature = traitlets.Float(1.0).tag(sync=True)
+    tau_min = traitlets.Float(0.05).tag(sync=True)
+    tau_max = traitlets.Float(5.0).tag(sync=True)
+    mode = traitlets.Unicode("one").tag(sync=True)
+    head_labels = traitlets.List().tag(sync=True)  # per sentence, (n_layers, n_heads) strings, or empty
+
+    def __init__(self, tokens: Sequence[Sequence[str]], scores: Sequence[torch.Tensor], layer: int = 0,
+                 head: int = 0, temperature: float = 1.0, mode: str = "one", sentence: int = 0,
+                 tau_min: float = 0.05, tau_max: float = 5.0, head_labels: Sequence | None = None):
+        if len(tokens) == 0 or len(tokens) != len(scores):
+            raise ValueError(f"tokens and scores must be non-empty lists of the same length (one per sentence), "
+                             f"got {len(tokens)} and {len(scores)}")
+        shape = None
+        for s, (toks, sc) in enumerate(zip(tokens, scores)):
+            T = len(toks)
+            if not isinstance(sc, torch.Tensor) or sc.dim() != 4 or tuple(sc.shape[-2:]) != (T, T):
+                got = tuple(sc.shape) if isinstance(sc, torch.Tensor) else type(sc).__name__
+                raise ValueError(f"scores[{s}] must be a tensor (n_layers, n_heads, T, T) with T = len(tokens[{s}])"
+                                 f" = {T}, got {got}")
+            if shape is not None and tuple(sc.shape[:2]) != shape:
+                raise ValueError(f"scores[{s}] has (n_layers, n_heads) = {tuple(sc.shape[:2])}, "
+                                 f"expected {shape} as in scores[0]")
+            if not torch.isfinite(sc).all():
+                raise ValueError(f"scores[{s}] must be finite (no NaN or inf)")
+            shape = tuple(sc.shape[:2])
+        if mode not in ("one", "all"):
+            raise ValueError(f"mode must be 'one' or 'all', got {mode!r}")
+        check_range("tau_min", tau_min, 1e-3, 100.0, float)
+        check_range("tau_max", tau_max, tau_min, 100.0, float)
+        check_range("temperature", temperature, tau_min, tau_max, float)
+        check_range("layer", layer, 0, shape[0] - 1)
+        check_range("head", head, 0, shape[1] - 1)
+        check_range("sentence", sentence, 0, len(tokens) - 1)
+        labels = [] if head_labels is None else [[[str(x) for x in row] for row in per] for per in head_labels]
+        if labels and (len(labels) != len(tokens) or any(len(per) != shape[0] or any(len(r) != shape[1] for r in per)
+                                                          for per in labels)):
+            raise ValueError(f"head_labels must hold, per sentence, (n_layers, n_heads) = {shape} strings for "
+                             f"{len(tokens)} sentence(s)")
+        super().__init__(tokens=[list(map(str, t)) for t in tokens], scores=[encode_float32(s) for s in scores],
+                         n_layers=shape[0], n_heads=shape[1], layer=layer, head=head, temperature=float(temperature),
+                         mode=mode, sentence=sentence, tau_min=float(tau_min), tau_max=float(tau_max),
+                         head_labels=labels)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, sentences: Sequence[str], **kwargs) -> "AttentionHeatmap":
+        """Run ``model`` once per sentence and show its heads (``kwargs`` as for the constructor)."""
+        if isinstance(sentences, str) or len(sentences) == 0:
+            raise ValueError(f"sentences must be a non-empty list of strings, got {sentences!r}")
+        pairs = [scaled_scores(model, tokenizer, s) for s in sentences]
+        return cls([p[0] for p in pairs], [p[1] for p in pairs], **kwargs)
+
+
+# ----------------------------------------------------------------------------- positions (chapter 04)
+
+class SinusoidTable(LiveWidget):
+    """The sinusoidal table ``PE[pos, i]`` for any even ``d_model`` and position, computed in the browser.
+
+    Shows positions ``0 .. n_positions - 1``, the chosen ``position``'s row, and the dot product of two
+    positions' vectors (``position`` and ``other``) with the curve ``PE[position] . PE[pos]`` over every ``pos``.
+    """
+
+    script = "positional.js"
+    figure = traitlets.Unicode("table").tag(sync=True)
+    d_model = traitlets.Int(64).tag(sync=True)
+    max_d_model = traitlets.Int(512).tag(sync=True)
+    n_positions = traitlets.Int(100).tag(sync=True)
+    position = traitlets.Int(10).tag(sync=True)
+    other = traitlets.Int(20).tag(sync=True)
+
+    def __init__(self, d_model: int = 64, position: int = 10, other: int = 20, n_positions: int = 100,
+                 max_d_model: int = 512):
+        check_range("max_d_model", max_d_model, 2, 4096)
+        check_range("d_model", d_model, 2, max_d_model)
+        if d_model % 2:
+            raise ValueError(f"d_model must be even (sin and cos pairs), got d_model={d_model}")
+        check_range("n_positions", n_positions, 2, 1000)
+        check_range("position", position, 0, n_positions - 1)
+        check_range("other", other, 0, n_positions - 1)
+        super().__init__(d_model=d_model, position=position, other=other, n_positions=n_positions,
+                         max_d_model=max_d_model)
+
+
+class RopeRotation(LiveWidget):
+    """RoPE in the browser: each pair of a query ``q`` at position ``m`` and a key ``k`` at position ``n``
+    turns by ``pos * theta_i``; the score ``RoPE(q, m) . RoPE(k, n)`` depends only on ``m - n``.
+
+    ``q, k: (d_head,)`` with ``d_head`` even (at most 64, so every pair is drawn).
+    """
+
+    script = "positional.js"
+    figure = traitlets.Unicode("rope").tag(sync=True)
+    q = traitlets.Unicode().tag(sync=True)  # base64 float32
+    k = traitlets.Unicode().tag(sync=True)
+    m = traitlets.Int(3).tag(sync=True)
+    n = traitlets.Int(1).tag(sync=True)
+    base = traitlets.Float(10000.0).tag(sync=True)
+    max_position = traitlets.Int(64).tag(sync=True)
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, m: int = 3, n: int = 1, max_position: int = 64,
+                 base: float = 10000.0):
+        for name, v in (("q", q), ("k", k)):
+            if not isinstance(v, torch.Tensor) or v.dim() != 1 or v.shape[0] % 2 or not 2 <= v.shape[0] <= 64:
+                got = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
+                raise ValueError(f"{name} must be a 1-D tensor (d_head,) with d_head even, 2..64, got {got}")
+            if not torch.isfinite(v).all():
+                raise ValueError(f"{name} must be finite (no NaN or inf)")
+        if q.shape != k.shape:
+            raise ValueError(f"q and k must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}")
+        check_range("max_position", max_position, 1, 100_000)
+        check_range("m", m, 0, max_position)
+        check_range("n", n, 0, max_position)
+        check_range("base", base, 2.0, 1e7, float)
+        super().__init__(q=encode_float32(q), k=encode_float32(k), m=m, n=n, max_position=max_position,
+                         base=float(base))
+
+
+# ----------------------------------------------------------------------- KV cache (chapter 07)
+
+class KVCacheCalculator(LiveWidget):
+    """The KV cache's size ``2 x n_layers x batch x n_kv_heads x d_head x T x bytes`` for a table of models.
+
+    ``models``: rows ``(name, n_layers, n_kv_heads, d_head, context_length, bytes_per_element)``; the reader
+    picks one and changes any of its numbers (``kv_cache.kv_cache_bytes`` is the Python twin).
+    """
+
+    script = "kvcache.js"
+    models = traitlets.List(traitlets.List()).tag(sync=True)
+    max_length = traitlets.Int(32768).tag(sync=True)
+
+    def __init__(self, models: Sequence[tuple], max_length: int = 32768):
+        if len(models) == 0:
+            raise ValueError("models must list at least one (name, n_layers, n_kv_heads, d_head, context, bytes) row")
+        check_range("max_length", max_length, 1, 1 << 20)
+        limits = (("n_layers", 128), ("n_kv_heads", 128), ("d_head", 256), ("context_length", max_length))
+        for r, m in enumerate(models):
+            if len(m) != 6 or not isinstance(m[0], str):
+                raise ValueError(f"models[{r}] must be (name, n_layers, n_kv_heads, d_head, context_length, "
+                                 f"bytes_per_element), got {m!r}")
+            for (name, high), value in zip(limits, m[1:5]):
+                check_range(f"models[{r}] {name}", value, 1, high)
+            if m[5] not in (1, 2, 4):
+                raise ValueError(f"models[{r}] bytes_per_element must be 1, 2 or 4, got {m[5]!r}")
+        super().__init__(models=[list(m) for m in models], max_length=max_length)
+
+
+# ----------------------------------------------------------------------- quantization (chapter 09)
+
+class QuantGrid(LiveWidget):
+    """Absmax quantization of one weight ``row: (K,)`` at any bits, group size and outlier, in the browser.
+
+    ``group_options``: group sizes dividing ``K`` (``None``: one scale for the row). ``outlier``: the factor
+    applied to the row's largest ``|w|`` (1 = the row as it is), up to ``max_outlier``.
+    """
+
+    script = "quant.js"
+    row = traitlets.Unicode().tag(sync=True)  # base64 float32
+    bits = traitlets.Int(4).tag(sync=True)
+    bits_options = traitlets.List(traitlets.Int()).tag(sync=True)
+    group_size = traitlets.Int(0).tag(sync=True)  # 0: one scale per row
+    group_options = traitlets.List(traitlets.Int()).tag(sync=True)
+    outlier = traitlets.Float(1.0).tag(sync=True)
+    max_outlier = traitlets.Float(10.0).tag(sync=True)
+
+    def __init__(self, row: torch.Tensor, bits: int = 4, group_size: int | None = None,
+                 bits_options: Sequence[int] = (2, 3, 4, 8), group_options: Sequence[int | None] = (None, 128, 32, 8),
+                 outlier: float = 1.0, max_outlier: float = 10.0):
+        if not isinstance(row, torch.Tensor) or row.dim() != 1 or row.numel() < 2 or not row.is_floating_point():
+            got = (tuple(row.shape), row.dtype) if isinstance(row, torch.Tensor) else type(row).__name__
+            raise ValueError(f"row must be a 1-D floating-point tensor (K,) with K >= 2, got {got}")
+        if not torch.isfinite(row).all():
+            raise ValueError("row must be finite (no NaN or inf)")
+        for b in bits_options:
+            check_range("bits_options entries", b, 2, 8)
+        for g in group_options:
+            if g is not None and (not isinstance(g, int) or g < 1 or row.numel() % g):
+                raise ValueError(f"group_options entries must be None or ints dividing K={row.numel()}, got {g!r}")
+        if bits not in bits_options:
+            raise ValueError(f"bits must be one of bits_options={tuple(bits_options)}, got bits={bits!r}")
+        if group_size not in group_options:
+            raise ValueError(f"group_size must be one of group_options={tuple(group_options)}, got {group_size!r}")
+        check_range("max_outlier", max_outlier, 1.0, 1000.0, float)
+        check_range("outlier", outlier, 1.0, max_outlier, float)
+        super().__init__(row=encode_float32(row), bits=bits, bits_options=list(bits_options),
+                         group_size=group_size or 0, group_options=[g or 0 for g in group_options],
+                         outlier=float(outlier), max_outlier=float(max_outlier))
+
+
+class AttentionSteps(LiveWidget):
+    """Scaled dot-product attention for one query at a time: scores, softmax weights, weighted values.
+
+    ``q, k: (T, d_k)``, ``v: (T, d_v)`` for the ``T`` ``tokens``; ``features`` optionally names the ``d_v``
+    value dimensions. The reader picks the query token and a temperature.
+    """
+
+    script = "steps.js"
+    tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    features = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    q = traitlets.Unicode().tag(sync=True)  # base64 float32, (T, d) row by row
+    k = traitlets.Unicode().tag(sync=True)
+    v = traitlets.Unicode().tag(sync=True)
+    d = traitlets.Int().tag(sync=True)
+    d_v = traitlets.Int().tag(sync=True)
+    query = traitlets.Int(0).tag(sync=True)
+    temperature = traitlets.Float(1.0).tag(sync=True)
+
+    def __init__(self, tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 features: Sequence[str] = (), query: int = 0, temperature: float = 1.0):
+        T = len(tokens)
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != T or not torch.isfinite(x).all():
+                got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+                raise ValueError(f"{name} must be a finite (T, d) tensor with T = len(tokens) = {T}, got {got}")
+        if q.shape != k.shape:
+            raise ValueError(f"q and k must have the same shape (T, d_k), got {tuple(q.shape)} and {tuple(k.shape)}")
+        if features and len(features) != v.shape[1]:
+            raise ValueError(f"features must name the d_v = {v.shape[1]} value dimensions, got {len(features)} names")
+        check_range("query", query, 0, T - 1)
+        check_range("temperature", temperature, 0.05, 5.0, float)
+        super().__init__(tokens=list(map(str, tokens)), features=list(map(str, features)), q=encode_float32(q),
+                         k=encode_float32(k), v=encode_float32(v), d=q.shape[1], d_v=v.shape[1], query=query,
+                         temperature=float(temperature))
