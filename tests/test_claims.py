@@ -1,0 +1,145 @@
+"""``claim`` turns a false sentence into a failed build; ``glue_number`` glues a number and hands it back.
+
+Fast tests check the helper against plain Python truth; the ``slow`` tests build a one-page Jupyter Book and run
+nbval on a notebook that states a claim, once true and once false, and check that the false one fails both, with
+the sentence in the output (the book's `make book` and `make test` run exactly these tools).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from transformer_lib.claims import claim, glue_number
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.parametrize("condition", [True, np.bool_(True), torch.tensor(True), np.array(True),
+                                       torch.tensor([1.0, 2.0]).lt(3).all(), 2 > 1])
+def test_claim_passes_silently_when_the_condition_holds(condition):
+    assert claim(condition, "the sentence") is None
+
+
+@pytest.mark.parametrize("condition", [False, np.bool_(False), torch.tensor(False), 1 > 2,
+                                       torch.tensor([1.0, 5.0]).lt(3).all()])
+def test_false_claim_raises_with_the_sentence_it_guards(condition):
+    with pytest.raises(AssertionError) as err:
+        claim(condition, "the cached decoder is at least 1.3x faster")
+    assert str(err.value) == "claim no longer holds: the cached decoder is at least 1.3x faster"
+
+
+@pytest.mark.parametrize("condition, got", [
+    (torch.tensor([True, False]), r"torch.bool tensor of shape \(2,\)"),
+    (torch.tensor(1.0), r"torch.float32 tensor of shape \(\)"),
+    (np.array([True, True]), r"array of dtype bool and shape \(2,\)"),
+    (1.0, "float 1.0"), (1, "int 1"), (None, "NoneType None"), ("yes", "str 'yes'"),
+])
+def test_claim_refuses_anything_but_one_truth_value(condition, got):
+    # an int or a float would be truthy by accident: 0.3 passes where "ratio > 0.3" was meant
+    with pytest.raises(TypeError, match="condition must be a single truth value .*got .*" + got):
+        claim(condition, "a sentence")
+
+
+@pytest.mark.parametrize("sentence", ["", "   ", None, 3])
+def test_claim_needs_the_sentence_it_guards(sentence):
+    with pytest.raises(TypeError, match="sentence must be the non-empty sentence"):
+        claim(True, sentence)
+
+
+@pytest.mark.parametrize("value, expected", [(3, 3), (2.5, 2.5), (np.float32(0.25), 0.25), (np.int64(7), 7),
+                                             (torch.tensor(4.0), 4.0), (torch.tensor([[9]]), 9)])
+def test_glue_number_returns_the_number_as_a_python_scalar(value, expected):
+    got = glue_number("n", value)
+    assert got == expected and type(got) in (int, float)
+
+
+@pytest.mark.parametrize("name, value, err, match", [
+    ("n", torch.ones(2), ValueError, r"single number, got a tensor of shape \(2,\)"),
+    ("n", "12", TypeError, "value must be a real number, got str"),
+    ("n", True, TypeError, "value must be a real number, got bool"),
+    ("n-2", 1, ValueError, "name must be an identifier"),
+])
+def test_glue_number_rejects_what_prose_cannot_show(name, value, err, match):
+    with pytest.raises(err, match=match):
+        glue_number(name, value)
+
+
+# ------------------------------------------------------------- a false claim fails the book and nbval
+
+SENTENCE = "the measured count is larger than five"
+
+
+def _notebook(folder: Path, threshold: int) -> Path:
+    """One chapter: a measurement glued into a sentence, and a hidden claim (true iff 7 > threshold)."""
+    def cell(kind, source, tags=()):
+        c = {"cell_type": kind, "metadata": {"tags": list(tags)} if tags else {}, "source": source}
+        return c if kind == "markdown" else {**c, "execution_count": None, "outputs": []}
+    cells = [cell("markdown", "# A claim\n"),
+             cell("code", "from transformer_lib.claims import claim, glue_number\n"
+                          "count = glue_number('count', 7)\nprint('count:', count)\n"),
+             cell("markdown", "The count is {glue:text}`count`, so " + SENTENCE + ".\n"),
+             cell("code", f"claim(count > {threshold}, {SENTENCE!r})\n", tags=["remove-cell"])]
+    nb = {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                       "language_info": {"name": "python"}}}
+    path = folder / "claim.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def _book(folder: Path, threshold: int) -> Path:
+    """A one-page book with the project's execution settings (including ``nb_execution_show_tb``)."""
+    project = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config = {"title": "claim test", "only_build_toc_files": True, "execute": project["execute"],
+              "sphinx": {"config": {"nb_execution_show_tb": project["sphinx"]["config"]["nb_execution_show_tb"]}}}
+    (folder / "_config.yml").write_text(yaml.safe_dump(config))
+    (folder / "_toc.yml").write_text("format: jb-book\nroot: claim\n")
+    _notebook(folder, threshold)
+    return folder
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_book_prints_tracebacks_of_failed_cells():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["sphinx"]["config"].get("nb_execution_show_tb") is True, \
+        "without nb_execution_show_tb a failed claim's sentence does not reach the build log"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threshold, holds", [(5, True), (9, False)])
+def test_a_false_claim_fails_the_book_build_and_prints_its_sentence(tmp_path, threshold, holds):
+    book = _book(tmp_path, threshold)
+    done = _run([str(BIN / "jupyter-book"), "build", str(book), "-W", "-n", "--keep-going"], tmp_path)
+    log = done.stdout + done.stderr
+    if holds:
+        assert done.returncode == 0, log[-3000:]
+        text = re.sub(r"<[^>]+>", "", (book / "_build" / "html" / "claim.html").read_text())
+        assert "The count is 7, so " + SENTENCE in text  # the glued number reached the prose
+    else:
+        assert done.returncode != 0, log[-3000:]
+        assert "claim no longer holds: " + SENTENCE in log, log[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threshold, holds", [(5, True), (9, False)])
+def test_a_false_claim_fails_nbval_and_prints_its_sentence(tmp_path, threshold, holds):
+    nb = _notebook(tmp_path, threshold)
+    done = _run([sys.executable, "-m", "pytest", str(nb), "--nbval-lax", "--nbval-current-env",
+                 "-p", "no:cacheprovider", "-q"], tmp_path)
+    log = done.stdout + done.stderr
+    assert (done.returncode == 0) == holds, log[-3000:]
+    assert ("claim no longer holds: " + SENTENCE in log) == (not holds), log[-3000:]
