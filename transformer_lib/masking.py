@@ -21,8 +21,9 @@ def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:
     """
     t_k = t_q if t_k is None else t_k
     for name, value in (("t_q", t_q), ("t_k", t_k)):
-        if not isinstance(value, int) or isinstance(value, bool):
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
             raise TypeError(f"causal_mask: {name} must be an int, got {type(value).__name__} {value!r}")
+    t_q, t_k = int(t_q), int(t_k)
     if t_q < 0 or t_k < t_q:
         raise ValueError(f"causal_mask needs 0 <= t_q <= t_k, got t_q={t_q}, t_k={t_k}")
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)

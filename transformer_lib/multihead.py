@@ -16,7 +16,7 @@ from .attention import scaled_dot_product_attention
 from .masking import check_mask, combine_masks, key_padding_to_attention
 
 
-ATTN_MASK_SHAPES = ("(Tq, Tk)", "(B, 1, Tq, Tk)", "(1, H, Tq, Tk)", "(B, H, Tq, Tk)", "(1, 1, Tq, Tk)")
+ATTN_MASK_SHAPES = ("(Tq, Tk)", "(1, 1, Tq, Tk)", "(B, 1, Tq, Tk)", "(1, H, Tq, Tk)", "(B, H, Tq, Tk)")
 
 
 def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> None:
