@@ -8,11 +8,13 @@ import torch.nn as nn
 
 from transformer_lib.attention import attention_weights, scaled_dot_product_attention, softmax_with_temperature
 from transformer_lib.masking import causal_mask, padding_mask, padding_mask_from_ids, to_additive
-from transformer_lib.models import GPT, BertConfig, BertEncoder, GPTConfig, Transformer, TransformerConfig
+from transformer_lib.models import (GPT, BertConfig, BertEncoder, GPTConfig, Transformer, TransformerConfig,
+                                   init_weights)
 from transformer_lib.multihead import MultiHeadAttention
 from transformer_lib.positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                                         alibi_bias, alibi_slopes, sinusoidal_table)
-from transformer_lib.quantization import QuantLinear, fake_quantize, int8_matmul, keep_outliers, quantize
+from transformer_lib.quantization import (QuantLinear, fake_quantize, int8_matmul, keep_outliers, quantize,
+                                         quantize_model)
 
 GPT_OK = dict(vocab_size=11, block_size=8, n_layers=1, n_heads=2, d_model=8)
 TF_OK = dict(src_vocab_size=13, tgt_vocab_size=11, d_model=8, n_heads=2, d_ff=16, n_encoder_layers=1,
@@ -156,6 +158,11 @@ CASES = [
     ("quantlinear-not-linear", lambda: QuantLinear.from_linear(nn.Conv1d(2, 2, 1)), TypeError, "linear", "Conv1d"),
     ("int8-matmul-dtype", lambda: int8_matmul(torch.ones(2, 4), torch.ones(3, 4, dtype=torch.int8)), ValueError,
      "xq", "torch.float32"),
+    ("quantlinear-size", lambda: QuantLinear(0, 4), ValueError, "in_features", "0"),
+    ("dequantize-dtype", lambda: quantize(torch.randn(4, 8)).dequantize(torch.int8), TypeError, "dtype", "torch.int8"),
+    ("quantize-model-skip", lambda: quantize_model(nn.Sequential(nn.Linear(8, 8)), skip="lm_head"), TypeError, "skip",
+     "'lm_head'"),
+    ("init-std", lambda: init_weights(nn.Linear(2, 2), std=-1.0), ValueError, "std", "-1.0"),
     ("keep-outliers-n", lambda: keep_outliers(torch.randn(4, 8), 8), ValueError, "n_outliers", "8"),
 ]
 

@@ -83,6 +83,8 @@ def _check_positions(position_ids: torch.Tensor, shape: tuple, block_size: int) 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
     """GPT-2/BERT initialisation: N(0, 0.02) for Linear and Embedding weights, zero biases."""
+    if isinstance(std, bool) or not isinstance(std, (int, float)) or not 0 < std < math.inf:
+        raise ValueError(f"std must be a finite number > 0, got {std!r}")
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
     if isinstance(module, nn.Linear) and module.bias is not None:

@@ -18,7 +18,8 @@ import torch.nn as nn
 
 
 def _check_int(name: str, value, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
+    """An integer (Python or NumPy; not a float, not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value}")

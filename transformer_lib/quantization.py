@@ -79,6 +79,8 @@ class QuantizedTensor:
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``(q - zero) * scale`` in ``dtype``, shape of the original tensor."""
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
         q = _grouped(self.q, self.granularity, self.group_size).to(dtype)  # (rows, n_groups, group)
         if self.zero is not None:
             q = q - self.zero.to(dtype)[..., None]
@@ -223,6 +225,9 @@ class QuantLinear(nn.Module):
                  group_size: int | None = None, act_bits: int | None = None, device=None):
         super().__init__()
         _check_bits(bits)
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         if group_size is not None and (not isinstance(group_size, int) or group_size < 1
                                        or in_features % group_size != 0):
             raise ValueError(f"group_size must be None or a positive int dividing in_features={in_features}, "
@@ -330,6 +335,10 @@ def quantize_model(model: nn.Module, bits: int = 8, group_size: int | None = Non
     ``group_size`` must divide the ``in_features`` of every replaced layer (checked before anything changes).
     """
     _check_bits(bits)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if isinstance(skip, str) or not all(isinstance(name, str) for name in skip):
+        raise TypeError(f"skip must be a tuple of module names, e.g. ('lm_head',), got {skip!r}")
     embeddings = {id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in skip]
     for name, lin in linears:
