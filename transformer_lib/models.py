@@ -94,7 +94,8 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 # ----------------------------------------------------------------------------- encoder-decoder
 @dataclass
 class TransformerConfig:
-    """The encoder-decoder's sizes; the defaults are the paper's base model (Vaswani et al. 2017, table 3).
+    """The encoder-decoder's sizes. ``d_model``, ``n_heads``, ``d_ff``, the layer counts and ``dropout`` default to
+    the paper's base model (Vaswani et al. 2017, table 3).
 
     ``share_embeddings=True`` uses one ``(vocab, d_model)`` matrix for the source embedding, the target embedding
     and the pre-softmax linear layer, as the paper does (section 3.4); it needs one vocabulary shared by source and
