@@ -99,6 +99,8 @@ CASES = [
      ValueError, "tgt_mask", "(2, 4)"),
     ("bert-token-types", lambda: BertEncoder(bert_cfg())(torch.ones(1, 4).long(), token_type_ids=torch.full((1, 4), 2)),
      ValueError, "token_type_ids", "[2, 2]"),
+    ("bert-mask-list", lambda: BertEncoder(bert_cfg())(torch.ones(1, 4).long(), [[1, 1, 1, 1]]), TypeError,
+     "attention_mask", "list"),
     # ------------------------------------------------------------------ attention and masks
     ("mha-3d-mask-ambiguous", mha_call(torch.ones(2, 3, 3, dtype=torch.bool)), ValueError, "attn_mask", "(2, 3, 3)"),
     ("mha-1d-mask", mha_call(torch.ones(3, dtype=torch.bool)), ValueError, "attn_mask", "(3,)"),

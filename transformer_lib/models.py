@@ -373,6 +373,9 @@ class BertEncoder(nn.Module):
         should be ignored downstream, as ``pretrained.mean_pool`` does.
         """
         _check_ids(input_ids, self.cfg.vocab_size, "input_ids")
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a tensor (B, T) or None, got {type(t).__name__}")
         if attention_mask is not None:
             if attention_mask.shape != input_ids.shape:
                 raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
