@@ -204,9 +204,9 @@ def test_transformer_rejects_a_sequence_longer_than_max_len():
 
 def test_bad_configs_are_rejected():
     with pytest.raises(ValueError, match=r"d_model=30 must be divisible by n_heads=4"):
-        GPTConfig(d_model=30, n_heads=4)
+        GPTConfig(vocab_size=V, d_model=30, n_heads=4)
     with pytest.raises(ValueError, match=r"positional must be one of .*got 'bogus'"):
-        GPTConfig(positional="bogus")
+        GPTConfig(vocab_size=V, positional="bogus")
     with pytest.raises(ValueError, match=r"d_model=30 .*n_heads=4"):
         Transformer(TransformerConfig(5, 5, d_model=30, n_heads=4, d_ff=8, n_encoder_layers=1, n_decoder_layers=1))
 
@@ -278,3 +278,52 @@ def test_multihead_and_gpt_on_cuda_match_fp32(dtype):
             logits, _ = low(ids)
         assert logits.dtype == dtype and logits.device.type == "cuda"
         torch.testing.assert_close(logits.float(), ref, atol=5e-2, rtol=5e-2)
+
+
+# ----------------------------------------------------------------------------- shared embeddings (paper, section 3.4)
+def n_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())  # a shared tensor counted once
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # torch's pre-norm encoder notice
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_shared_model_counts_torch_transformer_core_plus_one_embedding(norm_first):
+    d, h, d_ff, n_enc, n_dec, vocab = 512, 8, 2048, 6, 6, 37000  # the paper's base model (table 3, section 5.1)
+    with torch.device("meta"):  # shapes only
+        ours = Transformer(TransformerConfig(vocab, vocab, d, h, d_ff, n_enc, n_dec, norm_first=norm_first,
+                                             share_embeddings=True))
+        core = nn.Transformer(d, h, n_enc, n_dec, d_ff, norm_first=norm_first, batch_first=True)  # biases on, as ours
+    # What differs from torch's core, each listed:
+    # - nn.Transformer always ends both stacks with a LayerNorm (weight and bias, d each); ours does only when
+    #   pre-norm (a post-norm stack's output has just been normalized).
+    torch_final_norms = 2 * 2 * d
+    ours_final_norms = torch_final_norms if norm_first else 0
+    # - the one matrix shared by both embeddings and the pre-softmax linear layer;
+    embedding = vocab * d
+    # - that pre-softmax linear layer's bias (one per token): nn.Transformer has no output layer;
+    generator_bias = vocab
+    # - positions are the sinusoidal table, a buffer: no parameters.
+    assert not [name for name, _ in ours.named_parameters() if "pos" in name]
+    assert n_params(ours) == n_params(core) - torch_final_norms + ours_final_norms + embedding + generator_bias
+
+
+def test_shared_embeddings_are_one_matrix_whose_gradient_sums_its_three_uses():
+    small = dict(d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
+    torch.manual_seed(0)
+    shared = Transformer(TransformerConfig(9, 9, share_embeddings=True, **small))
+    separate = Transformer(TransformerConfig(9, 9, **small))
+    assert shared.src_emb.weight is shared.tgt_emb.weight is shared.generator.weight
+    assert n_params(separate) - n_params(shared) == 2 * 9 * 16
+    separate.load_state_dict(shared.state_dict())  # three separate copies of the one matrix
+    src, tgt = random_ids((2, 5), 9, seed=0, low=1), random_ids((2, 4), 9, seed=1)
+    out_shared, out_separate = shared(src, tgt), separate(src, tgt)
+    torch.testing.assert_close(out_shared, out_separate)
+    out_shared.square().sum().backward()
+    out_separate.square().sum().backward()
+    summed = separate.src_emb.weight.grad + separate.tgt_emb.weight.grad + separate.generator.weight.grad
+    torch.testing.assert_close(shared.src_emb.weight.grad, summed)
+
+
+def test_shared_embeddings_need_one_vocabulary():
+    with pytest.raises(ValueError, match=r"share_embeddings=True .*src_vocab_size=13 must equal tgt_vocab_size=11"):
+        TransformerConfig(13, 11, share_embeddings=True)

@@ -22,9 +22,10 @@ def heavy_tailed(shape, gen, outlier_scale=20.0):
     return torch.where(spikes, x * outlier_scale, x)
 
 
-def book_gpt(**kw):
+def small_gpt(**kw):
+    """A seeded, untrained GPT of ``GPTConfig``'s default sizes (every in_features a multiple of 32)."""
     torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=84, **kw)).eval()  # the shape of the book's Shakespeare GPT
+    return GPT(GPTConfig(vocab_size=84, **kw)).eval()
 
 
 # ----------------------------------------------------------------------------- round trip
@@ -199,7 +200,7 @@ def test_bits_outside_4_and_8_raise(bits):
     with pytest.raises(ValueError, match="bits must be"):
         QuantLinear(8, 4, bits=bits)
     with pytest.raises(ValueError, match="bits must be"):
-        quantize_model(book_gpt(), bits=bits)
+        quantize_model(small_gpt(), bits=bits)
 
 
 def test_group_size_must_divide_the_dimension():
@@ -207,7 +208,7 @@ def test_group_size_must_divide_the_dimension():
         quantize(torch.randn(4, 24), 4, granularity="group", group_size=5)
     with pytest.raises(ValueError, match=r"in_features=24, got 5"):
         QuantLinear(24, 8, bits=4, group_size=5)
-    model = book_gpt()
+    model = small_gpt()
     before = copy.deepcopy(model.state_dict())
     with pytest.raises(ValueError, match=r"in_features=128, got group_size=96"):
         quantize_model(model, bits=4, group_size=96)
@@ -232,7 +233,7 @@ def test_other_bad_arguments_raise():
 
 # ----------------------------------------------------------------------------- whole model
 def test_quantize_model_keeps_the_tie_between_embedding_and_head():
-    model = quantize_model(book_gpt(), bits=4, group_size=32)
+    model = quantize_model(small_gpt(), bits=4, group_size=32)
     assert isinstance(model.tok_emb, QuantEmbedding) and isinstance(model.lm_head, QuantLinear)
     assert model.tok_emb.qweight.data_ptr() == model.lm_head.qweight.data_ptr()
     idx = torch.tensor([[0, 5, 83, 5]])
@@ -240,7 +241,7 @@ def test_quantize_model_keeps_the_tie_between_embedding_and_head():
 
 
 def test_skipped_head_stays_float_and_tied():
-    model = quantize_model(book_gpt(), bits=8, skip=("lm_head",))
+    model = quantize_model(small_gpt(), bits=8, skip=("lm_head",))
     assert type(model.lm_head) is torch.nn.Linear and type(model.tok_emb) is torch.nn.Embedding
     assert model.lm_head.weight is model.tok_emb.weight
     assert isinstance(model.blocks[0].ffn.up, QuantLinear)
@@ -249,7 +250,7 @@ def test_skipped_head_stays_float_and_tied():
 @pytest.mark.parametrize("bits, group_size, act_bits, max_rel", [(8, None, None, 0.02), (8, None, 8, 0.03),
                                                                  (4, 32, None, 0.25)])
 def test_quantized_gpt_stays_close_and_decodes_with_a_cache(bits, group_size, act_bits, max_rel):
-    model = book_gpt()
+    model = small_gpt()
     q = quantize_model(copy.deepcopy(model), bits, group_size, act_bits)
     idx = torch.randint(0, 84, (2, 40))
     ref, out = model(idx)[0], q(idx)[0]
@@ -259,7 +260,7 @@ def test_quantized_gpt_stays_close_and_decodes_with_a_cache(bits, group_size, ac
 
 
 def test_saved_size_is_the_dtype_arithmetic():
-    model = book_gpt()
+    model = small_gpt()
     n_float = sum(p.numel() for p in model.parameters())  # tied weight counted once
     assert state_dict_bytes(model) == 4 * n_float
     for bits, g in [(8, None), (4, 128), (4, 32)]:

@@ -13,6 +13,7 @@ may attend to a key; a **float** mask is added to the scores (0 = keep, very neg
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -21,9 +22,11 @@ from .masking import causal_mask, check_mask, combine_masks, to_additive, to_boo
 
 
 def _check_temperature(temperature: float) -> None:
-    if not temperature > 0:
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise TypeError(f"temperature must be a positive float, got {type(temperature).__name__} {temperature!r}")
+    if not 0 < temperature < math.inf:
         raise ValueError(
-            f"temperature must be > 0, got temperature={temperature!r}. "
+            f"temperature must be > 0, got temperature={temperature!r}; it must be a finite number. "
             "As T -> 0 the softmax tends to argmax (one-hot); as T -> inf it tends to uniform."
         )
 
@@ -41,6 +44,11 @@ def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a floating-point tensor (..., T, D), got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor (..., T, D), got {x.dtype}")
     shapes = f"q{tuple(q.shape)}, k{tuple(k.shape)}, v{tuple(v.shape)}"
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
         raise ValueError(f"q, k, v must have the same number of dimensions (>= 2), got {shapes}")
@@ -71,6 +79,13 @@ def attention_weights(
     that query reads nothing); for a float mask, "masked" means a value below ``finfo.min / 2``.
     """
     _check_temperature(temperature)
+    for name, x in (("q", q), ("k", k)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a floating-point tensor (..., T, D), got {type(x).__name__}")
+        if not x.is_floating_point() or x.dim() < 2:
+            raise ValueError(f"{name} must be a floating-point tensor (..., T, D), got {x.dtype} {tuple(x.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last dimension D, got q{tuple(q.shape)} and k{tuple(k.shape)}")
     scores = q.float() @ k.float().transpose(-2, -1) / (math.sqrt(q.shape[-1]) * temperature)  # (..., Tq, Tk)
     if mask is None:
         return torch.softmax(scores, dim=-1).to(q.dtype)
@@ -95,7 +110,9 @@ def scaled_dot_product_attention(
 
     Args:
         q: ``(..., Tq, D)``; k: ``(..., Tk, D)``; v: ``(..., Tk, Dv)``.
-        mask: boolean (True = attend) or additive float, broadcastable to ``(..., Tq, Tk)``.
+        mask: boolean (True = attend) or additive float, broadcastable to ``(..., Tq, Tk)`` by PyTorch's rules
+            (trailing dimensions aligned: a 3-D mask against 4-D ``(B, H, Tq, Tk)`` scores is read as
+            ``(H, Tq, Tk)``; ``MultiHeadAttention`` refuses 3-D masks for that reason).
         temperature: divides the scaled scores (not the mask); must be > 0 (T -> 0: argmax, T -> inf: uniform).
         return_weights: if True, take the explicit teaching path and also return the weights.
         is_causal: add a causal mask aligned to the end of the keys (query i sees keys <= i + Tk - Tq).
@@ -107,6 +124,8 @@ def scaled_dot_product_attention(
     """
     _check_qkv(q, k, v)
     _check_temperature(temperature)
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
+        raise ValueError(f"dropout_p must be a probability in [0, 1), got {dropout_p!r}")
     if mask is not None:
         check_mask(mask, _scores_shape(q, k), "mask")
     scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)

@@ -20,6 +20,10 @@ def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:
     sees every key: ``allowed[i, j] = j <= i + (Tk - Tq)``.
     """
     t_k = t_q if t_k is None else t_k
+    for name, value in (("t_q", t_q), ("t_k", t_k)):
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"causal_mask: {name} must be an int, got {type(value).__name__} {value!r}")
+    t_q, t_k = int(t_q), int(t_k)
     if t_q < 0 or t_k < t_q:
         raise ValueError(f"causal_mask needs 0 <= t_q <= t_k, got t_q={t_q}, t_k={t_k}")
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)
@@ -27,9 +31,16 @@ def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:
 
 def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
     """Boolean ``(B, T)`` mask from sequence lengths, True on real tokens, False on padding."""
-    if lengths.dim() != 1:
-        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
+    if not isinstance(lengths, torch.Tensor) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        got = lengths.dtype if isinstance(lengths, torch.Tensor) else type(lengths).__name__
+        raise TypeError(f"lengths must be an integer tensor (B,), got {got}")
+    if lengths.dim() != 1 or lengths.numel() == 0:
+        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)} (B >= 1)")
+    if int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0, got a length of {int(lengths.min())}")
     max_len = int(lengths.max()) if max_len is None else max_len
+    if not isinstance(max_len, int) or isinstance(max_len, bool):
+        raise TypeError(f"max_len must be an int or None, got {type(max_len).__name__} {max_len!r}")
     if int(lengths.max()) > max_len:
         raise ValueError(f"max_len={max_len} is shorter than the longest length {int(lengths.max())}")
     positions = torch.arange(max_len, device=lengths.device)  # (T,)
@@ -38,6 +49,9 @@ def padding_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Ten
 
 def padding_mask_from_ids(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     """Boolean ``(B, T)`` mask, True where ``ids != pad_id``."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
+        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ids must be an integer tensor (B, T), got {got}")
     return ids != pad_id
 
 
@@ -70,6 +84,8 @@ def to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
 
     A float mask is returned cast to ``dtype``.
     """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     if mask.dtype != torch.bool:
         return mask.to(dtype)
     out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
@@ -85,6 +101,8 @@ def to_boolean(mask: torch.Tensor) -> torch.Tensor:
 
 def check_mask(mask: torch.Tensor, scores_shape, name: str = "mask") -> None:
     """Raise ``ValueError`` unless ``mask`` is bool/float and broadcastable to ``scores_shape``."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a bool or float tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise ValueError(f"{name} must be a bool or float tensor, got dtype {mask.dtype}")
     try:

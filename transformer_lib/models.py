@@ -13,15 +13,59 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .layers import DecoderLayer, EncoderLayer, LayerNorm
-from .masking import combine_masks
+from .layers import ACTIVATIONS, DecoderLayer, EncoderLayer, LayerNorm
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                          alibi_bias)
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "alibi", "none")
 
 
+# ----------------------------------------------------------------------------- checks
+def _check_ints(cfg, *names: str, minimum: int = 1) -> None:
+    """Each ``cfg.<name>`` must be an int >= ``minimum``: TypeError for another type, ValueError below it."""
+    for name in names:
+        value = getattr(cfg, name)
+        where = f"{type(cfg).__name__}.{name}"
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{where} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
+        if value < minimum:
+            raise ValueError(f"{where} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_flags(cfg, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, bool):
+            raise TypeError(f"{type(cfg).__name__}.{name} must be a bool, got {type(value).__name__} {value!r}")
+
+
+def _check_dropout(cfg) -> None:
+    p = cfg.dropout
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise ValueError(f"{type(cfg).__name__}.dropout must be a probability in [0, 1), got {p!r}")
+
+
+def _check_heads(cfg) -> None:
+    if cfg.d_model % cfg.n_heads != 0:
+        raise ValueError(f"d_model={cfg.d_model} must be divisible by n_heads={cfg.n_heads}")
+
+
+def _check_choice(cfg, name: str, choices) -> None:
+    value = getattr(cfg, name)
+    if value not in tuple(choices):
+        raise ValueError(f"{type(cfg).__name__}.{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def _check_mask_arg(mask: torch.Tensor, shape: tuple, name: str) -> None:
+    """A key-padding mask: bool ``shape`` (B, T), True on real tokens."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape):
+        got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"{name} must be a bool tensor {tuple(shape)} (True on real tokens), got {got}")
+
+
 def _check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be an integer tensor (B, T), got {type(ids).__name__}")
     if ids.dim() != 2 or ids.dtype not in (torch.long, torch.int, torch.int32):
         raise ValueError(f"{name} must be an integer tensor (B, T), got {ids.dtype} {tuple(ids.shape)}")
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
@@ -39,6 +83,8 @@ def _check_positions(position_ids: torch.Tensor, shape: tuple, block_size: int) 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
     """GPT-2/BERT initialisation: N(0, 0.02) for Linear and Embedding weights, zero biases."""
+    if isinstance(std, bool) or not isinstance(std, (int, float)) or not 0 < std < math.inf:
+        raise ValueError(f"std must be a finite number > 0, got {std!r}")
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
     if isinstance(module, nn.Linear) and module.bias is not None:
@@ -48,6 +94,13 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 # ----------------------------------------------------------------------------- encoder-decoder
 @dataclass
 class TransformerConfig:
+    """The encoder-decoder's sizes. ``d_model``, ``n_heads``, ``d_ff``, the layer counts and ``dropout`` default to
+    the paper's base model (Vaswani et al. 2017, table 3).
+
+    ``share_embeddings=True`` uses one ``(vocab, d_model)`` matrix for the source embedding, the target embedding
+    and the pre-softmax linear layer, as the paper does (section 3.4); it needs one vocabulary shared by source and
+    target (``src_vocab_size == tgt_vocab_size``, the paper's joint BPE vocabulary of about 37000 tokens).
+    """
     src_vocab_size: int
     tgt_vocab_size: int
     d_model: int = 512
@@ -58,8 +111,27 @@ class TransformerConfig:
     dropout: float = 0.1
     max_len: int = 512
     norm_first: bool = False
-    activation: str = "relu"
+    activation: str = "relu"  # one of layers.ACTIVATIONS
     pad_id: int = 0
+    share_embeddings: bool = False
+
+    def __post_init__(self):
+        _check_ints(self, "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers",
+                    "n_decoder_layers", "max_len")
+        _check_ints(self, "pad_id", minimum=0)
+        _check_flags(self, "norm_first", "share_embeddings")
+        _check_dropout(self)
+        _check_heads(self)
+        _check_choice(self, "activation", sorted(ACTIVATIONS))
+        if self.d_model % 2 != 0:
+            raise ValueError(f"TransformerConfig.d_model must be even (sinusoidal positions pair sin and cos), "
+                             f"got {self.d_model}")
+        if self.pad_id >= min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(f"TransformerConfig.pad_id must be a token of both vocabularies, in [0, "
+                             f"{min(self.src_vocab_size, self.tgt_vocab_size)}), got {self.pad_id}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(f"share_embeddings=True needs one vocabulary for source and target: src_vocab_size="
+                             f"{self.src_vocab_size} must equal tgt_vocab_size={self.tgt_vocab_size}")
 
 
 class Transformer(nn.Module):
@@ -83,6 +155,8 @@ class Transformer(nn.Module):
         self.dec_norm = LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         self.apply(init_weights)
+        if c.share_embeddings:  # one matrix: both embeddings and the pre-softmax weight (paper, section 3.4)
+            self.tgt_emb.weight = self.generator.weight = self.src_emb.weight
 
     def embed(self, emb: nn.Embedding, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return self.dropout(self.pos(emb(ids) * math.sqrt(self.cfg.d_model), offset))  # (B, T, d_model)
@@ -92,6 +166,7 @@ class Transformer(nn.Module):
         (default: ``src != pad_id``)."""
         _check_ids(src, self.cfg.src_vocab_size, "src")
         src_mask = src != self.cfg.pad_id if src_mask is None else src_mask
+        _check_mask_arg(src_mask, src.shape, "src_mask")
         x = self.embed(self.src_emb, src)
         for layer in self.encoder:
             x = layer(x, key_padding_mask=src_mask, need_weights=need_weights)
@@ -100,10 +175,19 @@ class Transformer(nn.Module):
     def decode(self, tgt, memory, src_mask=None, tgt_mask=None, need_weights: bool = False, cache=None):
         """``tgt: (B, T)`` ids, ``memory: (B, S, d_model)`` -> logits ``(B, T, tgt_vocab)``.
 
-        ``src_mask: (B, S)`` hides padded source positions; ``tgt_mask: (B, T)`` padded target keys.
+        ``src_mask: (B, S)`` hides padded source positions; ``tgt_mask: (B, past + T)`` padded target keys
+        (``past`` = tokens already in ``cache``, else 0). Both bool, True on real tokens.
         """
         _check_ids(tgt, self.cfg.tgt_vocab_size, "tgt")
+        B, d = tgt.shape[0], self.cfg.d_model
+        if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
+            got = tuple(memory.shape) if isinstance(memory, torch.Tensor) else type(memory).__name__
+            raise ValueError(f"memory must be (B={B}, S, d_model={d}) from encode(), got {got}")
+        if src_mask is not None:
+            _check_mask_arg(src_mask, memory.shape[:2], "src_mask")
         past = 0 if cache is None else cache.get_seq_length(0)
+        if tgt_mask is not None:
+            _check_mask_arg(tgt_mask, (B, past + tgt.shape[1]), "tgt_mask")
         x = self.embed(self.tgt_emb, tgt, offset=past)
         for layer in self.decoder:
             x = layer(x, memory, memory_key_padding_mask=src_mask, key_padding_mask=tgt_mask,
@@ -118,7 +202,10 @@ class Transformer(nn.Module):
 # ----------------------------------------------------------------------------- decoder-only
 @dataclass
 class GPTConfig:
-    vocab_size: int = 65
+    """A GPT's sizes. ``vocab_size`` has no default: it comes from the tokenizer the model reads (e.g.
+    ``tokenizer.vocab_size``). The other defaults are a small model that trains in minutes on a CPU; the book's
+    trained checkpoint stores its own config, so its shape is read from there, never from these defaults."""
+    vocab_size: int
     block_size: int = 128  # context window
     n_layers: int = 4
     n_heads: int = 4
@@ -130,11 +217,22 @@ class GPTConfig:
     n_kv_heads: int | None = None  # < n_heads: grouped-query attention (chapter 07); None = n_heads
 
     def __post_init__(self):
-        if self.positional not in POSITIONAL:
-            raise ValueError(f"positional must be one of {POSITIONAL}, got {self.positional!r}")
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        _check_ints(self, "vocab_size", "block_size", "n_layers", "n_heads", "d_model")
         self.d_ff = 4 * self.d_model if self.d_ff is None else self.d_ff
+        _check_ints(self, "d_ff")
+        _check_dropout(self)
+        _check_flags(self, "bias")
+        _check_choice(self, "positional", POSITIONAL)
+        _check_heads(self)
+        if self.n_kv_heads is not None:
+            _check_ints(self, "n_kv_heads")
+            if self.n_heads % self.n_kv_heads != 0:
+                raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
+        if self.positional == "rope" and (self.d_model // self.n_heads) % 2 != 0:
+            raise ValueError(f"positional='rope' rotates feature pairs: d_head = d_model // n_heads must be even, "
+                             f"got {self.d_model} // {self.n_heads} = {self.d_model // self.n_heads}")
+        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(f"positional='sinusoidal' pairs sin and cos: d_model must be even, got {self.d_model}")
 
 
 class GPT(nn.Module):
@@ -170,6 +268,10 @@ class GPT(nn.Module):
         """
         _check_ids(idx, self.cfg.vocab_size, "idx")
         B, T = idx.shape
+        if targets is not None and (not isinstance(targets, torch.Tensor) or targets.shape != idx.shape
+                                    or targets.dtype not in (torch.long, torch.int, torch.int32)):
+            got = f"{targets.dtype} {tuple(targets.shape)}" if isinstance(targets, torch.Tensor) else type(targets)
+            raise ValueError(f"targets must be an integer tensor of idx's shape {(B, T)}, got {got}")
         past = 0 if cache is None else cache.get_seq_length(0)
         if past + T > self.cfg.block_size and self.cfg.positional in ("learned", "sinusoidal"):
             raise ValueError(f"sequence length {past + T} (past={past} + T={T}) exceeds block_size="
@@ -184,7 +286,8 @@ class GPT(nn.Module):
         x = self.drop(x)
         bias = None
         if self.cfg.positional == "alibi":
-            bias = alibi_bias(self.cfg.n_heads, T, past + T, device=idx.device, dtype=x.dtype)  # (H, T, past+T)
+            bias = alibi_bias(self.cfg.n_heads, T, past + T, device=idx.device, dtype=x.dtype)  # (H, T, past + T)
+            bias = bias[None]  # (1, H, T, past + T): one bias per head, shared by the batch
         for block in self.blocks:
             x = block(x, self_mask=bias, key_padding_mask=key_padding_mask, need_weights=need_weights, cache=cache)
         logits = self.lm_head(self.norm(x))
@@ -216,6 +319,13 @@ class BertConfig:
     type_vocab_size: int = 2
     eps: float = 1e-12
     dropout: float = 0.0
+
+    def __post_init__(self):
+        _check_ints(self, "vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len", "type_vocab_size")
+        _check_dropout(self)
+        _check_heads(self)
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
+            raise ValueError(f"BertConfig.eps must be a small positive float in (0, 1), got {self.eps!r}")
 
 
 @dataclass
@@ -263,6 +373,9 @@ class BertEncoder(nn.Module):
         should be ignored downstream, as ``pretrained.mean_pool`` does.
         """
         _check_ids(input_ids, self.cfg.vocab_size, "input_ids")
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a tensor (B, T) or None, got {type(t).__name__}")
         if attention_mask is not None:
             if attention_mask.shape != input_ids.shape:
                 raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "

@@ -16,6 +16,21 @@ from .attention import scaled_dot_product_attention
 from .masking import check_mask, combine_masks, key_padding_to_attention
 
 
+ATTN_MASK_SHAPES = ("(Tq, Tk)", "(1, 1, Tq, Tk)", "(B, 1, Tq, Tk)", "(1, H, Tq, Tk)", "(B, H, Tq, Tk)")
+
+
+def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> None:
+    """``attn_mask`` is 2-D ``(Tq, Tk)`` or 4-D ``(B or 1, H or 1, Tq, Tk)``, never 3-D (ambiguous)."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a bool or float tensor, got {type(mask).__name__}")
+    if mask.dim() not in (2, 4):
+        hint = (" (ambiguous: write mask[:, None] for one mask per sequence (B, 1, Tq, Tk) or mask[None] for one "
+                "per head (1, H, Tq, Tk))" if mask.dim() == 3 else "")
+        raise ValueError(f"attn_mask must have one of the shapes {', '.join(ATTN_MASK_SHAPES)} with B={B}, H={H}, "
+                         f"Tq={Tq}, Tk={Tk}; got {mask.dim()}-D shape {tuple(mask.shape)}{hint}")
+    check_mask(mask, (B, H, Tq, Tk), "attn_mask")
+
+
 class MultiHeadAttention(nn.Module):
     """Self- or cross-attention with ``n_heads`` heads of size ``d_head`` (default ``d_model // n_heads``).
 
@@ -35,11 +50,21 @@ class MultiHeadAttention(nn.Module):
                  rope: nn.Module | None = None, layer_idx: int = 0, n_kv_heads: int | None = None,
                  d_head: int | None = None):
         super().__init__()
-        if d_head is None and (d_model <= 0 or n_heads <= 0 or d_model % n_heads != 0):
-            raise ValueError(f"d_model={d_model} must be a positive multiple of n_heads={n_heads}")
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if n_kv_heads <= 0 or n_heads % n_kv_heads != 0:
+        sizes = dict(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head)
+        for name, value in sizes.items():
+            if name == "d_head" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
+            if value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value}")
+        if d_head is None and d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be a positive multiple of n_heads={n_heads}")
+        if n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
         self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
@@ -73,6 +98,13 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def _check_inputs(self, query, key, value):
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x is not None and not isinstance(x, torch.Tensor):
+                raise TypeError(f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), got "
+                                f"{type(x).__name__}")
+            if x is not None and not x.is_floating_point():
+                raise ValueError(f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), "
+                                 f"got {x.dtype}")
         if query.dim() != 3 or query.shape[-1] != self.d_model:
             raise ValueError(f"query must be (B, Tq, d_model={self.d_model}), got {tuple(query.shape)}")
         if key is None:
@@ -92,7 +124,10 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             key, value: ``(B, Tk, d_model)`` for cross-attention; ``None`` for self-attention.
-            attn_mask: bool or additive float, broadcastable to ``(B, H, Tq, Tk)`` (e.g. ``(Tq, Tk)``).
+            attn_mask: bool (True = may attend) or additive float, one of ``ATTN_MASK_SHAPES``: ``(Tq, Tk)``
+                (the same for every sequence and head) or 4-D ``(B or 1, H or 1, Tq, Tk)``. A 3-D mask is
+                rejected: ``(X, Tq, Tk)`` could be per sequence or per head, which cannot be told apart when
+                ``B == H``; write ``mask[:, None]`` (per sequence) or ``mask[None]`` (per head).
             key_padding_mask: bool ``(B, Tk)``, True on real tokens.
             is_causal: add a causal mask aligned to the end of the keys.
             need_weights: take the teaching path and return the per-head weights.
@@ -110,8 +145,11 @@ class MultiHeadAttention(nn.Module):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, Tk, d_head)
         B, H, Tq, Tk = q.shape[0], self.n_heads, q.shape[2], k.shape[2]
         if attn_mask is not None:
-            check_mask(attn_mask, (B, H, Tq, Tk), "attn_mask")
+            _check_attn_mask(attn_mask, B, H, Tq, Tk)
         if key_padding_mask is not None:
+            if not isinstance(key_padding_mask, torch.Tensor):
+                raise TypeError(f"key_padding_mask must be a bool tensor (B={B}, Tk={Tk}), got "
+                                f"{type(key_padding_mask).__name__}")
             if key_padding_mask.shape != (B, Tk) or key_padding_mask.dtype != torch.bool:
                 raise ValueError(f"key_padding_mask must be bool (B={B}, Tk={Tk}), got "
                                  f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")

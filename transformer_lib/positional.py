@@ -11,14 +11,41 @@
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 import torch.nn as nn
 
 
+def _check_int(name: str, value, minimum: int) -> None:
+    """An integer (Python or NumPy; not a float, not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+
+
+def _check_offset(offset) -> None:
+    """``offset`` (positions already seen, e.g. a KV cache's length) is an integer >= 0."""
+    try:
+        value = operator.index(offset)
+    except TypeError:
+        raise TypeError(f"offset must be an int >= 0, got {type(offset).__name__} {offset!r}") from None
+    if value < 0:
+        raise ValueError(f"offset must be an int >= 0, got {value}")
+
+
+def _check_base(base) -> None:
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < math.inf:
+        raise ValueError(f"base must be a finite number > 1 (the paper's 10000), got {base!r}")
+
+
 def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """The paper's ``(max_len, d_model)`` table; d_model must be even."""
-    if d_model % 2 != 0 or d_model <= 0:
+    _check_int("max_len", max_len, 1)
+    _check_int("d_model", d_model, 1)
+    _check_base(base)
+    if d_model % 2 != 0:
         raise ValueError(f"d_model={d_model} must be a positive even number for sinusoidal encoding")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (T, 1)
     inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
@@ -28,7 +55,8 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch
     return table.float()
 
 
-def _check_length(t: int, max_len: int, what: str) -> None:
+def _check_length(t: int, max_len: int, what: str, offset: int = 0) -> None:
+    _check_offset(offset)
     if t > max_len:
         raise ValueError(f"sequence length T={t} is longer than the {what} table's max_len={max_len}")
 
@@ -47,7 +75,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.pe.shape[1])
-        _check_length(offset + x.shape[1], self.pe.shape[0], "sinusoidal")
+        _check_length(offset + x.shape[1], self.pe.shape[0], "sinusoidal", offset)
         return x + self.pe[offset: offset + x.shape[1]].to(x.dtype)  # (B, T, d_model)
 
 
@@ -56,11 +84,13 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int):
         super().__init__()
+        _check_int("d_model", d_model, 1)
+        _check_int("max_len", max_len, 1)
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.weight.shape[1])
-        _check_length(offset + x.shape[1], self.weight.shape[0], "learned positional")
+        _check_length(offset + x.shape[1], self.weight.shape[0], "learned positional", offset)
         return x + self.weight[offset: offset + x.shape[1]].to(x.dtype)
 
 
@@ -72,6 +102,8 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, d_head: int, base: float = 10000.0):
         super().__init__()
+        _check_int("d_head", d_head, 2)
+        _check_base(base)
         if d_head % 2 != 0:
             raise ValueError(f"d_head={d_head} must be even for RoPE")
         inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (d_head/2,)
@@ -82,6 +114,7 @@ class RotaryEmbedding(nn.Module):
         return pos[:, None] * self.inv_freq.to(device)[None, :]  # (T, d_head/2)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        _check_offset(offset)
         if x.shape[-1] != 2 * self.inv_freq.shape[0]:
             raise ValueError(f"x must be (..., T, d_head={2 * self.inv_freq.shape[0]}), got {tuple(x.shape)}")
         ang = self.angles(x.shape[-2], offset, x.device)
@@ -93,6 +126,7 @@ class RotaryEmbedding(nn.Module):
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """Head slopes 2^(-8/n), 2^(-16/n), ...; for non-powers of two, the paper's interleaving."""
+    _check_int("n_heads", n_heads, 1)
     def pow2(n):
         start = 2 ** (-8 / n)
         return [start ** (i + 1) for i in range(n)]
@@ -109,6 +143,8 @@ def alibi_bias(n_heads: int, t_q: int, t_k: int | None = None, device=None, dtyp
     Future positions (j > i) get 0 here; combine with a causal mask to hide them.
     """
     t_k = t_q if t_k is None else t_k
+    _check_int("t_q", t_q, 0)
+    _check_int("t_k", t_k, t_q)
     i = torch.arange(t_k - t_q, t_k, device=device)[:, None]  # query positions (Tq, 1)
     j = torch.arange(t_k, device=device)[None, :]  # key positions (1, Tk)
     distance = (i - j).clamp_min(0).to(dtype)  # (Tq, Tk)

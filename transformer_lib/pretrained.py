@@ -128,6 +128,8 @@ def load_minilm(device=None, dtype: torch.dtype = torch.float32) -> tuple[BertEn
     device = default_device() if device is None else torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {type(dtype).__name__} {dtype!r}")
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype}")
     return _load_minilm(device, dtype)
@@ -204,6 +206,8 @@ def attention_maps(model: BertEncoder, tokenizer: MiniLMTokenizer, sentence: str
     ``attentions`` is a float32 CPU tensor ``(n_layers, n_heads, T, T)``; row ``i`` of a map is how
     query token ``i`` spreads its attention over the keys (each row sums to 1).
     """
+    if not isinstance(sentence, str):
+        raise ValueError(f"sentence must be one str, got {type(sentence).__name__} {sentence!r:.80}")
     enc = tokenizer.encode(sentence, max_length=max_length)  # (1, T), no padding
     out = model(**_as_model_input(model, enc), need_weights=True)
     attn = torch.stack(out.attentions)[:, 0]  # (n_layers, B=1, H, T, T) -> (n_layers, H, T, T)
@@ -216,6 +220,9 @@ def mean_pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor) -> 
     ``last_hidden_state: (B, T, D)``, ``attention_mask: (B, T)`` (1/True on real tokens) -> ``(B, D)``.
     This is the pooling all-MiniLM-L6-v2 was trained with (Reimers & Gurevych 2019, section 3).
     """
+    if not isinstance(last_hidden_state, torch.Tensor) or not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"last_hidden_state and attention_mask must be tensors, got "
+                        f"{type(last_hidden_state).__name__} and {type(attention_mask).__name__}")
     if last_hidden_state.dim() != 3 or attention_mask.shape != last_hidden_state.shape[:2]:
         raise ValueError(f"need last_hidden_state (B, T, D) and attention_mask (B, T) with the same B, T; got "
                          f"{tuple(last_hidden_state.shape)} and {tuple(attention_mask.shape)}")

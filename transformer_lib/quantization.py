@@ -32,6 +32,15 @@ def _check_bits(bits) -> None:
         raise ValueError(f"bits must be one of {BITS}, got {bits!r}")
 
 
+def _check_finite(x: torch.Tensor, name: str) -> None:
+    """A scale set by an ``inf`` is ``inf`` and every code reads back as NaN: refuse non-finite values up front."""
+    bad = ~torch.isfinite(x.detach())
+    if bad.any():
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{name} must hold only finite values to be quantized, got {int(bad.sum())} inf/NaN "
+                         f"value(s), the first {x[first].item()} at index {first}")
+
+
 def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     """The integer codes used: symmetric ``(-(2^(b-1) - 1), 2^(b-1) - 1)``, asymmetric ``(0, 2^b - 1)``.
 
@@ -70,6 +79,8 @@ class QuantizedTensor:
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``(q - zero) * scale`` in ``dtype``, shape of the original tensor."""
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
         q = _grouped(self.q, self.granularity, self.group_size).to(dtype)  # (rows, n_groups, group)
         if self.zero is not None:
             q = q - self.zero.to(dtype)[..., None]
@@ -85,8 +96,15 @@ def quantize(x: torch.Tensor, bits: int = 8, symmetric: bool = True, granularity
     holds for the stored scales. A group of zeros gets scale 1 (any scale stores 0 exactly).
     """
     _check_bits(bits)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a floating-point tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise ValueError(f"x must be a floating-point tensor, got {x.dtype}")
+    if not isinstance(symmetric, bool):
+        raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__} {symmetric!r}")
+    if scale_dtype is not None and (not isinstance(scale_dtype, torch.dtype) or not scale_dtype.is_floating_point):
+        raise TypeError(f"scale_dtype must be None or a floating-point torch.dtype, got {scale_dtype!r}")
+    _check_finite(x, "x")
     qmin, qmax = int_range(bits, symmetric)
     xg = _grouped(x.detach(), granularity, group_size).float()  # (rows, n_groups, group)
     if symmetric:
@@ -149,6 +167,9 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Dynamic absmax int8 for activations: one scale per token (row). ``x: (M, K)`` -> ``(q int8 (M, K),
     scale (M, 1))``; computed at run time for each input, as LLM.int8() and SmoothQuant do."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2:
+        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be a floating-point tensor (M, K), got {got}")
     scale = x.abs().amax(dim=-1, keepdim=True).float().clamp_min_(1e-12).div_(127)  # (M, 1)
     return torch.round(x / scale).to(torch.int8), scale  # |x / scale| <= 127: no clamp needed
 
@@ -159,6 +180,10 @@ def int8_matmul(xq: torch.Tensor, wq: torch.Tensor) -> torch.Tensor:
     ``torch._int_mm`` on CPU takes any shape; on CUDA it needs M > 16 and K, N multiples of 8, so other shapes
     (e.g. one decoding position) fall back to an exact float64 product there.
     """
+    if xq.dtype != torch.int8 or wq.dtype != torch.int8 or xq.dim() != 2 or wq.dim() != 2 \
+            or xq.shape[1] != wq.shape[1]:
+        raise ValueError(f"xq (M, K) and wq (N, K) must be int8 matrices sharing K, got xq {xq.dtype} "
+                         f"{tuple(xq.shape)} and wq {wq.dtype} {tuple(wq.shape)}")
     M, K = xq.shape
     N = wq.shape[0]
     if xq.device.type == "cpu" or (M > 16 and K % 8 == 0 and N % 8 == 0):
@@ -170,6 +195,10 @@ def keep_outliers(x: torch.Tensor, n_outliers: int, bits: int = 8) -> torch.Tens
     """Per-tensor fake quantization of ``x: (M, K)`` with the ``n_outliers`` feature columns of largest magnitude
     kept in float: those columns no longer set the scale. A simplified form of LLM.int8()'s mixed-precision
     decomposition, which picks the columns by a magnitude threshold (6.0) and quantizes the rest per token."""
+    if x.dim() != 2 or not x.is_floating_point():
+        raise ValueError(f"x must be a floating-point tensor (M, K), got {x.dtype} {tuple(x.shape)}")
+    if not isinstance(n_outliers, int) or isinstance(n_outliers, bool):
+        raise TypeError(f"n_outliers must be an int, got {type(n_outliers).__name__} {n_outliers!r}")
     if not 0 <= n_outliers < x.shape[-1]:
         raise ValueError(f"n_outliers must be in [0, K={x.shape[-1]}), got {n_outliers}")
     cols = x.abs().amax(dim=0).topk(n_outliers).indices  # (n_outliers,)
@@ -196,6 +225,9 @@ class QuantLinear(nn.Module):
                  group_size: int | None = None, act_bits: int | None = None, device=None):
         super().__init__()
         _check_bits(bits)
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         if group_size is not None and (not isinstance(group_size, int) or group_size < 1
                                        or in_features % group_size != 0):
             raise ValueError(f"group_size must be None or a positive int dividing in_features={in_features}, "
@@ -221,7 +253,10 @@ class QuantLinear(nn.Module):
     def from_linear(cls, linear: nn.Linear, bits: int = 8, group_size: int | None = None,
                     act_bits: int | None = None) -> "QuantLinear":
         """Quantize a trained ``nn.Linear`` (absmax, per row or per group, float16 scales)."""
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
         w = linear.weight
+        _check_finite(w, "linear.weight")
         layer = cls(linear.in_features, linear.out_features, linear.bias is not None, bits, group_size, act_bits,
                     device=w.device)
         qt = quantize(w.float(), bits, True, "channel" if group_size is None else "group", group_size,
@@ -300,6 +335,10 @@ def quantize_model(model: nn.Module, bits: int = 8, group_size: int | None = Non
     ``group_size`` must divide the ``in_features`` of every replaced layer (checked before anything changes).
     """
     _check_bits(bits)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if isinstance(skip, str) or not all(isinstance(name, str) for name in skip):
+        raise TypeError(f"skip must be a tuple of module names, e.g. ('lm_head',), got {skip!r}")
     embeddings = {id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in skip]
     for name, lin in linears:

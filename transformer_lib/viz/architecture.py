@@ -93,7 +93,8 @@ def architecture_columns(model: nn.Module) -> list[Column]:
         emb = Box(f"Embedding + sinusoidal positions\nd_model = {c.d_model}", "embed")
         src = Box(f"Source tokens (B, S)\nvocabulary {c.src_vocab_size}", "io")
         tgt = Box(f"Target tokens, shifted right (B, T)\nvocabulary {c.tgt_vocab_size}", "io")
-        head = Box(f"Linear -> softmax\nnext-token probabilities ({c.tgt_vocab_size})", "out")
+        shared = " (shared embedding matrix)" if model.generator.weight is model.tgt_emb.weight else ""
+        head = Box(f"Linear{shared} -> softmax\nnext-token probabilities ({c.tgt_vocab_size})", "out")
         layer, res, _ = _layer_boxes(model.encoder[0])
         enc = Column("Encoder", [src, emb], layer, len(model.encoder),
                      _norm_box(model.enc_norm) + [Box("memory (B, S, d_model)", "io")], res)
