@@ -349,7 +349,7 @@ def test_browser_attention_steps_match_the_library(page):
 # ------------------------------------------------------------------------------ the built book
 
 # Chapter pages and the number of live figures each must show.
-LIVE_PAGES = {"notebooks/02_attention": 2, "notebooks/03_multi_head_attention": 1,
+LIVE_PAGES = {"notebooks/00_quickstart": 1, "notebooks/02_attention": 2, "notebooks/03_multi_head_attention": 1,
               "notebooks/04_positional_encoding": 2, "notebooks/07_kv_cache": 1, "notebooks/09_quantization": 1}
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 
