@@ -98,7 +98,9 @@ def _block_refusal(block) -> str | None:
         return "it is not a causal GPT DecoderLayer (self-attention and FFN only)"
     for res in (block.res_self, block.res_ffn):
         if type(res) is not Residual or not res.norm_first or type(res.norm) is not LayerNorm:
-            return f"its residuals are not pre-norm with the library LayerNorm (found {res!r:.80})"
+            norm = type(getattr(res, "norm", None)).__name__
+            return (f"its residuals are not pre-norm with the library LayerNorm (found norm_first="
+                    f"{getattr(res, 'norm_first', None)}, norm {norm})")
     if type(block.self_attn) is not MultiHeadAttention or type(block.ffn) is not FeedForward:
         return "its attention or FFN is not the library's MultiHeadAttention / FeedForward"
     if any(_hooked(m) for m in (block, block.res_self, block.res_ffn, block.res_self.norm, block.res_ffn.norm,
