@@ -1,16 +1,26 @@
 """Generation: cached decoding (static and concatenating caches, the fast decode step and the module path) gives the
 same tokens as a full recompute and logits within 1e-5 at every step, for every positional scheme and for
-grouped-query attention; a left-padded row continues exactly as its prompt alone; greedy decoding equals Hugging
-Face GPT-2's on the same weights; top-k/top-p match closed-form cases and HF's warpers; sampling is reproducible."""
+grouped-query attention; every model variant the library builds or modifies (norm placement, biases, activations,
+quantized, pruned, hooked) decodes with a cache exactly as it recomputes, greedy, left-padded and sampled, and only
+the unmodified pre-norm GPT takes the fast path; a model without its causal mask refuses a cache; a left-padded row
+continues exactly as its prompt alone; greedy decoding equals Hugging Face GPT-2's on the same weights; top-k/top-p
+match closed-form cases and HF's warpers; sampling is reproducible; bad arguments are named in the error."""
+import copy
 import functools
 import os
 
 import pytest
 import torch
 
-from transformer_lib.generate import decode_step, filter_logits, generate, matvec_weights, sample_next
+import transformer_lib.generate as generate_module
+from transformer_lib.generate import (cache_refusal, decode_step, fast_path_refusal, filter_logits, generate,
+                                      matvec_weights, sample_next)
 from transformer_lib.kv_cache import DynamicCache, StaticCache
+from transformer_lib.layers import ACTIVATIONS
 from transformer_lib.models import GPT, POSITIONAL, GPTConfig, init_weights
+from transformer_lib.pruning import drop_layers, magnitude_prune, prune_heads
+from transformer_lib.quantization import quantize_model
+from transformer_lib.variants import set_causal, set_norm_placement
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -19,11 +29,11 @@ STEP_TOL = dict(atol=1e-5, rtol=1e-5)
 
 
 @functools.lru_cache(maxsize=None)
-def toy_gpt(positional: str = "learned", n_kv_heads=None) -> GPT:
+def toy_gpt(positional: str = "learned", n_kv_heads=None, bias: bool = True, n_layers: int = 2) -> GPT:
     """A small GPT with std-0.3 weights: attention far from uniform, so a wrong key or position shows."""
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=V, block_size=BLOCK, n_layers=2, n_heads=4, d_model=32, positional=positional,
-                    n_kv_heads=n_kv_heads)
+    cfg = GPTConfig(vocab_size=V, block_size=BLOCK, n_layers=n_layers, n_heads=4, d_model=32, positional=positional,
+                    n_kv_heads=n_kv_heads, bias=bias)
     model = GPT(cfg)
     model.apply(lambda m: init_weights(m, std=0.3))
     return model.eval()
@@ -116,6 +126,143 @@ def test_tensor_subclass_weights_run_as_modules():
     prompt = ids((1, 5), seed=6)
     want = generate(model, prompt, 15, use_cache=False)
     assert torch.equal(generate(model, prompt, 15, transpose_weights=True), want)
+
+
+# ----------------------------------------------------------------------------- every variant the library can make
+def _with_activation(name: str) -> GPT:
+    model = copy.deepcopy(toy_gpt())
+    for block in model.blocks:
+        block.ffn.act = ACTIVATIONS[name]
+    return model
+
+
+def _hooked_block() -> GPT:
+    model = copy.deepcopy(toy_gpt("rope"))
+    model.blocks[1].register_forward_hook(lambda module, args, out: out * 1.5)
+    return model
+
+
+BUILDERS = {  # name -> a model the library builds or modifies (eval mode unless the name says otherwise)
+    **{f"positional {p}": functools.partial(toy_gpt, p) for p in POSITIONAL},
+    "GQA 2 kv heads, learned": functools.partial(toy_gpt, "learned", 2),
+    "GQA 1 kv head, rope": functools.partial(toy_gpt, "rope", 1),
+    "GQA 2 kv heads, alibi": functools.partial(toy_gpt, "alibi", 2),
+    "no biases": functools.partial(toy_gpt, "learned", None, False),
+    "no biases, rope": functools.partial(toy_gpt, "rope", None, False),
+    "norm pre": lambda: set_norm_placement(copy.deepcopy(toy_gpt()), "pre"),
+    "norm post": lambda: set_norm_placement(copy.deepcopy(toy_gpt()), "post"),
+    "norm none": lambda: set_norm_placement(copy.deepcopy(toy_gpt()), "none"),
+    "norm post, rope GQA": lambda: set_norm_placement(copy.deepcopy(toy_gpt("rope", 2)), "post"),
+    **{f"activation {a}": functools.partial(_with_activation, a) for a in ACTIVATIONS if a != "gelu"},
+    "training mode (dropout 0)": lambda: copy.deepcopy(toy_gpt()).train(),
+    "forward hook on a block": _hooked_block,
+    "int8 per-channel": lambda: quantize_model(copy.deepcopy(toy_gpt())),
+    "int4 groups of 16, rope": lambda: quantize_model(copy.deepcopy(toy_gpt("rope")), bits=4, group_size=16),
+    "int8 W8A8, lm_head float": lambda: quantize_model(copy.deepcopy(toy_gpt()), act_bits=8, skip=("lm_head",)),
+    "pruned heads": lambda: prune_heads(toy_gpt(), {0: [1], 1: [0, 2]}),
+    "pruned heads, rope": lambda: prune_heads(toy_gpt("rope"), {1: [3]}),
+    "dropped layer": lambda: drop_layers(toy_gpt("learned", None, True, 3), [1]),
+    "magnitude pruned, masks kept": lambda: magnitude_prune(copy.deepcopy(toy_gpt()), 0.5, permanent=False),
+}
+NOT_FAST = {"norm post", "norm none", "norm post, rope GQA", "training mode (dropout 0)", "forward hook on a block"}
+
+
+@functools.lru_cache(maxsize=None)
+def variant(name: str) -> GPT:
+    return BUILDERS[name]()
+
+
+def generate_case(mode: str):
+    """``(prompt, generate kwargs)`` for greedy, left-padded (rows of 3, 8 and 5 real tokens) or sampled decoding."""
+    if mode == "left-padded":
+        batch, mask = torch.zeros(3, 8, dtype=torch.long), torch.zeros(3, 8, dtype=torch.bool)
+        for row, n in enumerate((3, 8, 5)):
+            batch[row, 8 - n:], mask[row, 8 - n:] = ids((1, n), seed=30 + n)[0], True
+        return batch, dict(attention_mask=mask)
+    kw = dict(temperature=0.9, top_k=12, top_p=0.95, seed=7) if mode == "sampled" else {}
+    return ids((2, 6), seed=20), kw
+
+
+@pytest.mark.parametrize("mode", ["greedy", "left-padded", "sampled"])
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_every_cacheable_variant_decodes_with_a_cache_as_it_recomputes(name, cache, mode):
+    model = variant(name)
+    prompt, kw = generate_case(mode)
+    want, want_logits = generate(model, prompt, 14, use_cache=False, return_logits=True, **kw)
+    got, got_logits = generate(model, prompt, 14, cache=cache, return_logits=True, **kw)
+    assert torch.equal(got, want)
+    scale = max(1.0, want_logits.abs().max().item())  # without LayerNorm the logits reach the hundreds
+    torch.testing.assert_close(got_logits, want_logits, atol=1e-5 * scale, rtol=1e-4)
+
+
+MODIFIED_FROM = {  # variant -> the toy_gpt arguments of the model it was made from
+    **{n: ("rope" if "rope" in n else "learned", 2 if "GQA" in n else None) for n in BUILDERS
+       if n.startswith(("norm post", "norm none", "activation", "forward hook", "int", "pruned", "magnitude"))},
+    "dropped layer": ("learned", None, True, 3)}
+
+
+@pytest.mark.parametrize("name", list(MODIFIED_FROM))
+def test_each_variant_computes_something_else_than_the_model_it_was_made_from(name):
+    """Otherwise the test above could not tell a variant decoded as the plain GPT from one decoded right."""
+    prompt = ids((2, 6), seed=20)
+    with torch.inference_mode():
+        assert not torch.allclose(variant(name)(prompt)[0], toy_gpt(*MODIFIED_FROM[name])(prompt)[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_fast_path_is_taken_only_for_the_block_it_implements(name, monkeypatch):
+    model = variant(name)
+    assert (fast_path_refusal(model) is None) == (name not in NOT_FAST), fast_path_refusal(model)
+    calls = []
+    real = generate_module.decode_step
+    monkeypatch.setattr(generate_module, "decode_step", lambda *a, **k: calls.append(1) or real(*a, **k))
+    generate(model, ids((1, 4), seed=0), 5)
+    assert len(calls) == (0 if name in NOT_FAST else 4)  # one per new token after the prefill's
+
+
+@pytest.mark.parametrize("placement", ["post", "none"])
+def test_decode_step_runs_other_norm_placements_through_the_modules(placement):
+    """decode_step on a post-norm or norm-free model falls back to the module forward; the written-out pre-norm
+    block (``checked=True`` skips the check) would compute something else (the old silent bug) or crash."""
+    model = variant(f"norm {placement}")
+    prompt, token = ids((2, 5), seed=3), ids((2, 1), seed=4)
+    with torch.inference_mode():
+        a, b, c = DynamicCache(), DynamicCache(), DynamicCache()
+        for cache in (a, b, c):
+            model(prompt, cache=cache)
+        want = model(token, cache=a)[0][:, -1]
+        torch.testing.assert_close(decode_step(model, token, b), want, **STEP_TOL)
+        if placement == "post":
+            assert not torch.allclose(decode_step(model, token, c, checked=True), want, atol=1e-2)
+        assert "LayerNorm" in fast_path_refusal(model)
+
+
+@pytest.mark.parametrize("blocks", [[0, 1], [1]])
+def test_a_model_without_its_causal_mask_refuses_a_cache(blocks):
+    model = copy.deepcopy(toy_gpt())
+    if blocks == [0, 1]:
+        set_causal(model, False)
+    else:
+        model.blocks[1].causal = False
+    prompt = ids((1, 4), seed=0)
+    match = (rf"this model cannot decode with a KV cache: block {blocks[0]}'s self-attention is not causal .*"
+             r"pass use_cache=False")
+    for kw in (dict(), dict(cache="dynamic")):
+        with pytest.raises(ValueError, match=match):
+            generate(model, prompt, 3, **kw)
+    with pytest.raises(ValueError, match=match), torch.inference_mode():
+        decode_step(model, prompt[:, -1:], DynamicCache())
+    assert cache_refusal(model) is not None and cache_refusal(toy_gpt()) is None
+    # recomputation still works, and is what a hand-written greedy loop over the full model gives
+    out = generate(model, prompt, 3, use_cache=False)
+    want = prompt
+    with torch.inference_mode():
+        for _ in range(3):
+            want = torch.cat([want, model(want)[0][:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, want)
+    set_causal(model, True)
+    assert torch.equal(generate(model, prompt, 3), generate(toy_gpt(), prompt, 3))  # switched back on: cacheable
 
 
 # ----------------------------------------------------------------------------- left padding
@@ -274,15 +421,39 @@ def test_without_a_cache_the_window_slides_past_the_context():
     torch.testing.assert_close(logits[:, -1], last)
 
 
+NAN, INF = float("nan"), float("inf")
+
+
 @pytest.mark.parametrize("kw, match", [
-    (dict(temperature=-1.0), "temperature must be a number >= 0"), (dict(top_k=0), "top_k must be an int >= 1"),
-    (dict(top_p=0.0), r"top_p must be in \(0, 1\]"), (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
+    *[(dict(temperature=t), rf"temperature must be a finite number >= 0 \(0 = greedy\), got {t!r}")
+      for t in (-1.0, NAN, INF, -INF, "0.5", True)],
+    *[(dict(top_k=k), rf"top_k must be an int >= 1 or None, got {k!r}") for k in (0, -3, 2.5, True)],
+    *[(dict(top_p=p), rf"top_p must be a number in \(0, 1\] or None, got {p!r}")
+      for p in (0.0, -0.1, 1.5, NAN, INF, "0.9")],
+    *[(dict(max_new_tokens=n), rf"max_new_tokens must be an int >= 0, got {n!r}") for n in (-1, 2.0, True)],
+    (dict(use_cache="yes"), "use_cache must be a bool, got 'yes'"),
     (dict(cache="paged"), "cache must be 'static' or 'dynamic', got 'paged'"),
-    (dict(max_new_tokens=-1), "max_new_tokens must be an int >= 0, got -1")])
+    (dict(attention_mask=torch.ones(1, 5, dtype=torch.bool)),
+     r"attention_mask must be a \(B, T\) = \(1, 4\) tensor, got \(1, 5\)")])
 def test_bad_arguments_are_rejected(kw, match):
     args = dict(max_new_tokens=3) | kw
+    for use_cache in (True, False):
+        if "use_cache" in kw or ("cache" in kw and not use_cache):
+            continue
+        with pytest.raises(ValueError, match=match):
+            generate(toy_gpt(), ids((1, 4), seed=0), use_cache=use_cache, **args)
+
+
+@pytest.mark.parametrize("kw, match", [(dict(temperature=NAN), "temperature must be a finite number"),
+                                       (dict(top_k=0), "top_k must be an int >= 1"),
+                                       (dict(top_p=1.01), r"top_p must be a number in \(0, 1\]")])
+def test_sample_next_and_filter_logits_reject_bad_arguments(kw, match):
+    logits = torch.zeros(1, 4)
     with pytest.raises(ValueError, match=match):
-        generate(toy_gpt(), ids((1, 4), seed=0), **args)
+        sample_next(logits, **kw)
+    if "temperature" not in kw:
+        with pytest.raises(ValueError, match=match):
+            filter_logits(logits, **kw)
 
 
 def test_bad_prompt_is_rejected():

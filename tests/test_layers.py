@@ -75,8 +75,10 @@ def test_decoder_layer_matches_torch(norm_first, activation):
     torch.testing.assert_close(ours(x, memory, is_causal=False), expected, atol=ATOL, rtol=ATOL)
 
 
-def test_gpt_block_is_a_pre_norm_causal_encoder_layer():
-    # A decoder layer without cross-attention (a GPT block) is torch's pre-norm encoder layer under a causal mask.
+@pytest.mark.parametrize("causal", [True, False])
+def test_gpt_block_is_a_pre_norm_encoder_layer_masked_by_its_causal_flag(causal):
+    # A decoder layer without cross-attention (a GPT block) is torch's pre-norm encoder layer, under a causal mask
+    # when its ``causal`` attribute is True (the default) and unmasked when it is False.
     ref = randomize_(nn.TransformerEncoderLayer(D, H, DFF, dropout=0.0, activation="gelu", batch_first=True,
                                                 norm_first=True)).eval()
     block = DecoderLayer(D, H, DFF, activation="gelu", norm_first=True, cross_attention=False).eval()
@@ -86,8 +88,19 @@ def test_gpt_block_is_a_pre_norm_causal_encoder_layer():
     block.res_self.norm.load_state_dict(ref.norm1.state_dict())
     block.res_ffn.norm.load_state_dict(ref.norm2.state_dict())
     x = randn(B, T, D)
-    expected = ref(x, src_mask=~causal_mask(T))
+    expected = ref(x, src_mask=~causal_mask(T) if causal else None)
+    assert block.causal
+    block.causal = causal
     torch.testing.assert_close(block(x), expected, atol=ATOL, rtol=ATOL)
+    # an explicit is_causal argument overrides the attribute for one call
+    opposite = ref(x, src_mask=None if causal else ~causal_mask(T))
+    torch.testing.assert_close(block(x, is_causal=not causal), opposite, atol=ATOL, rtol=ATOL)
+    assert "forward" not in vars(block)  # the flag is read by the class's forward, which stays in place
+
+
+def test_decoder_layer_rejects_a_non_bool_causal_flag():
+    with pytest.raises(TypeError, match="causal must be a bool, got 'yes'"):
+        DecoderLayer(D, H, DFF, cross_attention=False, causal="yes")
 
 
 @pytest.mark.parametrize("layer_cls", [EncoderLayer, DecoderLayer])

@@ -11,24 +11,37 @@ Two ways through the model give the same numbers (``tests/test_generate.py`` che
   fewer kernel launches per token (fused layer norm, inputs validated once before the loop, masks built
   once per step instead of once per layer). At decoding time each kernel works on a single position,
   so launch and Python costs are a large share of the time on small models.
+
+``decode_step`` writes out one block structure: GPT's pre-norm, causal ``DecoderLayer`` with the library's
+``LayerNorm``, ``MultiHeadAttention`` and ``FeedForward``, in eval mode and without module hooks.
+``fast_path_refusal(model)`` says why a model is not that (post-norm or no LayerNorm after
+``variants.set_norm_placement``, training mode, a hooked or replaced module, ...); such a model decodes
+through its own modules, ``model(token, cache=cache)``. A model whose attention is not causal
+(``variants.set_causal(model, False)``) cannot use a cache at all (``cache_refusal``).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .kv_cache import DynamicCache, StaticCache
+from .layers import DecoderLayer, FeedForward, LayerNorm, Residual
+from .multihead import MultiHeadAttention
 from .positional import alibi_bias
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 \
+            or math.isinf(temperature):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                              or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
@@ -62,6 +75,62 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
 
 
 # ----------------------------------------------------------------------------- one decoding step
+def cache_refusal(model) -> str | None:
+    """Why ``model`` cannot decode with a KV cache, or None when it can.
+
+    A cache holds each past position's keys and values as they were computed when that position was new.
+    That is exact only if no position's output depends on later ones: every block's attention causal.
+    """
+    for i, block in enumerate(model.blocks):
+        if not getattr(block, "causal", False):
+            return (f"block {i}'s self-attention is not causal (variants.set_causal(model, False)): each past "
+                    "position would have to see the tokens after it, so its cached keys and values go stale")
+    return None
+
+
+def _hooked(module: nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
+def _block_refusal(block) -> str | None:
+    """Why ``decode_step`` does not implement this block, or None."""
+    if type(block) is not DecoderLayer or block.cross_attn is not None or not block.causal:
+        return "it is not a causal GPT DecoderLayer (self-attention and FFN only)"
+    for res in (block.res_self, block.res_ffn):
+        if type(res) is not Residual or not res.norm_first or type(res.norm) is not LayerNorm:
+            norm = type(getattr(res, "norm", None)).__name__
+            return (f"its residuals are not pre-norm with the library LayerNorm (found norm_first="
+                    f"{getattr(res, 'norm_first', None)}, norm {norm})")
+    if type(block.self_attn) is not MultiHeadAttention or type(block.ffn) is not FeedForward:
+        return "its attention or FFN is not the library's MultiHeadAttention / FeedForward"
+    if any(_hooked(m) for m in (block, block.res_self, block.res_ffn, block.res_self.norm, block.res_ffn.norm,
+                                block.self_attn, block.ffn)):
+        return "a module has forward hooks (decode_step would skip them)"
+    return None
+
+
+def fast_path_refusal(model) -> str | None:
+    """Why ``decode_step``'s written-out block does not compute what ``model`` computes, or None when it does.
+
+    ``decode_step`` implements a ``GPT`` in eval mode whose blocks are pre-norm, causal ``DecoderLayer``s made of
+    the library's ``LayerNorm``, ``MultiHeadAttention`` and ``FeedForward``, with a final ``LayerNorm`` and no
+    forward hooks on the modules it bypasses. Linear layers (plain, quantized, hooked) are called as modules.
+    """
+    if model.training:
+        return "the model is in training mode (dropout)"
+    if type(model.norm) is not LayerNorm:
+        return f"its final norm is {type(model.norm).__name__}, not the library LayerNorm"
+    if any(_hooked(m) for m in (model, model.norm, model.drop) + ((model.pos,) if model.pos is not None else ())):
+        return "the model, its final norm, dropout or positional module has forward hooks"
+    for i, block in enumerate(model.blocks):
+        reason = _block_refusal(block)
+        if reason is None and model.cfg.positional == "alibi" and block.self_attn.n_heads != model.cfg.n_heads:
+            reason = f"its {block.self_attn.n_heads} heads differ from cfg.n_heads={model.cfg.n_heads} (ALiBi slopes)"
+        if reason is not None:
+            return f"block {i}: {reason}"
+    return None
+
+
 def _layer_norm(norm, x: torch.Tensor) -> torch.Tensor:
     """The library ``LayerNorm`` as one fused kernel (statistics in fp32, as there)."""
     if x.dtype == norm.weight.dtype == torch.float32:
@@ -112,14 +181,21 @@ def _attend(attn, h: torch.Tensor, cache, past: int, mask, weights_t) -> torch.T
 
 @torch.inference_mode()
 def decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None = None,
-                key_padding_mask: torch.Tensor | None = None, weights_t: dict | None = None) -> torch.Tensor:
+                key_padding_mask: torch.Tensor | None = None, weights_t: dict | None = None,
+                checked: bool = False) -> torch.Tensor:
     """One new token through a ``GPT`` in eval mode, reading and extending ``cache``: logits ``(B, V)``.
 
     The numbers of ``model(token, cache=cache, ...)[0][:, -1]`` with fewer kernels and no input checks
     (``generate`` checks once before its loop). ``token: (B, 1)`` ids; ``position: (B, 1)`` per-row positions
     for learned/sinusoidal tables (default: the cache length); ``key_padding_mask: (B, past + 1)`` bool;
-    ``weights_t``: optional ``matvec_weights(model)``.
+    ``weights_t``: optional ``matvec_weights(model)``. A model that is not the pre-norm GPT written out below
+    (``fast_path_refusal``) runs through its modules instead; one that is not causal raises ``ValueError``.
+    ``checked=True``: the caller has already made both checks (``generate`` does, once).
     """
+    if not checked:
+        _check_cacheable(model)
+        if fast_path_refusal(model) is not None:
+            return model(token, cache=cache, key_padding_mask=key_padding_mask, position_ids=position)[0][:, -1]
     past = cache.get_seq_length(0)
     x = model.tok_emb(token)  # (B, 1, d_model)
     table = model.position_table()
@@ -145,14 +221,26 @@ def _make_cache(kind: str, model, batch: int, max_len: int):
     raise ValueError(f"cache must be 'static' or 'dynamic', got {kind!r}")
 
 
+def _check_cacheable(model) -> None:
+    reason = cache_refusal(model)
+    if reason is not None:
+        raise ValueError(f"this model cannot decode with a KV cache: {reason}; pass use_cache=False")
+
+
 def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, attention_mask) -> None:
     block = model.cfg.block_size
-    if prompt_ids.dim() != 2 or prompt_ids.shape[1] < 1 or prompt_ids.dtype not in (torch.long, torch.int):
-        raise ValueError(f"prompt_ids must be an integer tensor (B, T) with T >= 1, got {prompt_ids.dtype} "
-                         f"{tuple(prompt_ids.shape)}")
+    if not isinstance(prompt_ids, torch.Tensor) or prompt_ids.dim() != 2 or prompt_ids.shape[1] < 1 \
+            or prompt_ids.dtype not in (torch.long, torch.int):
+        got = f"{prompt_ids.dtype} {tuple(prompt_ids.shape)}" if isinstance(prompt_ids, torch.Tensor) else \
+            type(prompt_ids).__name__
+        raise ValueError(f"prompt_ids must be an integer tensor (B, T) with T >= 1, got {got}")
     B, T = prompt_ids.shape
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if not isinstance(use_cache, bool):
+        raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
+    if use_cache:
+        _check_cacheable(model)
     if T > block:
         raise ValueError(f"prompt length {T} exceeds the model's context block_size={block}")
     if use_cache and T + max_new_tokens > block:
@@ -161,8 +249,9 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, 
     if use_cache and cache not in ("static", "dynamic"):
         raise ValueError(f"cache must be 'static' or 'dynamic', got {cache!r}")
     if attention_mask is not None:
-        if attention_mask.shape != (B, T):
-            raise ValueError(f"attention_mask must be (B, T) = {(B, T)}, got {tuple(attention_mask.shape)}")
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != (B, T):
+            got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
+            raise ValueError(f"attention_mask must be a (B, T) = {(B, T)} tensor, got {got}")
         m = attention_mask.bool()
         if not m[:, -1].all() or (m[:, 1:].int() < m[:, :-1].int()).any():
             raise ValueError("attention_mask must be left-padded: False only before the first real token of "
@@ -189,7 +278,9 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     A prompt longer than the model's context (``block_size``) raises ``ValueError``. Without a cache
     a sequence that outgrows the context is cropped to its last ``block_size`` tokens; with a cache
     ``T + max_new_tokens`` must fit in the context (positions cannot slide under a cache).
-    A model in eval mode decodes with ``decode_step``; in training mode through its own forward.
+    With a cache, a model that ``decode_step`` implements (``fast_path_refusal(model) is None``: an unmodified
+    GPT in eval mode) decodes with it; any other (training mode, post-norm, hooked modules, ...) through its own
+    forward. A model whose attention is not causal refuses ``use_cache=True`` (``ValueError``, ``cache_refusal``).
     """
     _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, attention_mask)
     _check_sampling(temperature, top_k, top_p)
@@ -207,7 +298,7 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     if N == 0:
         return (ids, steps) if return_logits else ids
 
-    fast = use_cache and not model.training
+    fast = use_cache and fast_path_refusal(model) is None
     if transpose_weights is None:
         transpose_weights = device.type == "cpu"
     weights_t = matvec_weights(model) if fast and transpose_weights else None
@@ -228,7 +319,7 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
         if use_cache:
             token, step_mask = ids[:, t - 1:t], None if mask is None else mask[:, :t]  # (B, 1), (B, t)
             position = None if position is None else position + 1
-            logits = (decode_step(model, token, kv, position, step_mask, weights_t) if fast else
+            logits = (decode_step(model, token, kv, position, step_mask, weights_t, checked=True) if fast else
                       model(token, cache=kv, key_padding_mask=step_mask, position_ids=position)[0][:, -1])
         else:
             logits = _recompute(model, ids, mask, t, block)

@@ -30,8 +30,9 @@ class DynamicCache:
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Append ``k, v: (B, H_kv, T_new, d_head)``; return the layer's keys and values so far."""
         if layer_idx == len(self.keys):  # first call for this layer
-            self.keys.append(k)
-            self.values.append(v)
+            # copies: k and v are often views of the layer's whole q|k|v projection, which would stay alive
+            self.keys.append(k.clone(memory_format=torch.contiguous_format))
+            self.values.append(v.clone(memory_format=torch.contiguous_format))
         elif layer_idx < len(self.keys):
             self.keys[layer_idx] = torch.cat([self.keys[layer_idx], k], dim=-2)  # (B, H_kv, past + T, d_head)
             self.values[layer_idx] = torch.cat([self.values[layer_idx], v], dim=-2)

@@ -110,12 +110,19 @@ class DecoderLayer(nn.Module):
 
     With ``cross_attention=False`` this is a GPT block (masked self-attention and FFN only).
     ``x: (B, Tq, d_model)``, ``memory: (B, Tk, d_model)``.
+
+    ``causal`` (an attribute, default True): the self-attention's causal mask. ``forward`` reads it unless its
+    ``is_causal`` argument says otherwise; ``variants.set_causal`` flips it on a whole model.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
                  norm_first: bool = False, eps: float = 1e-5, bias: bool = True, cross_attention: bool = True,
-                 rope: nn.Module | None = None, layer_idx: int = 0, n_kv_heads: int | None = None):
+                 rope: nn.Module | None = None, layer_idx: int = 0, n_kv_heads: int | None = None,
+                 causal: bool = True):
         super().__init__()
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {causal!r}")
+        self.causal = causal
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias, rope=rope, layer_idx=layer_idx,
                                             n_kv_heads=n_kv_heads)
         self.res_self = Residual(d_model, norm_first, dropout, eps)
@@ -126,7 +133,10 @@ class DecoderLayer(nn.Module):
         self.self_weights = self.cross_weights = None  # filled when need_weights=True
 
     def forward(self, x, memory=None, self_mask=None, memory_key_padding_mask=None, key_padding_mask=None,
-                is_causal: bool = True, need_weights: bool = False, cache=None):
+                is_causal: bool | None = None, need_weights: bool = False, cache=None):
+        """``is_causal``: None (default) = the layer's ``causal`` attribute; True/False overrides it for this call."""
+        is_causal = self.causal if is_causal is None else is_causal
+
         def self_attend(h):
             out, self.self_weights = self.self_attn(h, attn_mask=self_mask, key_padding_mask=key_padding_mask,
                                                     is_causal=is_causal, need_weights=need_weights, cache=cache)

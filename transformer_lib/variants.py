@@ -5,11 +5,9 @@
 """
 from __future__ import annotations
 
-import functools
-
 import torch.nn as nn
 
-from .layers import DecoderLayer, Residual
+from .layers import Residual
 from .models import GPT
 
 PLACEMENTS = ("none", "post", "pre")
@@ -30,23 +28,19 @@ def set_norm_placement(model: GPT, placement: str) -> GPT:
     return model
 
 
-def _non_causal_forward(block: DecoderLayer, *args, **kwargs):
-    kwargs["is_causal"] = False
-    return DecoderLayer.forward(block, *args, **kwargs)
-
-
 def set_causal(model: GPT, causal: bool) -> GPT:
     """Switch the causal mask of every block of ``model`` off (``causal=False``) or back on, in place.
 
-    Only for experiments: a GPT without its causal mask can read the token it is asked to predict.
+    Only for experiments: a GPT without its causal mask can read the token it is asked to predict (and cannot
+    be decoded with a KV cache: ``generate`` then needs ``use_cache=False``).
     """
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
     for block in model.blocks:
-        if causal:
-            block.__dict__.pop("forward", None)
-        else:
-            block.forward = functools.partial(_non_causal_forward, block)
+        block.causal = causal  # DecoderLayer.forward reads it
     return model
 
 
 def is_causal(model: GPT) -> bool:
-    return not any("forward" in block.__dict__ for block in model.blocks)
+    """Whether every block of ``model`` applies its causal mask."""
+    return all(block.causal for block in model.blocks)
