@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from transformer_lib.extrapolation import (IGNORE, ExtrapolationConfig, accuracy_by_position, evaluate,
+from transformer_lib.experiments.extrapolation import (IGNORE, ExtrapolationConfig, accuracy_by_position, evaluate,
                                            lookback_batch, make_model, run_experiment, train)
 
 
@@ -129,7 +129,7 @@ def test_training_learns_the_previous_token_task():
 
 
 def test_single_cpu_thread_restores_the_thread_count():
-    from transformer_lib.extrapolation import single_cpu_thread
+    from transformer_lib.experiments.extrapolation import single_cpu_thread
     before = torch.get_num_threads()
     with pytest.raises(RuntimeError):
         with single_cpu_thread():

@@ -22,6 +22,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checkpoint_io import save_weights
+from .modes import eval_mode
+
 BITS = (4, 8)
 GRANULARITIES = ("tensor", "channel", "group")
 
@@ -334,8 +337,8 @@ def state_dict_bytes(model: nn.Module) -> int:
 
 
 def saved_size(model: nn.Module) -> int:
-    """Bytes of the safetensors file that ``train.save_weights`` writes for ``model`` (tied tensors saved once)."""
-    from .train import save_weights
+    """Bytes of the safetensors file that ``checkpoint_io.save_weights`` writes for ``model`` (tied tensors saved
+    once)."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.safetensors")
         save_weights(model, path)
@@ -350,12 +353,13 @@ def lm_quality(model: nn.Module, batches, reference_top1: torch.Tensor | None = 
     batches) adds ``agreement``: the share of positions where both models predict the same next token."""
     device = next(model.parameters()).device
     total, count, top1 = 0.0, 0, []
-    for x, y in batches:
-        logits, _ = model(x.to(device))  # (B, T, V)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), ignore_index=-100,
-                                 reduction="sum").item()
-        count += int((y != -100).sum())
-        top1.append(logits.argmax(-1).cpu())
+    with eval_mode(model):
+        for x, y in batches:
+            logits, _ = model(x.to(device))  # (B, T, V)
+            total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), ignore_index=-100,
+                                     reduction="sum").item()
+            count += int((y != -100).sum())
+            top1.append(logits.argmax(-1).cpu())
     if count == 0:
         raise ValueError("batches must hold at least one (x, y) batch, got none")
     top1 = torch.stack(top1)  # (n_batches, B, T)
