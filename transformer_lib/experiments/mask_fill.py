@@ -81,14 +81,6 @@ def library_softmax(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return attention_weights(q, scores[..., :, None], keep[..., None, :])[..., 0, :]  # (R, T)
 
 
-def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
-    """A list of dicts as a Markdown table (for ``IPython.display.Markdown``)."""
-    columns = columns or list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def masked_weight(allowed_scores: torch.Tensor, n_masked: int, fill: float | None,
                   dtype: torch.dtype = torch.float32) -> float:
     """Total weight that ``n_masked`` blocked keys receive when their scores are **replaced** by ``fill`` (as
