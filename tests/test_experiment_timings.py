@@ -1,6 +1,5 @@
 """The timing experiments (sequence_cost.forward_times, pruning_speed): what they time and how they turn medians
 into rates, with a fake clock or a stub timer (no real timing in tests)."""
-import pytest
 import torch
 import torch.nn as nn
 

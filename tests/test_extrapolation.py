@@ -136,3 +136,10 @@ def test_single_cpu_thread_restores_the_thread_count():
             assert torch.get_num_threads() == 1
             raise RuntimeError("boom")
     assert torch.get_num_threads() == before
+
+
+def test_evaluate_gives_the_training_mode_back():
+    cfg = ExtrapolationConfig(train_len=8, eval_batches=1, batch_size=2)
+    model = make_model("rope", cfg, device="cpu").train()
+    evaluate(model, 8, cfg)
+    assert model.training
