@@ -13,43 +13,22 @@ Decoding is greedy with ``generate``'s default static KV cache.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
-import warnings
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import format_table, interleaved_medians  # noqa: E402
+from _timing import format_table  # noqa: E402
 
 from transformer_lib import pruning as P  # noqa: E402
-from transformer_lib.generate import generate  # noqa: E402
+from transformer_lib.experiments.pruning_speed import csr_vs_dense, pruned_speeds  # noqa: E402
 from transformer_lib.train import evaluate_loss  # noqa: E402
 
 PROMPT = "ROMEO:\n"
 NEW_TOKENS = 64
 FORWARD_BATCH = 8
-
-
-def speeds(models: dict, prompt: torch.Tensor, batch: torch.Tensor, device, repeats: int = 5) -> dict:
-    """``{name: (forward tokens/s, decode tokens/s)}``, interleaved medians over ``models``."""
-    fns = {}
-    for name, (m, ctx) in models.items():
-        def fwd(m=m, ctx=ctx):
-            with torch.inference_mode(), ctx():
-                m(batch)
-
-        def dec(m=m, ctx=ctx):
-            with ctx():
-                generate(m, prompt, NEW_TOKENS)
-        fns[f"{name}/fwd"], fns[f"{name}/dec"] = fwd, dec
-    med = interleaved_medians(fns, repeats=repeats, warmup=1, device=device)
-    return {name: (batch.numel() / med[f"{name}/fwd"], NEW_TOKENS / med[f"{name}/dec"]) for name in models}
-
-
-def _plain():
-    import contextlib
-    return contextlib.nullcontext()
 
 
 def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list[str]:
@@ -64,7 +43,7 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
     # 1. heads kept per layer
     variants = {f"{n_heads - k}": P.prune_heads(model, P.heads_to_prune(scores, k, per_layer=True)) if k else model
                 for k in range(n_heads)}
-    sp = speeds({k: (m, _plain) for k, m in variants.items()}, prompt, batch, device, repeats)
+    sp = pruned_speeds({k: (m, None) for k, m in variants.items()}, prompt, batch, NEW_TOKENS, repeats, device)
     full = sp[str(n_heads)]
     rows = [[k, f"{P.count_parameters(m):,}", f"{evaluate_loss(m, val_data):.3f}", f"{sp[k][0]:,.0f}",
              f"{sp[k][0] / full[0]:.2f}x", f"{sp[k][1]:.0f}", f"{sp[k][1] / full[1]:.2f}x"]
@@ -78,19 +57,19 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
     mask = P.mask_from_heads(P.head_counts(model), half).to(device)
     layer_scores = [evaluate_loss(P.drop_layers(model, [i]), val_data[:2]) for i in range(n_layers)]
     easiest = min(range(n_layers), key=layer_scores.__getitem__)
-    ways = {
-        "unpruned": (model, _plain),
-        f"{n_heads // 2} heads/layer masked": (model, lambda: P.head_mask(model, mask)),
-        f"{n_heads // 2} heads/layer removed": (P.prune_heads(model, half), _plain),
-        f"layer {easiest} dropped": (P.drop_layers(model, [easiest]), _plain),
-        "50% sparse, mask attached": (P.magnitude_prune(model, 0.5, permanent=False), _plain),
-        "50% sparse, zeros baked in": (P.magnitude_prune(model, 0.5), _plain),
+    ways = {  # name: (model, head mask applied while it runs, or None)
+        "unpruned": (model, None),
+        f"{n_heads // 2} heads/layer masked": (model, mask),
+        f"{n_heads // 2} heads/layer removed": (P.prune_heads(model, half), None),
+        f"layer {easiest} dropped": (P.drop_layers(model, [easiest]), None),
+        "50% sparse, mask attached": (P.magnitude_prune(model, 0.5, permanent=False), None),
+        "50% sparse, zeros baked in": (P.magnitude_prune(model, 0.5), None),
     }
-    sp = speeds(ways, prompt, batch, device, repeats)
+    sp = pruned_speeds(ways, prompt, batch, NEW_TOKENS, repeats, device)
     base = sp["unpruned"]
     rows = []
-    for name, (m, ctx) in ways.items():
-        with ctx():
+    for name, (m, m_mask) in ways.items():
+        with P.head_mask(m, m_mask) if m_mask is not None else contextlib.nullcontext():
             loss = evaluate_loss(m, val_data)
         rows.append([name, f"{P.count_parameters(m, nonzero=True):,}", f"{loss:.3f}", f"{sp[name][0] / base[0]:.2f}x",
                      f"{sp[name][1] / base[1]:.2f}x"])
@@ -100,17 +79,8 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
     # 3. sparse CSR vs dense matmul on an FFN weight
     w = model.blocks[0].ffn.up.weight.detach()  # (d_ff, d_model)
     x = torch.randn(w.shape[1], FORWARD_BATCH * batch.shape[1], device=device)  # (d_model, tokens)
-    rows = []
-    for amount in (0.5, 0.9, 0.99):
-        ws = w * (w.abs() > w.abs().flatten().quantile(amount))
-        with warnings.catch_warnings():  # "sparse CSR support is in beta": known, and the point of this table
-            warnings.simplefilter("ignore", UserWarning)
-            csr = ws.to_sparse_csr()
-        with torch.inference_mode():
-            t = interleaved_medians({"dense": lambda: ws @ x, "csr": lambda: csr @ x}, repeats=repeats * 4,
-                                    device=device)
-        rows.append([f"{amount:.0%}", f"{t['dense'] * 1e6:.0f}", f"{t['csr'] * 1e6:.0f}",
-                     f"{t['dense'] / t['csr']:.2f}x"])
+    rows = [[f"{amount:.0%}", f"{dense * 1e6:.0f}", f"{csr * 1e6:.0f}", f"{dense / csr:.2f}x"]
+            for amount, dense, csr in csr_vs_dense(w, x, (0.5, 0.9, 0.99), repeats * 4, device)]
     tables.append(format_table(f"Sparse CSR vs dense matmul, W {tuple(w.shape)} @ X {tuple(x.shape)}",
                                ["sparsity", "dense us", "CSR us", "CSR speed vs dense"], rows))
     for t in tables:
@@ -120,7 +90,7 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
 
 if __name__ == "__main__":  # quick look: .venv/bin/python benchmarks/_bench_pruning.py
     from transformer_lib import default_device
-    from transformer_lib.trained import load_shakespeare_gpt, shakespeare_val_batches
+    from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
     dev = default_device()
     gpt, tok = load_shakespeare_gpt(dev)
     pruning_tables(gpt, tok, shakespeare_val_batches(gpt.cfg.block_size, n_batches=4), dev)

@@ -33,7 +33,8 @@ from _timing import format_table, interleaved_medians  # noqa: E402
 
 from transformer_lib import GPT, GPTConfig  # noqa: E402
 from transformer_lib.generate import generate  # noqa: E402
-from transformer_lib.quantization import lm_quality, quantize_model, saved_size  # noqa: E402
+from transformer_lib.quant_storage import saved_size  # noqa: E402
+from transformer_lib.quantization import lm_quality, quantize_model  # noqa: E402
 
 # torchao 0.18 touches TypedStorage when its tensors are copied or saved (a torch deprecation, not our concern)
 warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
@@ -170,7 +171,7 @@ def main() -> None:
     import argparse
 
     from transformer_lib.device import default_device
-    from transformer_lib.trained import load_shakespeare_gpt, shakespeare_val_batches
+    from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true", help="fewer batches and repeats (smoke run)")

@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import _sync, interleaved_medians, print_table  # noqa: E402
+from _timing import interleaved_medians, print_table, synchronize  # noqa: E402
 
 from transformer_lib import GPT, GPTConfig, default_device  # noqa: E402
 from transformer_lib.generate import generate  # noqa: E402
 from transformer_lib.kv_cache import kv_cache_bytes  # noqa: E402
-from transformer_lib.trained import checkpoint_info  # noqa: E402
+from transformer_lib.book_models import checkpoint_info  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -124,7 +124,7 @@ def uneven_interleaved_medians(fns: dict, repeats: dict, device) -> tuple[dict, 
             if r < repeats[name]:
                 t0, c0 = time.perf_counter(), time.process_time()
                 fn()
-                _sync(device)
+                synchronize(device)
                 wall[name].append(time.perf_counter() - t0)
                 cpu[name].append(time.process_time() - c0)
     return ({name: statistics.median(ts) for name, ts in wall.items()},

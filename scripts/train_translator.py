@@ -3,7 +3,7 @@
     .venv/bin/python scripts/train_translator.py
     .venv/bin/python scripts/train_translator.py --threads 2
 
-The recipe lives in ``transformer_lib.trained``; accuracy is exact match on 1000 held-out pairs whose days never
+The recipe lives in ``transformer_lib.book_models``; accuracy is exact match on 1000 held-out pairs whose days never
 occur in training.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from transformer_lib.trained import CHECKPOINT_DIR, TRANSLATOR_STEPS, save_trained, train_date_translator
+from transformer_lib.book_models import CHECKPOINT_DIR, TRANSLATOR_STEPS, save_trained, train_date_translator
 
 
 def main(argv=None) -> dict:

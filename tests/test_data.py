@@ -1,4 +1,5 @@
-"""Data sets and tokenizers: determinism, round trips, and dates checked by Python's own ``datetime`` parser."""
+"""Data sets and tokenizers (tokenization.py, corpus.py, dates.py): determinism, round trips, and dates checked by
+Python's own ``datetime`` parser."""
 import datetime as dt
 import random
 import re
@@ -6,10 +7,11 @@ import re
 import pytest
 import torch
 
-from transformer_lib.data import (DATE_STYLES, FIRST_DATE, LAST_DATE, MONTHS, BPETokenizer, CharTokenizer, date_pairs,
-                                  date_split, date_test_set, date_tokenizers, format_date, get_batch, pad_sequences,
-                                  shakespeare_corpus, shakespeare_split, shakespeare_token_corpus, shakespeare_works,
-                                  strip_gutenberg, translation_batch)
+from transformer_lib.corpus import (get_batch, shakespeare_corpus, shakespeare_split, shakespeare_token_corpus,
+                                    shakespeare_works, strip_gutenberg)
+from transformer_lib.dates import (DATE_STYLES, FIRST_DATE, LAST_DATE, MONTHS, date_pairs, date_split, date_test_set,
+                                   date_tokenizers, format_date, translation_batch)
+from transformer_lib.tokenization import BPETokenizer, CharTokenizer, pad_sequences
 
 
 # ----------------------------------------------------------------------------- tokenizer

@@ -11,8 +11,10 @@ import torch.nn.functional as F
 matplotlib.use("Agg")
 
 import transformer_lib as tl  # noqa: E402
-from transformer_lib import experiments as ex  # noqa: E402
-from transformer_lib.data import date_tokenizers  # noqa: E402
+from transformer_lib import variants  # noqa: E402
+from transformer_lib.dates import date_tokenizers  # noqa: E402
+from transformer_lib.experiments import (causal_leak, cross_attention, mask_fill, norm_placement,  # noqa: E402
+                                        padded_rows)
 from transformer_lib.layers import LayerNorm, Residual  # noqa: E402
 from transformer_lib.viz.architecture import architecture_columns, plot_architecture  # noqa: E402
 
@@ -37,32 +39,32 @@ def closed_form_masked_weight(allowed, n_masked, fill):
 @pytest.mark.parametrize("n_masked", [1, 3])
 def test_masked_weight_matches_the_closed_form(level, n_masked):
     allowed = torch.tensor([0.0, -1.0, 2.0]) + level
-    got = ex.masked_weight(allowed, n_masked, ex.GPT2_OLD_FILL, torch.float64)
+    got = mask_fill.masked_weight(allowed, n_masked, mask_fill.GPT2_OLD_FILL, torch.float64)
     assert got == pytest.approx(closed_form_masked_weight(allowed.tolist(), n_masked, -1e4), abs=1e-12)
 
 
 def test_fixed_minus_1e4_lets_masked_keys_win_when_real_scores_are_lower():
     # real scores around -15,000 (as reported in karpathy/minGPT#75): the "masked" keys take all the weight
-    assert ex.masked_weight(torch.tensor([-15_000.0, -15_200.0]), 2, -1e4) == pytest.approx(1.0)
-    assert ex.masked_weight(torch.tensor([3.0, 1.0]), 2, -1e4) == 0.0  # ordinary scores: no leak
+    assert mask_fill.masked_weight(torch.tensor([-15_000.0, -15_200.0]), 2, -1e4) == pytest.approx(1.0)
+    assert mask_fill.masked_weight(torch.tensor([3.0, 1.0]), 2, -1e4) == 0.0  # ordinary scores: no leak
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_library_boolean_mask_gives_masked_keys_exactly_zero(dtype):
     allowed = torch.tensor([-15_000.0, -15_200.0]) if dtype != torch.float16 else torch.tensor([-60_000.0, -60_100.0])
-    assert ex.masked_weight(allowed, 2, None, dtype) == 0.0
+    assert mask_fill.masked_weight(allowed, 2, None, dtype) == 0.0
 
 
 def test_fp16_cannot_hold_minus_1e9():
-    row = ex.mask_fill_outcome(torch.float16, "-1e9", "replace")
+    row = mask_fill.mask_fill_outcome(torch.float16, "-1e9", "replace")
     assert row["blocked score"].startswith("error")
-    row = ex.mask_fill_outcome(torch.float16, "-1e9", "add")  # cast first: -1e9 > 65504 in magnitude -> -inf
+    row = mask_fill.mask_fill_outcome(torch.float16, "-1e9", "add")  # cast first: -1e9 > 65504 in magnitude -> -inf
     assert row["blocked score"] == "-inf" and row["fully masked row"] == "NaN"
     assert row["weight on blocked keys"] == "0"
 
 
 def test_bf16_rounds_minus_1e9_to_eight_significant_bits():
-    row = ex.mask_fill_outcome(torch.bfloat16, "-1e9", "replace")
+    row = mask_fill.mask_fill_outcome(torch.bfloat16, "-1e9", "replace")
     closed_form = -round(1e9 / 2 ** 22) * 2 ** 22  # 1e9 lies in [2^29, 2^30): spacing 2^(29-7) = 2^22
     assert float(row["blocked score"]) == pytest.approx(closed_form, rel=1e-4)
     assert row["fully masked row"] == "uniform (1/4 each)"
@@ -71,44 +73,44 @@ def test_bf16_rounds_minus_1e9_to_eight_significant_bits():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_minus_inf_gives_nan_on_fully_masked_rows(dtype):
     for how in ("replace", "add"):
-        row = ex.mask_fill_outcome(dtype, "-inf", how)
+        row = mask_fill.mask_fill_outcome(dtype, "-inf", how)
         assert row["fully masked row"] == "NaN" and row["weight on blocked keys"] == "0"
 
 
 def test_finfo_min_plus_a_negative_score_overflows_in_fp16_only():
     # -65504 - 30 rounds beyond fp16's largest finite magnitude (65504, overflow threshold 65520) -> -inf
     assert torch.tensor(-65504.0 - 30.0).half().item() == float("-inf")
-    fp16 = ex.mask_fill_outcome(torch.float16, "finfo.min", "add")
+    fp16 = mask_fill.mask_fill_outcome(torch.float16, "finfo.min", "add")
     assert "-inf" in fp16["blocked score"].split(", ")
-    fp32 = ex.mask_fill_outcome(torch.float32, "finfo.min", "add")
+    fp32 = mask_fill.mask_fill_outcome(torch.float32, "finfo.min", "add")
     assert "-inf" not in fp32["blocked score"] and fp32["fully masked row"] == "uniform (1/4 each)"
-    replace16 = ex.mask_fill_outcome(torch.float16, "finfo.min", "replace")
+    replace16 = mask_fill.mask_fill_outcome(torch.float16, "finfo.min", "replace")
     assert replace16["blocked score"] == "-6.55e+04" and replace16["fully masked row"] == "uniform (1/4 each)"
 
 
 def test_partly_masked_row_agrees_with_a_softmax_over_kept_keys():
-    s, keep = ex.TABLE_SCORES[0], ex.TABLE_KEEP[0]
-    w = torch.softmax(ex.apply_fill(s, keep, "finfo.min", "replace"), -1)
+    s, keep = mask_fill.TABLE_SCORES[0], mask_fill.TABLE_KEEP[0]
+    w = torch.softmax(mask_fill.apply_fill(s, keep, "finfo.min", "replace"), -1)
     assert torch.allclose(w[keep], torch.softmax(s[keep], -1)) and w[~keep].sum() == 0
 
 
 def test_mask_fill_table_covers_every_combination():
-    table = ex.mask_fill_table()
+    table = mask_fill.mask_fill_table()
     assert len(table) == 3 * 3 * 2
     assert {(r["dtype"], r["fill"], r["how"]) for r in table} == {
-        (d, f, h) for d in ("float32", "float16", "bfloat16") for f in ex.FILLS for h in ("replace", "add")}
+        (d, f, h) for d in ("float32", "float16", "bfloat16") for f in mask_fill.FILLS for h in ("replace", "add")}
 
 
 def test_fill_arguments_are_checked():
     with pytest.raises(ValueError, match="fill must be one of"):
-        ex.fill_value("-1e4", torch.float32)
+        mask_fill.fill_value("-1e4", torch.float32)
     with pytest.raises(ValueError, match="how must be"):
-        ex.apply_fill(torch.zeros(2), torch.ones(2, dtype=torch.bool), "-inf", "multiply")
+        mask_fill.apply_fill(torch.zeros(2), torch.ones(2, dtype=torch.bool), "-inf", "multiply")
 
 
 # ============================================================================= padded query rows (chapter 06)
 def test_padded_rows_experiment():
-    rows = {r.variant: r for r in ex.padded_rows_experiment(lengths=(6, 4), n_layers=2)}
+    rows = {r.variant: r for r in padded_rows.padded_rows_experiment(lengths=(6, 4), n_layers=2)}
     keys = rows["keys only (library)"]
     assert keys.nan_rows_layer1 == 0 and not keys.nan_real_outputs and not keys.nan_grad
     assert keys.real_diff < 1e-5  # padding changes nothing at the real positions
@@ -125,7 +127,7 @@ def test_padded_rows_experiment():
 def test_future_sensitivity_is_zero_before_the_change_with_the_mask():
     model = tiny_gpt()
     idx = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(0))
-    diff = ex.future_sensitivity(model, idx, position=5)
+    diff = causal_leak.future_sensitivity(model, idx, position=5)
     assert diff.shape == (12,)
     assert torch.all(diff[:6] == 0) and torch.all(diff[6:] > 0)
 
@@ -134,16 +136,16 @@ def test_removing_the_causal_mask_leaks_and_can_be_undone():
     model = tiny_gpt()
     idx = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(0))
     before = model(idx)[0]
-    ex.set_causal(model, False)
-    assert not ex.is_causal(model)
-    assert torch.all(ex.future_sensitivity(model, idx, position=5)[:6] > 0)
-    ex.set_causal(model, True)
-    assert ex.is_causal(model) and torch.equal(model(idx)[0], before)
+    variants.set_causal(model, False)
+    assert not variants.is_causal(model)
+    assert torch.all(causal_leak.future_sensitivity(model, idx, position=5)[:6] > 0)
+    variants.set_causal(model, True)
+    assert variants.is_causal(model) and torch.equal(model(idx)[0], before)
 
 
 def test_unmasked_block_equals_torch_encoder_layer_style_full_attention():
     # independent check of "no mask": the block's attention equals F.scaled_dot_product_attention without a mask
-    model = ex.set_causal(tiny_gpt(n_layers=1), False)
+    model = variants.set_causal(tiny_gpt(n_layers=1), False)
     block = model.blocks[0]
     x = torch.randn(1, 7, 16)
     h = block.res_self.norm(x)
@@ -159,14 +161,14 @@ def test_one_unmasked_layer_changes_every_position_but_the_last():
     model = tiny_gpt(n_layers=1)
     idx = torch.randint(0, 20, (2, 9))
     before = model(idx)[0]
-    after = ex.set_causal(model, False)(idx)[0]
+    after = variants.set_causal(model, False)(idx)[0]
     assert torch.allclose(after[:, -1], before[:, -1], atol=1e-5)
     assert not torch.allclose(after[:, :-1], before[:, :-1], atol=1e-3)
 
 
 def test_future_sensitivity_checks_position():
     with pytest.raises(ValueError, match="position"):
-        ex.future_sensitivity(tiny_gpt(), torch.zeros(1, 5, dtype=torch.long), position=4)
+        causal_leak.future_sensitivity(tiny_gpt(), torch.zeros(1, 5, dtype=torch.long), position=4)
 
 
 def test_last_position_loss_is_the_cross_entropy_of_the_last_column():
@@ -174,19 +176,19 @@ def test_last_position_loss_is_the_cross_entropy_of_the_last_column():
     x = torch.randint(0, 20, (3, 10))
     y = torch.randint(0, 20, (3, 10))
     want = F.cross_entropy(model(x)[0][:, -1], y[:, -1]).item()
-    assert ex.last_position_loss(model, [(x, y)]) == pytest.approx(want, rel=1e-6)
+    assert causal_leak.last_position_loss(model, [(x, y)]) == pytest.approx(want, rel=1e-6)
 
 
 def test_train_char_gpt_with_and_without_mask():
-    cfg = ex.CausalConfig(n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=3, warmup_steps=1,
+    cfg = causal_leak.CausalConfig(n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=3, warmup_steps=1,
                           eval_batches=1)
-    masked, hist = ex.train_char_gpt(True, cfg, progress=False, device="cpu")
-    unmasked, _ = ex.train_char_gpt(False, cfg, progress=False, device="cpu")
+    masked, hist = causal_leak.train_char_gpt(True, cfg, progress=False, device="cpu")
+    unmasked, _ = causal_leak.train_char_gpt(False, cfg, progress=False, device="cpu")
     assert hist.steps_done == 3 and all(math.isfinite(v) for v in hist.val_loss)
-    assert ex.is_causal(masked) and not ex.is_causal(unmasked)
+    assert variants.is_causal(masked) and not variants.is_causal(unmasked)
     idx = torch.randint(0, masked.cfg.vocab_size, (1, 16))
-    assert torch.all(ex.future_sensitivity(masked, idx, 7)[:8] == 0)
-    assert torch.all(ex.future_sensitivity(unmasked, idx, 7)[:8] > 0)
+    assert torch.all(causal_leak.future_sensitivity(masked, idx, 7)[:8] == 0)
+    assert torch.all(causal_leak.future_sensitivity(unmasked, idx, 7)[:8] > 0)
 
 
 # ============================================================================= norm placement (chapter 05)
@@ -195,19 +197,19 @@ def _residuals(model):
 
 
 def test_set_norm_placement_rewires_every_residual():
-    post = ex.set_norm_placement(tiny_gpt(), "post")
+    post = variants.set_norm_placement(tiny_gpt(), "post")
     assert all(not r.norm_first for r in _residuals(post))
-    none = ex.set_norm_placement(tiny_gpt(), "none")
+    none = variants.set_norm_placement(tiny_gpt(), "none")
     assert not any(isinstance(m, (LayerNorm, nn.LayerNorm)) for m in none.modules())
-    pre = ex.set_norm_placement(tiny_gpt(), "pre")
+    pre = variants.set_norm_placement(tiny_gpt(), "pre")
     x = torch.randint(0, 20, (2, 8))
     assert torch.equal(pre(x)[0], tiny_gpt()(x)[0])  # the GPT default is pre-norm: nothing changes
     with pytest.raises(ValueError, match="placement must be one of"):
-        ex.set_norm_placement(tiny_gpt(), "sandwich")
+        variants.set_norm_placement(tiny_gpt(), "sandwich")
 
 
 def test_post_norm_block_follows_the_paper_formula():
-    block = ex.set_norm_placement(tiny_gpt(n_layers=1), "post").blocks[0]
+    block = variants.set_norm_placement(tiny_gpt(n_layers=1), "post").blocks[0]
     x = torch.randn(2, 5, 16)
     ln1, ln2 = (lambda r: lambda h: F.layer_norm(h, (16,), r.norm.weight, r.norm.bias))(block.res_self), \
         (lambda r: lambda h: F.layer_norm(h, (16,), r.norm.weight, r.norm.bias))(block.res_ffn)
@@ -219,7 +221,7 @@ def test_post_norm_block_follows_the_paper_formula():
 def test_gradient_norms_by_layer_match_autograd():
     model = tiny_gpt(n_layers=3)
     x, y = torch.randint(0, 20, (2, 8)), torch.randint(0, 20, (2, 8))
-    got = ex.gradient_norms_by_layer(model, x, y)
+    got = norm_placement.gradient_norms_by_layer(model, x, y)
     loss = model(x, y)[1]
     grads = torch.autograd.grad(loss, [p for b in model.blocks for p in b.parameters()])
     sizes = [len(list(b.parameters())) for b in model.blocks]
@@ -232,19 +234,19 @@ def test_gradient_norms_by_layer_match_autograd():
 
 
 def test_run_norm_placement_trains_and_reports_divergence_without_raising():
-    cfg = ex.NormConfig(n_layers=2, d_model=16, n_heads=2, block_size=8, batch_size=4, steps=4, eval_batches=1,
+    cfg = norm_placement.NormConfig(n_layers=2, d_model=16, n_heads=2, block_size=8, batch_size=4, steps=4, eval_batches=1,
                         lr=1e-3)
-    run = ex.run_norm_placement("post", 0, cfg, progress=False, device="cpu")
+    run = norm_placement.run_norm_placement("post", 0, cfg, progress=False, device="cpu")
     assert len(run.losses) == 4 and not run.diverged and math.isfinite(run.val_loss)
-    wild = ex.NormConfig(**{**cfg.__dict__, "lr": 1e30, "steps": 6})
-    run = ex.run_norm_placement("none", 0, wild, progress=False, device="cpu")
+    wild = norm_placement.NormConfig(**{**cfg.__dict__, "lr": 1e30, "steps": 6})
+    run = norm_placement.run_norm_placement("none", 0, wild, progress=False, device="cpu")
     assert run.diverged and math.isnan(run.final_loss(2))
 
 
 def test_summarize_runs_is_mean_and_sample_std():
-    runs = [ex.NormRun("pre", s, [5.0, 4.0, v], v + 0.1, False) for s, v in enumerate([2.0, 2.5, 3.5])]
-    runs.append(ex.NormRun("pre", 3, [5.0], float("nan"), True))
-    summary = ex.summarize_runs(runs, window=2)
+    runs = [norm_placement.NormRun("pre", s, [5.0, 4.0, v], v + 0.1, False) for s, v in enumerate([2.0, 2.5, 3.5])]
+    runs.append(norm_placement.NormRun("pre", 3, [5.0], float("nan"), True))
+    summary = norm_placement.summarize_runs(runs, window=2)
     finals = torch.tensor([3.0, 3.25, 3.75], dtype=torch.float64)  # mean of the last two losses of each run
     mean, std = summary["final_loss"]
     assert mean == pytest.approx(finals.mean().item()) and std == pytest.approx(finals.std().item())
@@ -259,7 +261,7 @@ def test_cross_attention_maps_shapes_and_rows():
     model = tl.Transformer(tl.TransformerConfig(src_tok.vocab_size, tgt_tok.vocab_size, d_model=16, n_heads=2,
                                                 d_ff=32, n_encoder_layers=1, n_decoder_layers=2, dropout=0.0))
     text = "3 March 1987"
-    src, out, w = ex.cross_attention_maps(model, src_tok, tgt_tok, text, max_len=6)
+    src, out, w = cross_attention.cross_attention_maps(model, src_tok, tgt_tok, text, max_len=6)
     assert src == list(text) and 1 <= len(out) <= 6
     assert w.shape == (2, 2, len(out), len(text))
     assert torch.allclose(w.sum(-1), torch.ones(2, 2, len(out)), atol=1e-5)
@@ -296,7 +298,7 @@ def test_architecture_follows_the_modules_of_a_gpt_and_a_bert():
     (col,) = architecture_columns(gpt)
     assert col.cross_box is None and col.n_layers == 3 and "Cross-attention" not in texts(col)
     assert "tied" in col.above[-1].text
-    (none,) = architecture_columns(ex.set_norm_placement(tiny_gpt(), "none"))
+    (none,) = architecture_columns(variants.set_norm_placement(tiny_gpt(), "none"))
     assert "LayerNorm" not in " ".join(texts(none) + texts(none, "above"))
     bert = tl.BertEncoder(tl.BertConfig(vocab_size=50, d_model=24, n_heads=3, d_ff=48, n_layers=2, max_len=16))
     (enc,) = architecture_columns(bert)
@@ -322,27 +324,27 @@ def test_plot_architecture_rejects_other_modules():
 
 # ============================================================================= small measures
 def test_unigram_entropy_closed_form():
-    assert ex.unigram_entropy(torch.tensor([0, 0, 1, 1]), 5) == pytest.approx(math.log(2))
+    assert norm_placement.unigram_entropy(torch.tensor([0, 0, 1, 1]), 5) == pytest.approx(math.log(2))
     ids = torch.tensor([0, 1, 1, 2, 2, 2])
     p = [1 / 6, 2 / 6, 3 / 6]
-    assert ex.unigram_entropy(ids, 3) == pytest.approx(-sum(q * math.log(q) for q in p))
+    assert norm_placement.unigram_entropy(ids, 3) == pytest.approx(-sum(q * math.log(q) for q in p))
 
 
 def test_moving_average_steps_below_and_largest_rise():
     losses = [5.0, 4.0, 3.0, 2.0, 3.0, 4.0, 1.0]
     want = torch.tensor([4.5, 3.5, 2.5, 2.5, 3.5, 2.5], dtype=torch.float64)
-    assert torch.allclose(ex.moving_average(losses, 2), want)
-    assert ex.steps_below(losses, 3.0, window=2) == 3  # mean of steps 2 and 3 is 2.5 < 3
-    assert ex.steps_below(losses, 1.0, window=2) is None
-    assert ex.largest_rise(losses, window=2) == pytest.approx(1.0)  # 3.5 after a best of 2.5
-    assert ex.largest_rise([3.0, 2.0, 1.0], window=1) == 0.0
+    assert torch.allclose(norm_placement.moving_average(losses, 2), want)
+    assert norm_placement.steps_below(losses, 3.0, window=2) == 3  # mean of steps 2 and 3 is 2.5 < 3
+    assert norm_placement.steps_below(losses, 1.0, window=2) is None
+    assert norm_placement.largest_rise(losses, window=2) == pytest.approx(1.0)  # 3.5 after a best of 2.5
+    assert norm_placement.largest_rise([3.0, 2.0, 1.0], window=1) == 0.0
 
 
 def test_summarize_runs_reports_steps_below_a_level():
-    runs = [ex.NormRun("pre", 0, [3.0] * 5 + [1.0] * 15, 1.0, False), ex.NormRun("pre", 1, [3.0] * 20, 3.0, False),
-            ex.NormRun("pre", 2, [3.0], float("nan"), True)]
+    runs = [norm_placement.NormRun("pre", 0, [3.0] * 5 + [1.0] * 15, 1.0, False), norm_placement.NormRun("pre", 1, [3.0] * 20, 3.0, False),
+            norm_placement.NormRun("pre", 2, [3.0], float("nan"), True)]
     # window of 10 ending at step 10 holds four 3.0s and six 1.0s: mean 1.8 < 2 (the one before: 2.0)
-    assert ex.summarize_runs(runs, level=2.0)["steps_below"] == [10, None, None]
+    assert norm_placement.summarize_runs(runs, level=2.0)["steps_below"] == [10, None, None]
 
 
 def test_sequence_log_prob_matches_step_by_step_decoding():
@@ -361,4 +363,4 @@ def test_sequence_log_prob_matches_step_by_step_decoding():
             logits[[0, tgt_tok.bos_id]] = float("-inf")
             total += torch.log_softmax(logits, -1)[token].item()
             prefix.append(token)
-    assert ex.sequence_log_prob(model, src_tok, tgt_tok, text, output) == pytest.approx(total, abs=1e-4)
+    assert cross_attention.sequence_log_prob(model, src_tok, tgt_tok, text, output) == pytest.approx(total, abs=1e-4)

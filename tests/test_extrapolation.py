@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from transformer_lib.extrapolation import (IGNORE, ExtrapolationConfig, accuracy_by_position, evaluate,
+from transformer_lib.experiments.extrapolation import (IGNORE, ExtrapolationConfig, accuracy_by_position, evaluate,
                                            lookback_batch, make_model, run_experiment, train)
 
 
@@ -129,10 +129,17 @@ def test_training_learns_the_previous_token_task():
 
 
 def test_single_cpu_thread_restores_the_thread_count():
-    from transformer_lib.extrapolation import single_cpu_thread
+    from transformer_lib.experiments.extrapolation import single_cpu_thread
     before = torch.get_num_threads()
     with pytest.raises(RuntimeError):
         with single_cpu_thread():
             assert torch.get_num_threads() == 1
             raise RuntimeError("boom")
     assert torch.get_num_threads() == before
+
+
+def test_evaluate_gives_the_training_mode_back():
+    cfg = ExtrapolationConfig(train_len=8, eval_batches=1, batch_size=2)
+    model = make_model("rope", cfg, device="cpu").train()
+    evaluate(model, 8, cfg)
+    assert model.training

@@ -12,7 +12,8 @@ from transformer_lib import GPT, GPTConfig
 from transformer_lib.generate import generate
 from transformer_lib.quantization import (QuantEmbedding, QuantLinear, fake_quantize, int8_matmul, int_range,
                                           keep_outliers, pack_int4, quantize, quantize_model, quantize_per_token,
-                                          saved_size, state_dict_bytes, unpack_int4)
+                                          unpack_int4)
+from transformer_lib.quant_storage import saved_size, state_dict_bytes
 
 
 def heavy_tailed(shape, gen, outlier_scale=20.0):

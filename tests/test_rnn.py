@@ -5,9 +5,10 @@ import torch
 import torch.nn as nn
 
 from transformer_lib import MultiHeadAttention
-from transformer_lib.rnn import (LSTM, ElmanRNN, RecallLSTM, count_flops, count_op_calls, input_gradient_norms,
-                                 lstm_step, recall_accuracy, recall_batch, recall_gpt, rnn_step,
-                                 set_spectral_radius, spectral_radius, state_jacobian, train_recall)
+from transformer_lib.experiments.recall import RecallLSTM, recall_accuracy, recall_batch, recall_gpt, train_recall
+from transformer_lib.experiments.sequence_cost import count_flops, count_op_calls
+from transformer_lib.rnn import (LSTM, ElmanRNN, input_gradient_norms, lstm_step, rnn_step, set_spectral_radius,
+                                 spectral_radius, state_jacobian)
 
 
 
@@ -157,6 +158,13 @@ def test_attention_learns_recall_at_a_short_gap():
     losses = train_recall(model, 3, steps=120, n_symbols=4, progress=False)
     assert losses[-1] < losses[0]
     assert recall_accuracy(model, 3, n=200, n_symbols=4) > 0.9  # chance is 0.25
+    assert not model.training  # train_recall leaves it in eval mode
+
+
+def test_recall_accuracy_restores_the_training_mode():
+    model = recall_gpt(3, n_symbols=4).train()
+    recall_accuracy(model, 3, n=8, n_symbols=4)
+    assert model.training
 
 
 # ----------------------------------------------------------------------------- counting
@@ -217,6 +225,10 @@ def test_rnn_and_lstm_match_torch_on_cuda():
     x = torch.randn(3, 9, 5, device="cuda")
     torch.testing.assert_close(rnn(x)[0], ref_rnn(x)[0], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(lstm(x)[0], ref_lstm(x)[0], atol=1e-5, rtol=1e-4)
+    torch.manual_seed(0)
     model = recall_gpt(4).cuda()
     train_recall(model, 4, steps=2, progress=False)
-    assert 0.0 <= recall_accuracy(model, 4, n=16) <= 1.0
+    on_cpu = recall_gpt(4)
+    on_cpu.load_state_dict(model.state_dict())
+    assert next(model.parameters()).is_cuda  # trained where it was
+    assert recall_accuracy(model, 4, n=256) == pytest.approx(recall_accuracy(on_cpu, 4, n=256), abs=2 / 256)

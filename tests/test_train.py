@@ -1,18 +1,16 @@
-"""The training loop, schedule, decoding and checkpoint files."""
-import itertools
+"""The training loop: schedule, optimizer choice, determinism, budgets, clipping, non-finite losses."""
 import math
-import os
-import struct
-import json
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.data import CharTokenizer, date_tokenizers, get_batch, translation_batch
+from transformer_lib.corpus import get_batch
+from transformer_lib.dates import date_tokenizers, translation_batch
+from transformer_lib.losses import gpt_loss, seq2seq_loss
 from transformer_lib.models import GPT, GPTConfig, Transformer, TransformerConfig
-from transformer_lib.train import (TrainConfig, atomic_write_bytes, beam_search, evaluate_loss, exact_match, gpt_loss,
-                                   greedy_decode, load_weights, lr_at, save_weights, seq2seq_loss, train, translate)
+from transformer_lib.tokenization import CharTokenizer
+from transformer_lib.train import TrainConfig, evaluate_loss, lr_at, make_optimizer, train
 
 TEXT = "to be, or not to be, that is the question. " * 40
 
@@ -118,6 +116,70 @@ def test_evaluate_loss_is_the_mean_cross_entropy_and_keeps_the_mode():
     assert model.training
 
 
+def test_constant_schedule_keeps_the_peak_after_warm_up():
+    cfg = TrainConfig(steps=50, lr=2e-3, warmup_steps=4, schedule="constant")
+    assert [lr_at(s, cfg) for s in range(6)] == pytest.approx([5e-4, 1e-3, 1.5e-3, 2e-3, 2e-3, 2e-3])
+    assert lr_at(49, TrainConfig(steps=50, lr=2e-3, warmup_steps=0, schedule="constant")) == 2e-3
+
+
+def test_adam_option_takes_the_same_steps_as_torch_adam():
+    def fresh():
+        torch.manual_seed(0)
+        return GPT(GPTConfig(vocab_size=20, block_size=16, n_layers=1, n_heads=2, d_model=32, dropout=0.0))
+    x = torch.randint(0, 20, (4, 16))
+    ours, ref = fresh(), fresh()
+    cfg = TrainConfig(steps=5, lr=1e-2, warmup_steps=0, schedule="constant", weight_decay=0.0, betas=(0.9, 0.999),
+                      grad_clip=None, optimizer="adam", progress=False)
+    assert isinstance(make_optimizer(ours, cfg), torch.optim.Adam)
+    hist = train(ours, lambda s: (x, x), cfg, device="cpu")
+    opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(5):
+        loss = gpt_loss(ref, (x, x))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert hist.train_loss == pytest.approx(losses, rel=1e-5)
+    for (name, a), b in zip(ours.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_non_finite_loss_can_stop_the_run_quietly():
+    model = _tiny_gpt()
+    x = torch.randint(0, 20, (2, 16))
+    calls = []
+
+    def loss_fn(m, b):
+        calls.append(1)
+        return gpt_loss(m, b) * (float("nan") if len(calls) == 4 else 1.0)
+    hist = train(model, lambda s: (x, x), TrainConfig(steps=10, progress=False, on_nonfinite="stop"),
+                 loss_fn=loss_fn, eval_fn=lambda m: 1.0, device="cpu")
+    assert hist.stopped_by == "nonfinite" and hist.steps_done == 3 and len(hist.train_loss) == 3
+    assert hist.val_step == []  # a diverged run is not evaluated
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the NaN step updated nothing
+
+
+@pytest.mark.parametrize("field, value", [("optimizer", "sgd"), ("schedule", "linear"), ("on_nonfinite", "ignore")])
+def test_config_rejects_unknown_choices(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be one of"):
+        TrainConfig(**{field: value})
+
+
+def test_eval_fn_runs_in_eval_mode_and_training_resumes_in_train_mode():
+    model = _tiny_gpt()
+    x = torch.randint(0, 20, (2, 16))
+    seen = []
+
+    def loss_fn(m, b):
+        seen.append(("loss", m.training))
+        return gpt_loss(m, b)
+    train(model, lambda s: (x, x), TrainConfig(steps=4, eval_every=2, progress=False), loss_fn=loss_fn,
+          eval_fn=lambda m: seen.append(("eval", m.training)) or 0.0, device="cpu")
+    assert seen == [("loss", True), ("loss", True), ("eval", False), ("loss", True), ("loss", True), ("eval", False)]
+    assert not model.training  # train() leaves the model in eval mode
+
+
 def test_seq2seq_loss_ignores_padding():
     src_tok, tgt_tok = date_tokenizers()
     model = _tiny_translator(src_vocab=src_tok.vocab_size, tgt_vocab=tgt_tok.vocab_size)
@@ -126,149 +188,3 @@ def test_seq2seq_loss_ignores_padding():
     one = [seq2seq_loss(model, translation_batch([p], src_tok, tgt_tok)) for p in pairs]
     # equal target lengths: the batch loss is the mean of the single-pair losses
     assert float(both.detach()) == pytest.approx(float(sum(one).detach() / 2), rel=1e-5)
-
-
-# ----------------------------------------------------------------------------- decoding
-def _sequence_logprob(model, src, seq, bos, eos):
-    """Teacher-forced log p(seq | src), stopping at the first EOS."""
-    if eos in seq:
-        seq = seq[: seq.index(eos) + 1]
-    tgt_in = torch.tensor([[bos] + seq[:-1]])
-    logp = F.log_softmax(model(src, tgt_in)[0].float(), -1)
-    return float(sum(logp[i, t] for i, t in enumerate(seq)))
-
-
-def test_beam_search_with_a_wide_beam_finds_the_exhaustive_best():
-    model = _tiny_translator(seed=3, src_vocab=10, tgt_vocab=5)  # pad 0, bos 1, eos 2, two letters 3 and 4
-    src = torch.tensor([[4, 5, 6, 7]])
-    L = 3
-    candidates = set()  # every output of at most L tokens: ends at the first EOS, or has L tokens
-    for seq in itertools.product((2, 3, 4), repeat=L):
-        seq = list(seq)
-        candidates.add(tuple(seq[: seq.index(2) + 1] if 2 in seq else seq))
-    with torch.no_grad():
-        scores = {c: _sequence_logprob(model, src, list(c), 1, 2) for c in candidates}
-    best = max(scores, key=scores.get)
-    out = beam_search(model, src, bos_id=1, eos_id=2, beam_size=3 ** L, max_len=L)[0].tolist()
-    assert tuple(t for t in out if t != 0) == best
-    assert sorted(scores.values())[-1] - sorted(scores.values())[-2] > 1e-4  # a unique best, so the test is sharp
-
-
-def test_beam_of_one_is_greedy():
-    model = _tiny_translator(seed=1)
-    src = torch.randint(3, 30, (6, 9))
-    assert torch.equal(greedy_decode(model, src, 1, 2, 12), beam_search(model, src, 1, 2, 1, 12))
-
-
-def test_greedy_decode_picks_the_argmax_of_a_full_forward():
-    model = _tiny_translator(seed=2)
-    src = torch.randint(3, 30, (4, 7))
-    out = greedy_decode(model, src, 1, 2, 6)
-    tgt_in = torch.cat([torch.ones(4, 1, dtype=torch.long), out[:, :-1]], 1)
-    with torch.no_grad():
-        ref = model(src, tgt_in).argmax(-1)
-    alive = torch.cumsum(out == 2, 1) - (out == 2).long() == 0  # positions up to and including the first EOS
-    assert torch.equal(out[alive], ref[alive])
-
-
-def test_translate_and_exact_match():
-    src_tok, tgt_tok = date_tokenizers()
-    model = _tiny_translator(src_vocab=src_tok.vocab_size, tgt_vocab=tgt_tok.vocab_size)
-    outs = translate(model, ["3/3/87", "May 4, 1960", "1987/3/3"], src_tok, tgt_tok, max_len=5)
-    assert len(outs) == 3 and all(len(o) <= 5 and set(o) <= set("0123456789-") for o in outs)
-    assert translate(model, ["3/3/87"], src_tok, tgt_tok, beam_size=3, max_len=5)[0] is not None
-    assert exact_match(["a", "b", "c", "d"], ["a", "x", "c", "y"]) == 0.5
-    with pytest.raises(ValueError, match="equally long"):
-        exact_match(["a"], ["a", "b"])
-
-
-# ----------------------------------------------------------------------------- files
-def _header(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8: 8 + n])
-
-
-def test_save_load_round_trip_is_exact_and_reties_the_gpt_head(tmp_path):
-    model = _tiny_gpt(seed=0)
-    path = tmp_path / "gpt.safetensors"
-    save_weights(model, path, {"note": "hi"})
-    header = _header(path)  # safetensors: 8-byte length, JSON header, raw tensors (no pickle)
-    assert "lm_head.weight" not in header and "tok_emb.weight" in header
-    assert header["__metadata__"]["note"] == "hi"
-    fresh = load_weights(_tiny_gpt(seed=1), path)
-    for (k, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
-        assert torch.equal(a, b), k
-    assert fresh.lm_head.weight is fresh.tok_emb.weight
-    x = torch.randint(0, 20, (2, 16))
-    assert torch.equal(model(x)[0], fresh(x)[0])
-
-
-def test_load_is_strict(tmp_path):
-    save_weights(_tiny_gpt(), tmp_path / "a.safetensors")
-    bigger = GPT(GPTConfig(vocab_size=20, block_size=16, n_layers=2, n_heads=2, d_model=32))
-    with pytest.raises(RuntimeError, match="Missing key"):
-        load_weights(bigger, tmp_path / "a.safetensors")
-
-
-def test_save_is_atomic_on_error(tmp_path, monkeypatch):
-    path = tmp_path / "m.safetensors"
-    save_weights(_tiny_gpt(seed=0), path)
-    before = path.read_bytes()
-
-    def boom(fd):
-        raise OSError("disk full")
-    monkeypatch.setattr(os, "fsync", boom)
-    with pytest.raises(OSError, match="disk full"):
-        save_weights(_tiny_gpt(seed=5), path)
-    assert path.read_bytes() == before  # the old file is untouched
-    assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]  # and no partial temporary file
-
-
-def test_saved_files_get_ordinary_permissions(tmp_path):
-    save_weights(_tiny_gpt(), tmp_path / "a.safetensors")
-    (tmp_path / "b").write_bytes(b"")  # what open() gives under the current umask
-    assert (tmp_path / "a.safetensors").stat().st_mode & 0o777 == (tmp_path / "b").stat().st_mode & 0o777
-
-
-@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
-def test_new_files_follow_the_umask_and_leave_it_unchanged(tmp_path, umask):
-    old = os.umask(umask)
-    try:
-        atomic_write_bytes(tmp_path / "new.json", b"{}")
-        assert os.umask(umask) == umask  # the writer did not change the process umask
-    finally:
-        os.umask(old)
-    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o666 & ~umask
-
-
-@pytest.mark.parametrize("proc_readable", [True, False])
-def test_current_umask_with_and_without_proc(monkeypatch, proc_readable):
-    """Linux reads the umask from /proc/self/status; elsewhere the set-and-restore fallback must agree."""
-    from pathlib import Path
-
-    from transformer_lib import train as train_module
-    if not proc_readable:
-        real = Path.read_text
-
-        def no_proc(self, *args, **kwargs):
-            if str(self).startswith("/proc"):
-                raise OSError("no /proc here")
-            return real(self, *args, **kwargs)
-        monkeypatch.setattr(Path, "read_text", no_proc)
-    old = os.umask(0o027)
-    try:
-        assert train_module._current_umask() == 0o027
-        assert os.umask(0o027) == 0o027  # and it is left as it was
-    finally:
-        os.umask(old)
-
-
-@pytest.mark.parametrize("mode", [0o600, 0o640, 0o664])
-def test_overwritten_files_keep_their_mode(tmp_path, mode):
-    path = tmp_path / "m.safetensors"
-    path.write_bytes(b"old")
-    path.chmod(mode)
-    save_weights(_tiny_gpt(), path)
-    assert path.stat().st_mode & 0o777 == mode
-    assert path.read_bytes() != b"old"

@@ -13,3 +13,10 @@ def seed_everything(seed: int = 0) -> torch.Generator:
     """Seed torch (CPU and CUDA) and return a CPU generator seeded the same way."""
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+def to_device(batch, device):
+    """Move a batch (a tuple/list of tensors, or an object with ``.to``) to ``device``."""
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(b.to(device) for b in batch)
+    return batch.to(device)

@@ -24,7 +24,9 @@ import torch.nn as nn
 from torch.nn.utils import prune
 
 from .multihead import MultiHeadAttention
-from .train import _to, gpt_loss
+from .device import to_device
+from .losses import gpt_loss
+from .modes import eval_mode
 
 
 # ----------------------------------------------------------------------------- the model's heads
@@ -111,19 +113,15 @@ def head_importance(model: nn.Module, batches: Iterable, loss_fn: Callable = gpt
         raise ValueError(f"head_importance needs the same head count in every layer, got {counts}")
     p = next(model.parameters())
     scores, n = torch.zeros(len(counts), counts[0], device=p.device), 0
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         for batch in batches:
-            batch = _to(batch, p.device)
+            batch = to_device(batch, p.device)
             B = batch[0].shape[0]
             xi = torch.ones(len(counts), B, counts[0], device=p.device, requires_grad=True)  # (L, B, H)
             with torch.enable_grad(), head_mask(model, xi):
                 (grad,) = torch.autograd.grad(loss_fn(model, batch), xi)  # (L, B, H); parameters untouched
             scores += (grad * B).abs().sum(dim=1)
             n += B
-    finally:
-        model.train(was_training)
     if n == 0:
         raise ValueError("batches must hold at least one batch, got none")
     scores = scores / n

@@ -4,12 +4,18 @@ A ``b``-bit code per weight, and one ``scale_bits``-bit scale (float16: 16 bits)
 the whole tensor (``"tensor"``), one output row of ``K`` weights (``"channel"``) or ``group_size`` weights
 (``"group"``), the granularities of ``quantization.quantize``. Stored weights cost
 ``bits + scale_bits / weights_per_scale`` bits each: int4 in groups of 32 with float16 scales is 4.5 bits.
+``state_dict_bytes`` and ``saved_size`` measure what a whole (quantized) model takes in memory and on disk.
 """
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from typing import Sequence
 
+import torch.nn as nn
+
+from .checkpoint_io import save_weights
 from .quantization import GRANULARITIES
 
 
@@ -43,3 +49,24 @@ def bits_per_weight(bits: int, shape: Sequence[int], granularity: str = "channel
     if not isinstance(scale_bits, int) or isinstance(scale_bits, bool) or scale_bits < 0:
         raise ValueError(f"scale_bits must be a non-negative int, got {scale_bits!r}")
     return bits + scale_bits / weights_per_scale(shape, granularity, group_size)
+
+
+# ----------------------------------------------------------------------------- whole models
+def state_dict_bytes(model: nn.Module) -> int:
+    """Bytes of ``model.state_dict()`` from dtypes and shapes, a tensor shared by several names counted once."""
+    seen, total = set(), 0
+    for t in model.state_dict().values():
+        key = (t.data_ptr(), t.dtype, tuple(t.shape))
+        if key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+    return total
+
+
+def saved_size(model: nn.Module) -> int:
+    """Bytes of the safetensors file that ``checkpoint_io.save_weights`` writes for ``model`` (tied tensors saved
+    once)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.safetensors")
+        save_weights(model, path)
+        return os.path.getsize(path)

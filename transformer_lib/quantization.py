@@ -14,13 +14,13 @@ for outliers; Frantar et al. 2023 (GPTQ) and Lin et al. 2024 (AWQ) for group-wis
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from .modes import eval_mode
 
 BITS = (4, 8)
 GRANULARITIES = ("tensor", "channel", "group")
@@ -360,27 +360,6 @@ def _set_module(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, child, new)
 
 
-# ----------------------------------------------------------------------------- sizes
-def state_dict_bytes(model: nn.Module) -> int:
-    """Bytes of ``model.state_dict()`` from dtypes and shapes, a tensor shared by several names counted once."""
-    seen, total = set(), 0
-    for t in model.state_dict().values():
-        key = (t.data_ptr(), t.dtype, tuple(t.shape))
-        if key not in seen:
-            seen.add(key)
-            total += t.numel() * t.element_size()
-    return total
-
-
-def saved_size(model: nn.Module) -> int:
-    """Bytes of the safetensors file that ``train.save_weights`` writes for ``model`` (tied tensors saved once)."""
-    from .train import save_weights
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "model.safetensors")
-        save_weights(model, path)
-        return os.path.getsize(path)
-
-
 # ----------------------------------------------------------------------------- measuring
 @torch.no_grad()
 def lm_quality(model: nn.Module, batches, reference_top1: torch.Tensor | None = None) -> dict:
@@ -389,12 +368,13 @@ def lm_quality(model: nn.Module, batches, reference_top1: torch.Tensor | None = 
     batches) adds ``agreement``: the share of positions where both models predict the same next token."""
     device = next(model.parameters()).device
     total, count, top1 = 0.0, 0, []
-    for x, y in batches:
-        logits, _ = model(x.to(device))  # (B, T, V)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), ignore_index=-100,
-                                 reduction="sum").item()
-        count += int((y != -100).sum())
-        top1.append(logits.argmax(-1).cpu())
+    with eval_mode(model):
+        for x, y in batches:
+            logits, _ = model(x.to(device))  # (B, T, V)
+            total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), ignore_index=-100,
+                                     reduction="sum").item()
+            count += int((y != -100).sum())
+            top1.append(logits.argmax(-1).cpu())
     if count == 0:
         raise ValueError("batches must hold at least one (x, y) batch, got none")
     top1 = torch.stack(top1)  # (n_batches, B, T)

@@ -1,4 +1,4 @@
-"""Recurrent networks written out, and the three measurements of chapter 01 (why attention replaced them).
+"""Recurrent networks written out, and how their gradients vanish or explode (chapter 01).
 
 * ``rnn_step`` / ``ElmanRNN``: ``h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` (Elman 1990),
   with ``nn.RNN``'s parameter layout so weights copy one-to-one.
@@ -6,10 +6,9 @@
   gates in ``nn.LSTM``'s order (input, forget, cell, output).
 * ``state_jacobian``, ``spectral_radius``, ``set_spectral_radius``, ``input_gradient_norms``: how a gradient
   shrinks or grows as it travels back through the time steps.
-* ``recall_batch``, ``RecallLSTM``, ``recall_gpt``, ``train_recall``, ``recall_accuracy``: a long-range
-  recall task (repeat the first token after a gap of distractors).
-* ``count_op_calls``, ``count_flops``: how many dependent operations, and how much arithmetic, a model runs
-  (wall-clock time: ``timing.interleaved_medians``).
+
+Chapter 01's two other measurements are experiments: ``experiments.recall`` (a long-range recall task) and
+``experiments.sequence_cost`` (operator calls, FLOPs and time of a loop against attention).
 """
 from __future__ import annotations
 
@@ -19,10 +18,6 @@ from typing import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
-
-from .models import GPT, GPTConfig
 
 ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "linear": lambda z: z}
 
@@ -197,108 +192,3 @@ def input_gradient_norms(model: Callable, x: torch.Tensor, u: torch.Tensor | Non
             raise ValueError(f"u must be (B={y.shape[0]}, H={y.shape[-1]}), got {tuple(u.shape)}")
         (grad,) = torch.autograd.grad((y[:, -1] * u).sum(), x)  # (B, T, D)
     return grad.norm(dim=-1).pow(2).mean(dim=0).sqrt()  # (T,)
-
-
-# ----------------------------------------------------------------------------- the long-range recall task
-def recall_batch(batch_size: int, gap: int, n_symbols: int = 8, generator: torch.Generator | None = None,
-                 device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequences ``[key, d_1, ..., d_gap, QUERY]`` and their targets ``key``.
-
-    ``key`` and the ``gap`` distractors are drawn uniformly from ``0 .. n_symbols-1``; ``QUERY = n_symbols``
-    asks for the first token, so the vocabulary has ``n_symbols + 1`` ids. Returns ``x: (B, gap + 2)``
-    and ``y: (B,)``, ``y == x[:, 0]``; guessing is right ``1 / n_symbols`` of the time.
-    """
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
-    if gap < 0:
-        raise ValueError(f"gap must be >= 0, got {gap}")
-    if n_symbols < 2:
-        raise ValueError(f"n_symbols must be >= 2 (one symbol is always right), got {n_symbols}")
-    body = torch.randint(0, n_symbols, (batch_size, gap + 1), generator=generator)  # key + distractors
-    query = torch.full((batch_size, 1), n_symbols, dtype=torch.long)
-    x = torch.cat([body, query], dim=1)  # (B, gap + 2)
-    return x.to(device), x[:, 0].clone().to(device)
-
-
-class RecallLSTM(nn.Module):
-    """Embedding -> ``nn.LSTM`` -> Linear: ``idx: (B, T)`` -> logits ``(B, T, vocab_size)``."""
-
-    def __init__(self, vocab_size: int, d_model: int = 32, d_hidden: int = 64):
-        super().__init__()
-        self.emb = nn.Embedding(vocab_size, d_model)
-        self.lstm = nn.LSTM(d_model, d_hidden, batch_first=True)  # PyTorch's fused loop (cuDNN on a GPU)
-        self.head = nn.Linear(d_hidden, vocab_size)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        out, _ = self.lstm(self.emb(idx))  # (B, T, d_hidden)
-        return self.head(out)
-
-
-def recall_gpt(gap: int, n_symbols: int = 8, d_model: int = 64, n_heads: int = 1, d_ff: int = 64) -> GPT:
-    """A one-layer ``GPT`` with learned positions, sized for ``recall_batch(..., gap, n_symbols)``."""
-    cfg = GPTConfig(vocab_size=n_symbols + 1, block_size=gap + 2, n_layers=1, n_heads=n_heads, d_model=d_model,
-                    d_ff=d_ff, positional="learned")
-    return GPT(cfg)
-
-
-def _last_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    out = model(x)
-    return (out[0] if isinstance(out, tuple) else out)[:, -1]  # (B, vocab): the prediction at QUERY
-
-
-def train_recall(model: nn.Module, gap: int, steps: int = 150, batch_size: int = 32, lr: float = 3e-3,
-                 n_symbols: int = 8, seed: int = 0, progress: bool = True, desc: str = "") -> list[float]:
-    """Train ``model`` (``RecallLSTM`` or ``recall_gpt``) with Adam on fresh batches; returns the losses."""
-    from tqdm.auto import tqdm
-
-    device = next(model.parameters()).device
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    losses = []
-    for _ in tqdm(range(steps), desc=desc or f"gap {gap}", disable=not progress, leave=False):
-        x, y = recall_batch(batch_size, gap, n_symbols, gen, device)
-        loss = F.cross_entropy(_last_logits(model, x).float(), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
-@torch.no_grad()
-def recall_accuracy(model: nn.Module, gap: int, n: int = 1000, n_symbols: int = 8, seed: int = 1234) -> float:
-    """Fraction of ``n`` fresh sequences (a seed unseen in training) whose first token is recalled."""
-    device = next(model.parameters()).device
-    x, y = recall_batch(n, gap, n_symbols, torch.Generator().manual_seed(seed), device)
-    model.eval()
-    return (_last_logits(model, x).argmax(-1) == y).float().mean().item()
-
-
-# ----------------------------------------------------------------------------- counting and timing
-class _OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
-def count_op_calls(fn: Callable, *args) -> int:
-    """How many PyTorch operator calls (``aten`` ops: matmuls, adds, tanh, ...) ``fn(*args)`` makes."""
-    with torch.no_grad(), _OpCounter() as counter:
-        fn(*args)
-    return counter.calls
-
-
-def count_flops(fn: Callable, *args) -> int:
-    """Floating-point operations of the matrix products in ``fn(*args)`` (``torch.utils.flop_counter``).
-
-    Fused kernels the counter does not know count 0 (``nn.LSTM``, the CPU flash-attention kernel):
-    count their written-out twins instead (``LSTM``; ``MultiHeadAttention(x, need_weights=True)``).
-    """
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        fn(*args)
-    return counter.get_total_flops()

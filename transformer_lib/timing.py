@@ -17,7 +17,8 @@ import torch
 _clock = time.perf_counter  # seconds; a module attribute so tests can replace it
 
 
-def _sync(device) -> None:
+def synchronize(device) -> None:
+    """Wait for the kernels queued on ``device`` when it is a CUDA device (no-op on CPU or ``None``)."""
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -39,12 +40,12 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int = 7, 
     for _ in range(warmup):
         for fn in fns.values():
             fn()
-    _sync(device)
+    synchronize(device)
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             t0 = _clock()
             fn()
-            _sync(device)
+            synchronize(device)
             times[name].append(_clock() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}

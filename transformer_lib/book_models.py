@@ -1,7 +1,7 @@
 """The book's two trained models: how each was trained (the recipes), and loading the committed checkpoints.
 
 * ``shakespeare_gpt``: the library's ``GPT`` (2 layers, d_model 128, RoPE, 0.53M parameters) on the Shakespeare
-  corpus of ``data.py``, read through a byte-level BPE of 1,024 tokens learned from the training works. Its loss is
+  corpus of ``corpus.py``, read through a byte-level BPE of 1,024 tokens learned from the training works. Its loss is
   reported in nats per *character*, so it compares with character-level models. Trained by ``scripts/train_gpt.py``.
 * ``date_translator``: the library's encoder-decoder ``Transformer`` (2 + 2 layers, d_model 128) translating
   written dates to ISO 8601. Trained by ``scripts/train_translator.py``.
@@ -23,12 +23,16 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from .data import BPETokenizer, CharTokenizer, date_pairs, date_split, date_test_set, date_tokenizers, \
-    get_batch, shakespeare_split, shakespeare_token_corpus, translation_batch
+from .checkpoint_io import atomic_write_bytes, load_weights, save_weights
+from .corpus import get_batch, shakespeare_split, shakespeare_token_corpus
+from .dates import date_pairs, date_split, date_test_set, date_tokenizers, translation_batch
 from .device import default_device
+from .losses import gpt_loss, seq2seq_loss
 from .models import GPT, GPTConfig, Transformer, TransformerConfig
-from .train import TrainConfig, History, atomic_write_bytes, evaluate_loss, exact_match, gpt_loss, load_weights, \
-    save_weights, seq2seq_loss, train, translate
+from .modes import eval_mode
+from .seq2seq import exact_match, translate
+from .tokenization import BPETokenizer, CharTokenizer
+from .train import History, TrainConfig, evaluate_loss, train
 
 CHECKPOINT_DIR = Path(__file__).parent / "checkpoints"
 NAMES = ("shakespeare_gpt", "date_translator")
@@ -62,15 +66,13 @@ def nats_per_char(model: GPT, batches, token_lengths: torch.Tensor) -> float:
     """Summed next-token cross-entropy over ``batches`` of ``(x, y)``, each ``(B, T)``, divided by the characters
     the targets spell (``token_lengths[y].sum()``). Equals the mean loss per token for a character-level model,
     and makes models with different tokenizers comparable."""
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     total, chars = 0.0, 0
-    for x, y in batches:
-        logits = model(x.to(device))[0]  # (B, T, V)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum").item()
-        chars += int(token_lengths[y].sum())
-    model.train(was_training)
+    with eval_mode(model):
+        for x, y in batches:
+            logits = model(x.to(device))[0]  # (B, T, V)
+            total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum").item()
+            chars += int(token_lengths[y].sum())
     return total / chars
 
 
@@ -165,7 +167,7 @@ def train_date_translator(steps: int = TRANSLATOR_STEPS, max_seconds: float | No
     metrics = {"test_loss": hist.val_loss[-1], "exact_match_greedy": date_accuracy(model, src_tok, tgt_tok),
                "exact_match_beam4": date_accuracy(model, src_tok, tgt_tok, beam_size=4), "test_pairs": 1000}
     record = _record(model, cfg, hist, metrics, {"batch_size": TRANSLATOR_BATCH_SIZE,
-                                                 "data": "synthetic dates (transformer_lib.data), test days held out"})
+                                                 "data": "synthetic dates (transformer_lib.dates), test days held out"})
     return model, src_tok, tgt_tok, hist, record
 
 

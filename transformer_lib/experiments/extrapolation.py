@@ -15,10 +15,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
-from .device import default_device
-from .models import GPT, GPTConfig
+from ..device import default_device
+from ..losses import gpt_loss
+from ..models import GPT, GPTConfig
+from ..modes import eval_mode
+from ..train import TrainConfig
+from ..train import train as train_loop
 
 IGNORE = -100  # targets with this value are skipped by the loss and the accuracy
 
@@ -87,24 +90,17 @@ def make_model(positional: str, cfg: ExtrapolationConfig, device=None) -> GPT:
 
 
 def train(model: GPT, cfg: ExtrapolationConfig, progress: bool = True, desc: str = "training") -> list[float]:
-    """Adam (no weight decay, so untrained table rows stay exactly at their init) on fresh batches of
-    length ``train_len``. Returns the loss of every step."""
+    """``train.train`` with Adam (no weight decay, so untrained table rows stay exactly at their init), a warm-up
+    over the first 10% of the steps then cosine decay towards 0, on fresh batches of length ``train_len``.
+    Returns the loss of every step."""
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps, pct_start=0.1)
-    model.train()
-    losses = []
-    for _ in tqdm(range(cfg.steps), desc=desc, disable=not progress, leave=False):
-        idx, targets = lookback_batch(cfg.batch_size, cfg.train_len, cfg.vocab_size, cfg.offset, gen, device)
-        _, loss = model(idx, targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+    tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=max(1, cfg.steps // 10), min_lr_ratio=0.0,
+                       weight_decay=0.0, betas=(0.9, 0.999), grad_clip=None, seed=cfg.seed, progress=progress,
+                       optimizer="adam")
+    batch_fn = lambda step: lookback_batch(  # noqa: E731: a fresh batch from the seeded generator
+        cfg.batch_size, cfg.train_len, cfg.vocab_size, cfg.offset, gen)
+    return train_loop(model, batch_fn, tcfg, gpt_loss, device=device, desc=desc).train_loss
 
 
 @torch.no_grad()
@@ -127,13 +123,13 @@ def evaluate(model: GPT, length: int, cfg: ExtrapolationConfig, seed: int = 1234
     """
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(seed)
-    model.eval()
     losses, by_pos = [], []
-    for _ in range(cfg.eval_batches):
-        idx, targets = lookback_batch(cfg.batch_size, length, cfg.vocab_size, cfg.offset, gen, device)
-        logits, loss = model(idx, targets)
-        losses.append(loss.item())
-        by_pos.append(accuracy_by_position(logits, targets).cpu())
+    with eval_mode(model):
+        for _ in range(cfg.eval_batches):
+            idx, targets = lookback_batch(cfg.batch_size, length, cfg.vocab_size, cfg.offset, gen, device)
+            logits, loss = model(idx, targets)
+            losses.append(loss.item())
+            by_pos.append(accuracy_by_position(logits, targets).cpu())
     by_position = torch.stack(by_pos).mean(0)  # (T,), equal-sized batches
     scored = by_position[cfg.offset:]
     beyond = by_position[cfg.train_len:]

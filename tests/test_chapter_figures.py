@@ -1,0 +1,57 @@
+"""Chapter figures in viz/ (rnn_plots, positional_plots, tables): labelled axes, captions whose
+numbers follow from closed forms."""
+import math
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from transformer_lib.viz.positional_plots import plot_wavelengths  # noqa: E402
+from transformer_lib.viz.rnn_plots import STYLE, draw_rnn_vs_attention, plot_forward_times  # noqa: E402
+from transformer_lib.viz.tables import markdown_table  # noqa: E402
+
+LENGTHS = [8, 16, 32]
+TIMES = {(name, "cpu"): [(k + 1) * T * 1e-6 for T in LENGTHS] for k, name in enumerate(STYLE)}
+
+
+def _labelled(fig):
+    axes = [ax for ax in fig.axes if ax.get_label() != "<colorbar>" and ax.axison]
+    return all(ax.get_xlabel() and ax.get_ylabel() for ax in axes)
+
+
+def test_forward_time_plot_draws_one_line_per_model_and_device_with_the_rates():
+    flops = {name: [T * 1e3 for T in LENGTHS] for name in STYLE}
+    fig = plot_forward_times(LENGTHS, TIMES, flops)
+    ax_t, ax_r = fig.axes
+    assert _labelled(fig) and len(ax_t.lines) == len(ax_r.lines) == len(TIMES)
+    (name, _), seconds = next(iter(TIMES.items()))
+    assert list(ax_r.lines[0].get_ydata()) == pytest.approx([f / t / 1e9 for f, t in zip(flops[name], seconds)])
+    plt.close(fig)
+
+
+def test_rnn_vs_attention_caption_quotes_the_times_at_that_length():
+    fig, caption = draw_rnn_vs_attention(16, LENGTHS, TIMES)
+    assert "T = 16" in caption and f"{TIMES['RNN (Python loop)', 'cpu'][1] * 1e3:.2f} ms" in caption
+    assert fig.axes[2].get_xlabel()
+    plt.close(fig)
+
+
+def test_wavelengths_run_from_two_pi_to_two_pi_times_ten_thousand_to_the_last_pair():
+    # closed form: pair i turns once every 2 pi 10000^(2i/d) positions (Vaswani et al. 2017, sec. 3.5)
+    ax = plot_wavelengths((8, 64))
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    for line, d in zip(ax.lines, (8, 64)):
+        wavelengths = line.get_ydata()
+        assert len(wavelengths) == d // 2
+        assert wavelengths[0] == pytest.approx(2 * math.pi)
+        assert wavelengths[-1] == pytest.approx(2 * math.pi * 10000 ** ((d - 2) / d))
+    plt.close(ax.figure)
+
+
+def test_markdown_table_has_a_header_a_rule_and_one_line_per_row():
+    table = markdown_table([{"a": 1, "b": "x"}, {"a": 2, "b": "y"}])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | x |", "| 2 | y |"]

@@ -1,0 +1,219 @@
+"""The package's shape, read from its source (``ast``, nothing imported): imports point only downward through
+the declared layers and never form a cycle, and no module imports another module's private ``_name``."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "transformer_lib"
+
+# Lowest first. A module may import modules of its own layer or of a lower one, never of a higher one.
+# A package's __init__ is listed under the package's own name ("transformer_lib", "transformer_lib.viz").
+LAYERS = {
+    "foundation": ["device", "modes", "timing", "claims"],
+    "core model": ["attention", "masking", "positional", "multihead", "layers", "models", "kv_cache", "generate",
+                   "variants", "rnn"],
+    "package": [""],  # transformer_lib/__init__.py re-exports the core model
+    "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
+    "analysis and compression": ["head_stats", "pruning", "quantization", "quant_storage"],
+    "training": ["train", "seq2seq", "book_models"],
+    "experiments": ["experiments", "experiments.*"],
+    "viz": ["viz", "viz.*"],
+    "exercises": ["exercises", "exercises.*"],
+}
+
+
+def module_name(path: Path) -> str:
+    """``transformer_lib/viz/plots.py`` -> ``"viz.plots"``; a package's ``__init__.py`` -> the package's name."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(name: str) -> int:
+    for rank, (_, patterns) in enumerate(LAYERS.items()):
+        for pattern in patterns:
+            if name == pattern or (pattern.endswith(".*") and name.startswith(pattern[:-1])):
+                return rank
+    raise KeyError(name)
+
+
+def resolve(importer: str, node: ast.ImportFrom | ast.Import) -> list[tuple[str, list[str]]]:
+    """The package modules an import statement reads, each with the names it takes from it."""
+    if isinstance(node, ast.Import):
+        out = []
+        for alias in node.names:
+            if alias.name == "transformer_lib" or alias.name.startswith("transformer_lib."):
+                out.append((alias.name.removeprefix("transformer_lib").lstrip("."), []))
+        return out
+    if node.level == 0:
+        if node.module != "transformer_lib" and not (node.module or "").startswith("transformer_lib."):
+            return []
+        base = node.module.removeprefix("transformer_lib").lstrip(".")
+    else:
+        is_package = MODULES[importer].name == "__init__.py"
+        parts = importer.split(".") if importer else []
+        parts = parts if is_package else parts[:-1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    out, names = [], []
+    for alias in node.names:  # `from . import x` where x is a module reads that module
+        sub = f"{base}.{alias.name}" if base else alias.name
+        if sub in MODULES:
+            out.append((sub, []))
+        else:
+            names.append(alias.name)
+    if names or not out:
+        out.append((base, names))
+    return out
+
+
+def imports_of(name: str) -> list[tuple[str, list[str], int]]:
+    """``[(imported module, names taken, line)]`` of every package import in module ``name``, in functions too."""
+    tree = ast.parse(MODULES[name].read_text(), filename=str(MODULES[name]))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for target, names in resolve(name, node):
+                found.append((target, names, node.lineno))
+    return found
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def test_every_module_has_a_declared_layer():
+    missing = []
+    for name in MODULES:
+        try:
+            layer_of(name)
+        except KeyError:
+            missing.append(name or "transformer_lib")
+    assert not missing, f"add these modules to LAYERS in tests/test_structure.py: {missing}"
+
+
+def test_every_import_resolves_to_a_module_of_the_package():
+    unknown = [f"{name or 'transformer_lib'}:{line} imports {target!r}"
+               for name, edges in GRAPH.items() for target, _, line in edges if target not in MODULES]
+    assert not unknown, unknown
+
+
+def upward_imports(graph) -> list[str]:
+    """One message per import of a module in a higher layer, naming both modules and their layers."""
+    names, upward = list(LAYERS), []
+    for name, edges in graph.items():
+        for target, _, line in edges:
+            if layer_of(target) > layer_of(name):
+                upward.append(f"transformer_lib.{name}:{line} ({names[layer_of(name)]}) imports "
+                              f"transformer_lib.{target} ({names[layer_of(target)]}), a higher layer")
+    return upward
+
+
+def find_cycle(graph) -> list[str] | None:
+    """A cycle of imports as ``[a, b, ..., a]``, or None."""
+    state, stack = {}, []  # state: 1 = on the current path, 2 = done
+
+    def visit(name):
+        state[name] = 1
+        stack.append(name)
+        for target, _, _ in graph[name]:
+            if target == name or target not in graph:
+                continue
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[name] = 2
+        return None
+
+    for name in graph:
+        if name not in state and (cycle := visit(name)):
+            return cycle
+    return None
+
+
+def test_imports_point_only_downward():
+    upward = upward_imports(GRAPH)
+    assert not upward, "\n".join(upward)
+
+
+def test_the_import_graph_has_no_cycle():
+    cycle = find_cycle(GRAPH)
+    assert cycle is None, "import cycle: " + " -> ".join(f"transformer_lib.{m}" for m in cycle)
+
+
+def private_imports(graph, trees) -> list[str]:
+    """``from module import _name`` and ``module._name`` where ``module`` is another module of the package."""
+    found = []
+    for name, edges in graph.items():
+        for target, taken, line in edges:
+            found += [f"transformer_lib.{name}:{line} imports {n} from transformer_lib.{target}"
+                      for n in taken if n.startswith("_") and not n.startswith("__") and target != name]
+    for name, tree in trees.items():
+        modules = {}  # local name -> package module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) or isinstance(node, ast.Import):
+                for (target, taken), alias in zip(resolve(name, node), node.names):
+                    if not taken and target in MODULES:
+                        modules[alias.asname or alias.name.split(".")[-1]] = target
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                    and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and modules[node.value.id] != name):
+                found.append(f"transformer_lib.{name}:{node.lineno} uses {node.value.id}.{node.attr} "
+                             f"(transformer_lib.{modules[node.value.id]})")
+    return found
+
+
+def _part(prefix: str, inside: bool):
+    keep = [n for n in MODULES if n.startswith(prefix) == inside]
+    return ({n: GRAPH[n] for n in keep}, {n: ast.parse(MODULES[n].read_text()) for n in keep})
+
+
+def test_no_module_imports_another_modules_private_name():
+    found = private_imports(*_part("exercises", inside=False))
+    assert not found, "\n".join(found)
+
+
+def test_no_exercise_module_imports_another_modules_private_name():
+    found = private_imports(*_part("exercises", inside=True))
+    assert not found, "\n".join(found)
+
+
+def test_no_module_is_much_longer_than_400_lines():
+    long = {name or "transformer_lib": n for name, path in MODULES.items()
+            if (n := len(path.read_text().splitlines())) > 420}
+    assert not long, f"modules over ~400 lines hold two concepts; split them: {long}"
+
+
+# ----------------------------------------------------------------------------- the checker itself
+def test_resolve_reads_relative_and_absolute_imports():
+    def edges(source, importer="experiments.recall"):
+        node = ast.parse(source).body[0]
+        return resolve(importer, node)
+    assert edges("from ..train import train") == [("train", ["train"])]
+    assert edges("from .mask_fill import apply_fill") == [("experiments.mask_fill", ["apply_fill"])]
+    assert edges("from .. import pruning as P") == [("pruning", [])]
+    assert edges("from transformer_lib.timing import _x") == [("timing", ["_x"])]
+    assert edges("import transformer_lib.models") == [("models", [])]
+    assert edges("from . import ch02", importer="exercises") == [("exercises.ch02", [])]
+
+
+def test_the_checks_report_an_upward_import_a_cycle_and_a_private_name():
+    graph = {"pruning": [("train", ["evaluate_loss"], 7)], "train": [("device", [], 3)], "device": []}
+    (message,) = upward_imports(graph)
+    assert "transformer_lib.pruning:7" in message and "transformer_lib.train" in message
+    assert upward_imports({"train": [("pruning", [], 1)], "pruning": []}) == []
+    assert find_cycle({"corpus": [("dates", [], 1)], "dates": [("corpus", [], 2)]}) == ["corpus", "dates", "corpus"]
+    assert find_cycle(graph) is None
+    trees = {"pruning": ast.parse("from . import train as T\nT._to(1)\n")}
+    edges = {"pruning": [("timing", ["_sync"], 1)]}
+    assert private_imports(edges, trees) == ["transformer_lib.pruning:1 imports _sync from transformer_lib.timing",
+                                             "transformer_lib.pruning:2 uses T._to (transformer_lib.train)"]

@@ -1,0 +1,87 @@
+"""Chapter 01's long-range recall task: repeat the first token after a gap of distractors.
+
+``recall_batch`` makes the sequences; ``RecallLSTM`` and ``recall_gpt`` are the two contestants; ``train_recall``
+trains either with ``train.train``; ``recall_accuracy`` scores it on fresh sequences.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..models import GPT, GPTConfig
+from ..modes import eval_mode
+from ..train import TrainConfig, train
+
+
+def recall_batch(batch_size: int, gap: int, n_symbols: int = 8, generator: torch.Generator | None = None,
+                 device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences ``[key, d_1, ..., d_gap, QUERY]`` and their targets ``key``.
+
+    ``key`` and the ``gap`` distractors are drawn uniformly from ``0 .. n_symbols-1``; ``QUERY = n_symbols``
+    asks for the first token, so the vocabulary has ``n_symbols + 1`` ids. Returns ``x: (B, gap + 2)``
+    and ``y: (B,)``, ``y == x[:, 0]``; guessing is right ``1 / n_symbols`` of the time.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if gap < 0:
+        raise ValueError(f"gap must be >= 0, got {gap}")
+    if n_symbols < 2:
+        raise ValueError(f"n_symbols must be >= 2 (one symbol is always right), got {n_symbols}")
+    body = torch.randint(0, n_symbols, (batch_size, gap + 1), generator=generator)  # key + distractors
+    query = torch.full((batch_size, 1), n_symbols, dtype=torch.long)
+    x = torch.cat([body, query], dim=1)  # (B, gap + 2)
+    return x.to(device), x[:, 0].clone().to(device)
+
+
+class RecallLSTM(nn.Module):
+    """Embedding -> ``nn.LSTM`` -> Linear: ``idx: (B, T)`` -> logits ``(B, T, vocab_size)``."""
+
+    def __init__(self, vocab_size: int, d_model: int = 32, d_hidden: int = 64):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d_model)
+        self.lstm = nn.LSTM(d_model, d_hidden, batch_first=True)  # PyTorch's fused loop (cuDNN on a GPU)
+        self.head = nn.Linear(d_hidden, vocab_size)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.emb(idx))  # (B, T, d_hidden)
+        return self.head(out)
+
+
+def recall_gpt(gap: int, n_symbols: int = 8, d_model: int = 64, n_heads: int = 1, d_ff: int = 64) -> GPT:
+    """A one-layer ``GPT`` with learned positions, sized for ``recall_batch(..., gap, n_symbols)``."""
+    cfg = GPTConfig(vocab_size=n_symbols + 1, block_size=gap + 2, n_layers=1, n_heads=n_heads, d_model=d_model,
+                    d_ff=d_ff, positional="learned")
+    return GPT(cfg)
+
+
+def _last_logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    out = model(x)
+    return (out[0] if isinstance(out, tuple) else out)[:, -1]  # (B, vocab): the prediction at QUERY
+
+
+def recall_loss(model: nn.Module, batch) -> torch.Tensor:
+    """Cross-entropy of the prediction at the QUERY position against the key, for ``batch = (x: (B, T), y: (B,))``."""
+    x, y = batch
+    return F.cross_entropy(_last_logits(model, x).float(), y)
+
+
+def train_recall(model: nn.Module, gap: int, steps: int = 150, batch_size: int = 32, lr: float = 3e-3,
+                 n_symbols: int = 8, seed: int = 0, progress: bool = True, desc: str = "") -> list[float]:
+    """Train ``model`` (``RecallLSTM`` or ``recall_gpt``) with ``train.train``: Adam at a constant ``lr``, no
+    warm-up, no clipping, on fresh batches; returns the losses."""
+    gen = torch.Generator().manual_seed(seed)
+    cfg = TrainConfig(steps=steps, lr=lr, warmup_steps=0, schedule="constant", weight_decay=0.0, betas=(0.9, 0.999),
+                      grad_clip=None, seed=seed, progress=progress, optimizer="adam")
+    hist = train(model, lambda step: recall_batch(batch_size, gap, n_symbols, gen), cfg, recall_loss,
+                 device=next(model.parameters()).device, desc=desc or f"gap {gap}")
+    return hist.train_loss
+
+
+@torch.no_grad()
+def recall_accuracy(model: nn.Module, gap: int, n: int = 1000, n_symbols: int = 8, seed: int = 1234) -> float:
+    """Fraction of ``n`` fresh sequences (a seed unseen in training) whose first token is recalled."""
+    device = next(model.parameters()).device
+    x, y = recall_batch(n, gap, n_symbols, torch.Generator().manual_seed(seed), device)
+    with eval_mode(model):
+        return (_last_logits(model, x).argmax(-1) == y).float().mean().item()
