@@ -23,6 +23,7 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-bench.txt pyproj
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt -r requirements-bench.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PY) tools/install_linters.py
 	touch $(STAMP)
 
 # require.js and the ipywidgets embed manager from the npm registry into vendor_static/ (git-ignored),

@@ -3,6 +3,10 @@
 (a) Every notebook's first code cell is the set-up cell that ``tools/sync_setup_cells.py`` writes
     from ``_config.yml`` (the repository address lives only there), and the checker notices when
     the two disagree.
+    The README's generated blocks (badges, the online address, the chapter table with a Colab link
+    per chapter) are derived from the same address and kept in sync the same way.
+(c) On Colab the cell switches on Colab's custom widget manager (needed for ipywidgets 8), and
+    nowhere else; exercised with a stand-in ``google.colab`` module, since nothing here reaches Colab.
 (b) The set-up cell's install path really works: in a fresh virtual environment that has PyTorch
     but not ``transformer_lib`` (as on Colab), running the cell's exact source, with its pip source
     pointed at this repository (``git+file://``) instead of GitHub, installs everything a chapter
@@ -19,6 +23,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -98,6 +103,84 @@ def test_setup_cell_does_nothing_where_the_library_is_installed():
                          timeout=120, env={**os.environ, sync.SOURCE_ENV: "/nonexistent/never-installed"})
     assert run.returncode == 0, run.stderr
     assert run.stdout == "", run.stdout
+
+
+# ------------------------------------------------------------------ README blocks from config
+
+README = ROOT / "README.md"
+
+
+def test_readme_blocks_match_config_and_notebooks():
+    text = README.read_text()
+    assert sync.sync_readme(text, ROOT) == text, "README.md is out of date; run: python tools/sync_setup_cells.py"
+
+
+def test_github_pages_address_follows_githubs_rules():
+    assert sync.pages_url("https://github.com/Some-One/Book") == "https://some-one.github.io/Book/"
+    assert sync.pages_url("https://github.com/Me/me.github.io") == "https://me.github.io/"
+    with pytest.raises(ValueError, match="repository.url"):
+        sync.pages_url("https://gitlab.com/me/book")
+
+
+def test_readme_has_badges_address_and_a_colab_link_per_chapter():
+    owner, name = CONFIG["repository"]["url"].rstrip("/").split("/")[-2:]
+    text = README.read_text()
+    for workflow in ("tests.yml", "book.yml"):
+        assert f"github.com/{owner}/{name}/actions/workflows/{workflow}/badge.svg" in text
+        assert (ROOT / ".github" / "workflows" / workflow).is_file(), workflow
+    assert f"https://{owner.lower()}.github.io/{name}/" in text
+    colab = f"https://colab.research.google.com/github/{owner}/{name}/blob/{CONFIG['repository']['branch']}/"
+    links = re.findall(re.escape(colab) + r"(\S+?\.ipynb)\)", text)
+    assert links == [f"notebooks/{p.name}" for p in NOTEBOOKS]  # one per chapter, in order, to real files
+
+
+def test_readme_blocks_follow_a_changed_repository(tmp_path):
+    config = dict(CONFIG, repository=dict(CONFIG["repository"], url="https://github.com/Someone/else", branch="dev"))
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump(config))
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks", ignore=shutil.ignore_patterns("*checkpoint*"))
+    new = sync.sync_readme(README.read_text(), tmp_path)
+    assert "https://someone.github.io/else/" in new and "github.com/Someone/else/actions/workflows/" in new
+    assert new.count("colab.research.google.com/github/Someone/else/blob/dev/notebooks/") == len(NOTEBOOKS)
+    assert "interactive-transformer" not in new.split("<!-- END chapters -->")[0].split("<!-- BEGIN header")[1]
+    with pytest.raises(ValueError, match="markers"):
+        sync.sync_readme("# no markers\n", tmp_path)
+
+
+# --------------------------------------------------------------- (c) Colab's widget manager
+
+COLAB_STANDIN = """
+import sys, types
+calls = []
+google, colab, output = (types.ModuleType(n) for n in ("google", "google.colab", "google.colab.output"))
+output.enable_custom_widget_manager = lambda: calls.append("enable_custom_widget_manager")
+google.colab, colab.output = colab, output
+sys.modules.update({"google": google, "google.colab": colab, "google.colab.output": output})
+"""
+
+
+def _run_setup(prelude: str, after: str) -> subprocess.CompletedProcess:
+    code = prelude + "\n" + sync.setup_source(ROOT) + "\n" + after
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, sync.SOURCE_ENV: "/nonexistent/never-installed"})
+
+
+def test_setup_cell_enables_colabs_widget_manager_on_colab():
+    run = _run_setup(COLAB_STANDIN + "import ipywidgets\n", "print(calls)")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "['enable_custom_widget_manager']\n", run.stdout  # once, and no restart notice
+
+
+def test_setup_cell_asks_for_a_restart_when_colab_loaded_ipywidgets_7():
+    old = "old = types.ModuleType('ipywidgets'); old.__version__ = '7.7.1'; sys.modules['ipywidgets'] = old\n"
+    run = _run_setup(COLAB_STANDIN + old, "print(calls)")
+    assert run.returncode == 0, run.stderr
+    assert "Restart session" in run.stdout and "['enable_custom_widget_manager']" in run.stdout
+
+
+def test_setup_cell_leaves_colab_alone_elsewhere():
+    run = _run_setup("import sys", "print('google.colab' in sys.modules)")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "False\n", run.stdout
 
 
 # ---------------------------------------------------------- (b) the install path in a fresh venv

@@ -1,4 +1,4 @@
-"""Write the standard set-up cell into every chapter notebook, from _config.yml.
+"""Write what is derived from the repository address in _config.yml: set-up cells and README links.
 
 Every notebook in notebooks/ starts its code with the same cell (tagged ``setup``): when
 ``transformer_lib`` cannot be imported (on Colab, or any fresh Python) it pip-installs the library
@@ -8,16 +8,32 @@ Where ``make book``/``make test`` has installed the library it does nothing. PyT
 installed: Colab ships it (and an unpinned torch would pull a multi-GB CUDA build elsewhere).
 The environment variable TRANSFORMER_LIB_SOURCE overrides the pip source (tests use a local clone).
 
+On Colab (detected by ``google.colab`` being imported, as it is in every Colab kernel) the cell also
+calls ``google.colab.output.enable_custom_widget_manager()``, every time it runs: Colab's built-in
+widget manager serves ipywidgets 7, and this book's widgets are ipywidgets 8 (and custom widgets),
+which Colab displays only through its "custom widget manager" (Colab's documented switch for
+third-party widgets; it loads the widgets' JavaScript from a CDN). If Colab had already imported an
+older ipywidgets before the install upgraded it, the cell says to restart the session. Elsewhere the
+Colab branch does nothing.
+
+The README's generated blocks come from the same address (between ``<!-- BEGIN name -->`` and
+``<!-- END name -->`` markers): the badges of the test and book workflows, the address where the
+book is read online (GitHub Pages: ``https://<owner>.github.io/<repo>/``), and the table of
+chapters with one Colab link each (titles from each notebook's first heading).
+tools/book_fixes.py derives the site's ``html_baseurl`` from the same address with ``pages_url``.
+
 No "Open in Colab" badge cell is added: every chapter page has the Colab launch button, and a badge
 image would be fetched from Google's servers by the otherwise self-contained site.
 
-    python tools/sync_setup_cells.py          # rewrite the cells that are out of date
-    python tools/sync_setup_cells.py --check  # exit 1 (listing them) if any notebook is out of date
+    python tools/sync_setup_cells.py          # rewrite the cells and README blocks that are out of date
+    python tools/sync_setup_cells.py --check  # exit 1 (listing them) if anything is out of date
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 import nbformat
 import yaml
@@ -29,8 +45,8 @@ TAGS = [TAG, "hide-input"]  # collapsed in the web book; Colab and Jupyter ignor
 SOURCE_ENV = "TRANSFORMER_LIB_SOURCE"
 
 TEMPLATE = '''\
-# Set-up: installs this book's library if it is missing (on Colab, or in any fresh Python).
-# Where `make book` or `make test` has run, transformer_lib is already installed and this does nothing.
+# Set-up: installs this book's library if it is missing (on Colab, or in any fresh Python), and on Colab
+# turns on the widget support the book's sliders need. After `make book` or `make test` it does nothing.
 import importlib, importlib.util, os, subprocess, sys
 
 SOURCE = os.environ.get("{env}", "{source}")
@@ -40,7 +56,15 @@ if importlib.util.find_spec("transformer_lib") is None:
     subprocess.run(pip + [SOURCE], check=True)  # with numpy, matplotlib, ipywidgets, tqdm, safetensors, tokenizers
     subprocess.run(pip + ["--no-deps", {nodeps}], check=True)  # data and weights
     importlib.invalidate_caches()
-    print("Done: transformer_lib is installed.")'''
+    print("Done: transformer_lib is installed.")
+if "google.colab" in sys.modules:  # Colab: display ipywidgets 8 and custom widgets (its custom widget manager)
+    from google.colab import output
+    output.enable_custom_widget_manager()
+    if int(getattr(sys.modules.get("ipywidgets"), "__version__", "8").split(".")[0]) < 8:
+        print("Colab had already loaded an older ipywidgets: choose Runtime > Restart session, "
+              "then run the notebook again from the top.")'''
+README_PATH = "README.md"
+WORKFLOWS = {"tests": "tests.yml", "book": "book.yml"}  # badge label -> workflow file in .github/workflows
 
 
 def load_config(root: Path = ROOT) -> dict:
@@ -54,6 +78,71 @@ def pip_source(config: dict) -> str:
     if not url or not branch:
         raise ValueError(f"_config.yml needs repository.url and repository.branch, got {repo!r}")
     return f"git+{url.rstrip('/')}@{branch}"
+
+
+def github_repo(config: dict) -> tuple[str, str]:
+    """(owner, name) of ``repository.url`` (a https://github.com/<owner>/<name> address)."""
+    url = (config.get("repository") or {}).get("url") or ""
+    parsed = urlparse(url)
+    parts = parsed.path.strip("/").removesuffix(".git").split("/")
+    if parsed.netloc != "github.com" or len(parts) != 2 or not all(parts):
+        raise ValueError(f"repository.url must be https://github.com/<owner>/<name>, got {url!r}")
+    return parts[0], parts[1]
+
+
+def pages_url(repository_url: str) -> str:
+    """Where GitHub Pages serves a repository's site: ``https://<owner>.github.io/<name>/``.
+
+    Host names are lower case; a repository named ``<owner>.github.io`` is served at the root.
+    """
+    owner, name = github_repo({"repository": {"url": repository_url}})
+    host = f"{owner.lower()}.github.io"
+    return f"https://{host}/" if name.lower() == host else f"https://{host}/{name}/"
+
+
+def colab_link(config: dict, path: str) -> str:
+    """Colab's address for a notebook of the repository (the pattern of Jupyter Book's launch button)."""
+    owner, name = github_repo(config)
+    colab = config["launch_buttons"]["colab_url"].rstrip("/")
+    return f"{colab}/github/{owner}/{name}/blob/{config['repository']['branch']}/{path}"
+
+
+def chapter_title(path: Path) -> str:
+    """The text of a notebook's first markdown heading."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            match = re.search(r"^#\s+(.+?)\s*$", cell.source, re.M)
+            if match:
+                return match.group(1).replace("|", "\\|")  # a table cell
+    raise ValueError(f"{path.name} has no markdown heading to use as its title")
+
+
+def readme_blocks(root: Path = ROOT) -> dict[str, str]:
+    """The generated README blocks, by marker name, for the current _config.yml and notebooks."""
+    config = load_config(root)
+    owner, name = github_repo(config)
+    repo, site = f"https://github.com/{owner}/{name}", pages_url(config["repository"]["url"])
+    badges = [f"[![{label}]({repo}/actions/workflows/{file}/badge.svg)]({repo}/actions/workflows/{file})"
+              for label, file in WORKFLOWS.items()]
+    header = "\n".join([" ".join(badges), "", f"**Read it online: <{site}>**"])
+    rows = ["| chapter | read | run |", "| --- | --- | --- |"]
+    for path in notebooks(root):
+        page = f"{site}notebooks/{path.stem}.html"
+        colab = colab_link(config, f"notebooks/{path.name}")
+        rows.append(f"| {path.stem[:2]}. {chapter_title(path)} | [online]({page}) | "
+                    f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) |")
+    return {"header": header, "chapters": "\n".join(rows)}
+
+
+def sync_readme(text: str, root: Path = ROOT) -> str:
+    """``text`` (a README) with every generated block replaced by its current content."""
+    for name, block in readme_blocks(root).items():
+        pattern = re.compile(rf"(<!-- BEGIN {name} [^\n]*-->\n)(?:.*?\n)?(<!-- END {name} -->)", re.S)
+        if not pattern.search(text):
+            raise ValueError(f"{README_PATH} lacks the markers <!-- BEGIN {name} ... --> / <!-- END {name} -->")
+        text = pattern.sub(lambda m: m.group(1) + block + "\n" + m.group(2), text)
+    return text
 
 
 def nodeps_packages(root: Path = ROOT) -> list[str]:
@@ -123,8 +212,14 @@ def main(argv: list[str]) -> int:
         stale.append(path.relative_to(ROOT))
         if not check:
             nbformat.write(sync(nb), path)
+    readme = ROOT / README_PATH
+    text = readme.read_text()
+    if sync_readme(text) != text:
+        stale.append(Path(README_PATH))
+        if not check:
+            readme.write_text(sync_readme(text))
     if check and stale:
-        print("set-up cell out of date (run: python tools/sync_setup_cells.py):", *stale, sep="\n  ")
+        print("out of date (run: python tools/sync_setup_cells.py):", *stale, sep="\n  ")
         return 1
     if not check:
         print(f"updated {len(stale)} notebook(s)", *stale, sep="\n  " if stale else "")
