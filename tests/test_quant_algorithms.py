@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib import GPT, GPTConfig
-from transformer_lib.awq import awq_linear, awq_quantize_model, awq_scales, rtn_weight
+from transformer_lib.awq import awq_linear, awq_quantize_model, awq_scales
 from transformer_lib.channel_scale import ScaledInput, scale_columns
 from transformer_lib.gptq import gptq_linear, gptq_quantize, gptq_quantize_model, layer_hessian
-from transformer_lib.quant_grids import int_range, quantize
-from transformer_lib.quant_linear import QuantEmbedding, QuantLinear, quantize_model
+from transformer_lib.quant_grids import int_range
+from transformer_lib.quant_linear import QuantEmbedding, QuantLinear, quantize_model, rtn_weight
 from transformer_lib.smoothquant import smooth_linear, smoothing_factors, smoothquant_model
 
 
@@ -40,6 +40,13 @@ def output_mse(x, w, w_hat):
 
 
 # ----------------------------------------------------------------------------- GPTQ
+@pytest.mark.parametrize("bits, group_size", [(4, None), (4, 16), (8, None)])
+def test_rtn_weight_is_what_quant_linear_stores(bits, group_size):
+    lin = layer()
+    expected = QuantLinear.from_linear(lin, bits, group_size).dequantized_weight()
+    assert torch.equal(rtn_weight(lin.weight, bits, group_size), expected)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("bits, group_size", [(4, None), (4, 16), (8, None), (8, 32)])
 def test_gptq_output_error_is_at_most_round_to_nearest(seed, bits, group_size):

@@ -15,8 +15,8 @@ import torch.nn as nn
 
 from .calibration import calibration_inputs
 from .channel_scale import ScaledInput, scale_columns
-from .quant_grids import check_bits, check_finite, quantize
-from .quant_linear import QuantEmbedding, QuantLinear, linears_to_replace, set_module
+from .quant_grids import check_bits, check_finite
+from .quant_linear import QuantEmbedding, QuantLinear, linears_to_replace, rtn_weight, set_module
 
 
 @dataclass
@@ -29,12 +29,6 @@ class AWQScales:
     errors: torch.Tensor
 
 
-def rtn_weight(weight: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
-    """Round-to-nearest as ``QuantLinear.from_linear`` stores it (absmax, float16 scales): ``(N, K)`` float32."""
-    granularity = "channel" if group_size is None else "group"
-    return quantize(weight.float(), bits, True, granularity, group_size, scale_dtype=torch.float16).dequantize()
-
-
 @torch.no_grad()
 def awq_scales(weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size: int | None = None,
                n_grid: int = 20) -> AWQScales:
@@ -42,7 +36,8 @@ def awq_scales(weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size:
     inputs ``x: (n, K)``; the error is ``mean((x / s) Q(W s)^T - x W^T)^2`` with ``Q`` round-to-nearest."""
     check_bits(bits)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
-        raise ValueError(f"weight must be a floating-point matrix (N, K), got {getattr(weight, 'shape', weight)!r}")
+        got = f"{weight.dtype} {tuple(weight.shape)}" if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise ValueError(f"weight must be a floating-point matrix (N, K), got {got}")
     K = weight.shape[1]
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != K or x.shape[0] == 0:
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__

@@ -40,6 +40,7 @@ class NF4Tensor:
     block_size: int
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The weights read back (``nf4_dequantize``): the original shape, in ``dtype``."""
         return nf4_dequantize(self, dtype)
 
 
@@ -68,6 +69,8 @@ def nf4_dequantize(t: NF4Tensor, dtype: torch.dtype = torch.float32) -> torch.Te
     """``level[index] * absmax`` of each block, in the original shape and ``dtype``."""
     if not isinstance(t, NF4Tensor):
         raise TypeError(f"t must be an NF4Tensor (from nf4_quantize), got {type(t).__name__}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     idx = unpack_int4(t.codes).long() + 8  # (numel,)
     values = nf4_code_book().to(t.codes.device)[idx].view(-1, t.block_size) * t.absmax[:, None]
     return values.reshape(t.shape).to(dtype)

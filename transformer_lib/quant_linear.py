@@ -152,6 +152,12 @@ class QuantEmbedding(nn.Module):
         return self(torch.arange(self.num_embeddings, device=self.qweight.device))
 
 
+def rtn_weight(weight: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
+    """Round-to-nearest as ``QuantLinear.from_linear`` stores it (absmax, float16 scales): ``(N, K)`` float32."""
+    granularity = "channel" if group_size is None else "group"
+    return quantize(weight.float(), bits, True, granularity, group_size, scale_dtype=torch.float16).dequantize()
+
+
 def quantize_model(model: nn.Module, bits: int = 8, group_size: int | None = None, act_bits: int | None = None,
                    skip: tuple[str, ...] = ()) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (in place; ``copy.deepcopy`` first to keep the float model) by a

@@ -25,7 +25,8 @@ def smoothing_factors(x_absmax: torch.Tensor, weight: torch.Tensor, alpha: float
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be a number in [0, 1] (the share of difficulty moved), got {alpha!r}")
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise ValueError(f"weight must be a matrix (N, K), got {getattr(weight, 'shape', weight)!r}")
+        got = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise ValueError(f"weight must be a matrix (N, K), got {got}")
     K = weight.shape[1]
     if not isinstance(x_absmax, torch.Tensor) or x_absmax.shape != (K,):
         got = tuple(x_absmax.shape) if isinstance(x_absmax, torch.Tensor) else type(x_absmax).__name__
