@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from transformer_lib import GPT, GPTConfig
 from transformer_lib.generate import generate
 from transformer_lib.quantization import (QuantEmbedding, QuantLinear, fake_quantize, int8_matmul, int_range,
-                                          keep_outliers, pack_int4, quantize, quantize_model, quantize_per_token,
-                                          unpack_int4)
+                                          keep_outliers, pack_int4, padded_int_mm, quantize, quantize_model,
+                                          quantize_per_token, unpack_int4)
 from transformer_lib.quant_storage import saved_size, state_dict_bytes
 
 
@@ -172,6 +172,53 @@ def test_int8_matmul_is_exact():
     out = int8_matmul(a, b)
     assert out.dtype == torch.int32
     assert torch.equal(out.long(), a.long() @ b.long().t())
+
+
+
+def int8_pair(M, K, N, seed, extreme=False):
+    """Random int8 matrices ``(M, K)`` and ``(N, K)``; ``extreme``: every entry +-127, the largest sums."""
+    gen = torch.Generator().manual_seed(seed)
+    if extreme:
+        sign = lambda *shape: torch.randint(0, 2, shape, generator=gen) * 2 - 1  # noqa: E731
+        return (127 * sign(M, K)).to(torch.int8), (127 * sign(N, K)).to(torch.int8)
+    return (torch.randint(-127, 128, (M, K), generator=gen).to(torch.int8),
+            torch.randint(-127, 128, (N, K), generator=gen).to(torch.int8))
+
+
+@pytest.mark.parametrize("M, K, N", [(1, 64, 32), (1, 7, 3), (5, 30, 13), (16, 96, 40), (17, 8, 8), (3, 1000, 9)])
+@pytest.mark.parametrize("extreme", [False, True])
+def test_padded_int_mm_is_exact_on_cpu(M, K, N, extreme):
+    # the zero-padding that CUDA's small-M path takes, checked here against an int64 product
+    a, b = int8_pair(M, K, N, M * K + N, extreme)
+    out = padded_int_mm(a, b)
+    assert out.dtype == torch.int32 and out.shape == (M, N)
+    assert torch.equal(out.long(), a.long() @ b.long().t())
+
+
+def test_int8_matmul_refuses_mixed_devices_and_dtypes():
+    with pytest.raises(ValueError, match="must be int8 matrices sharing K"):
+        padded_int_mm(torch.zeros(2, 8, dtype=torch.int8), torch.zeros(3, 7, dtype=torch.int8))
+    with pytest.raises(ValueError, match="must be int8 matrices sharing K"):
+        int8_matmul(torch.zeros(2, 8), torch.zeros(3, 8, dtype=torch.int8))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("M, K, N", [(1, 64, 32), (1, 7, 3), (4, 30, 13), (16, 96, 40), (17, 64, 32),
+                                     (1, 4096, 4096)])
+@pytest.mark.parametrize("extreme", [False, True])
+def test_int8_matmul_on_cuda_is_exact_for_decoding_shapes(M, K, N, extreme):
+    a, b = int8_pair(M, K, N, M + K + N, extreme)
+    out = int8_matmul(a.cuda(), b.cuda())
+    assert out.dtype == torch.int32 and out.is_cuda
+    assert torch.equal(out.cpu().long(), a.long() @ b.long().t())
+
+
+@pytest.mark.cuda
+def test_w8a8_decode_step_on_cuda_matches_cpu():
+    lin = torch.nn.Linear(96, 40)
+    layer = QuantLinear.from_linear(lin, 8, act_bits=8)
+    x = torch.randn(1, 1, 96)  # one decoding position: M = 1
+    torch.testing.assert_close(copy.deepcopy(layer).cuda()(x.cuda()).cpu(), layer(x), rtol=1e-5, atol=1e-5)
 
 
 def test_w8a8_quant_linear_matches_per_token_fake_quantization():

@@ -17,7 +17,8 @@ LAYERS = {
                    "variants", "rnn"],
     "package": [""],  # transformer_lib/__init__.py re-exports the core model
     "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
-    "analysis and compression": ["head_stats", "pruning", "quantization", "quant_storage"],
+    "analysis and compression": ["head_stats", "pruning", "quant_grids", "int8_ops", "quant_linear", "calibration",
+                                 "channel_scale", "gptq", "awq", "smoothquant", "nf4", "quantization", "quant_storage"],
     "training": ["train", "seq2seq", "book_models"],
     "experiments": ["experiments", "experiments.*"],
     "viz": ["viz", "viz.*"],

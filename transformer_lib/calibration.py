@@ -1,0 +1,71 @@
+"""Measuring a model for quantization: its loss, perplexity and top-1 agreement on fixed batches (``lm_quality``)
+and the calibration inputs of its linear layers (``capture_linear_inputs``), which GPTQ, AWQ and SmoothQuant read."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .modes import eval_mode
+
+
+# ----------------------------------------------------------------------------- measuring
+@torch.no_grad()
+def lm_quality(model: nn.Module, batches, reference_top1: torch.Tensor | None = None) -> dict:
+    """A language model's validation loss (nats per token), perplexity and top-1 next-token predictions on fixed
+    ``batches`` of ``(x, y)``, each ``(B, T)``. ``reference_top1`` (the ``top1`` of the float model on the same
+    batches) adds ``agreement``: the share of positions where both models predict the same next token."""
+    device = next(model.parameters()).device
+    total, count, top1 = 0.0, 0, []
+    with eval_mode(model):
+        for x, y in batches:
+            logits, _ = model(x.to(device))  # (B, T, V)
+            total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), ignore_index=-100,
+                                     reduction="sum").item()
+            count += int((y != -100).sum())
+            top1.append(logits.argmax(-1).cpu())
+    if count == 0:
+        raise ValueError("batches must hold at least one (x, y) batch, got none")
+    top1 = torch.stack(top1)  # (n_batches, B, T)
+    loss = total / count
+    out = {"loss": loss, "perplexity": float(torch.tensor(loss).exp()), "top1": top1, "agreement": None}
+    if reference_top1 is not None:
+        if reference_top1.shape != top1.shape:
+            raise ValueError(f"reference_top1 must have shape {tuple(top1.shape)}, got {tuple(reference_top1.shape)}")
+        out["agreement"] = (top1 == reference_top1).float().mean().item()
+    return out
+
+
+@torch.no_grad()
+def capture_linear_inputs(model: nn.Module, run) -> dict[str, torch.Tensor]:
+    """The input of every ``nn.Linear`` while ``run(model)`` executes: ``{name: (tokens, in_features)}``."""
+    captured, hooks = {}, []
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Linear):
+            def hook(module, inputs, output, name=name):
+                captured.setdefault(name, []).append(inputs[0].detach().reshape(-1, inputs[0].shape[-1]).cpu())
+            hooks.append(m.register_forward_hook(hook))
+    try:
+        run(model)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {name: torch.cat(xs) for name, xs in captured.items()}
+
+
+def calibration_inputs(model: nn.Module, batches) -> dict[str, torch.Tensor]:
+    """``capture_linear_inputs`` over calibration ``batches``: a list of model inputs (e.g. token ids ``(B, T)``)
+    or of ``(x, y)`` pairs, whose ``x`` is fed; run in eval mode on the model's device."""
+    if isinstance(batches, torch.Tensor) or not hasattr(batches, "__iter__"):
+        raise TypeError(f"batches must be a list of input tensors or (x, y) pairs, got {type(batches).__name__}")
+    batches = list(batches)
+    if not batches:
+        raise ValueError("batches must hold at least one calibration batch, got none")
+    device = next(model.parameters()).device
+
+    def run(m):
+        with eval_mode(m):
+            for b in batches:
+                m((b[0] if isinstance(b, (tuple, list)) else b).to(device))
+
+    return capture_linear_inputs(model, run)

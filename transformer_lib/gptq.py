@@ -1,0 +1,118 @@
+"""GPTQ (Frantar et al. 2022): round a layer's weight one input column at a time, and after each column push its
+rounding error onto the columns not yet rounded, weighted by the inverse Hessian of the layer's squared output
+error, so the *output* ``x W^T`` on calibration inputs moves as little as possible.
+
+For inputs ``X: (n, K)`` the error ``||X W^T - X W_hat^T||^2`` has Hessian ``H = 2 X^T X`` (``(K, K)``, the same
+for every output row). Rounding column ``i`` by ``e_i = w_i - q_i`` is best compensated by the update
+``W[:, i:] -= e_i / U_ii * U[i, i:]`` with ``U`` the upper Cholesky factor of ``H^-1`` (``H^-1 = U^T U``), which
+applies the Optimal Brain Surgeon update of every later column at once. ``damp`` adds a fraction of the mean
+diagonal to ``H`` so that the inverse exists when inputs are correlated or rare. With ``group_size``, each group's
+scale is set from the (already updated) weights when its first column is reached, as in the reference code.
+Left out for readability: the lazy block updates and "act order" (the paper's speed and accuracy refinements).
+The codes land in a ``QuantLinear`` (absmax, float16 scales) like round-to-nearest's.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .calibration import calibration_inputs
+from .quant_grids import QuantizedTensor, check_bits, check_finite, int_range, quantize
+from .quant_linear import QuantEmbedding, QuantLinear, linears_to_replace, set_module
+
+
+def layer_hessian(x: torch.Tensor) -> torch.Tensor:
+    """``H = 2 X^T X / n`` in float64 for calibration inputs ``x: (n, K)`` -> ``(K, K)`` (the mean over inputs:
+    the scale of ``H`` does not change GPTQ's result)."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2 or x.shape[0] == 0:
+        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be a floating-point tensor (n, K) with n >= 1 calibration inputs, got {got}")
+    check_finite(x, "x")
+    x = x.double()
+    return 2 * x.T @ x / x.shape[0]  # (K, K)
+
+
+def _inverse_hessian_factor(h: torch.Tensor, damp: float) -> torch.Tensor:
+    """Upper Cholesky factor ``U`` of ``(H + damp * mean(diag H) * I)^-1``: ``(K, K)`` float64."""
+    h = h.clone()
+    h.diagonal().add_(damp * h.diagonal().mean())
+    h_inv = torch.cholesky_inverse(torch.linalg.cholesky(h))
+    return torch.linalg.cholesky(h_inv, upper=True)
+
+
+@torch.no_grad()
+def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, bits: int = 4, group_size: int | None = None,
+                  damp: float = 0.01) -> QuantizedTensor:
+    """GPTQ codes for ``weight: (N, K)`` given ``hessian: (K, K)`` (``layer_hessian``): absmax, one float16 scale
+    per row (``group_size=None``) or per ``group_size`` columns of a row. Returns a ``QuantizedTensor`` whose
+    ``dequantize()`` is the chosen weight."""
+    check_bits(bits)
+    if not isinstance(weight, torch.Tensor) or not weight.is_floating_point() or weight.dim() != 2:
+        got = f"{weight.dtype} {tuple(weight.shape)}" if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise ValueError(f"weight must be a floating-point matrix (N, K), got {got}")
+    N, K = weight.shape
+    if not isinstance(hessian, torch.Tensor) or hessian.shape != (K, K):
+        got = tuple(hessian.shape) if isinstance(hessian, torch.Tensor) else type(hessian).__name__
+        raise ValueError(f"hessian must be (K, K) = ({K}, {K}) for weight {tuple(weight.shape)}, got {got}")
+    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not damp > 0:
+        raise ValueError(f"damp must be a positive number (a fraction of H's mean diagonal, e.g. 0.01), got {damp!r}")
+    if group_size is not None and (not isinstance(group_size, int) or group_size < 1 or K % group_size != 0):
+        raise ValueError(f"group_size must be None or a positive int dividing K={K}, got {group_size!r}")
+    check_finite(weight, "weight")
+    W = weight.detach().double().clone()  # (N, K), updated in place as columns are rounded
+    h = hessian.detach().double().to(W.device)
+    dead = h.diagonal() == 0  # inputs that are always zero: their weights do not matter
+    h[dead, dead] = 1.0
+    W[:, dead] = 0.0
+    U = _inverse_hessian_factor(h, float(damp))  # (K, K) upper triangular
+    G = group_size or K
+    qmax = int_range(bits)[1]
+    q = torch.zeros(N, K, dtype=torch.int8, device=W.device)
+    scales = []
+    for i in range(K):
+        if i % G == 0:  # a new group: its scale from the weights as they are now
+            s = quantize(W[:, i:i + G].float(), bits, True, "channel", scale_dtype=torch.float16).scale  # (N, 1)
+            scales.append(s)
+            sd = s[:, 0].double()  # (N,)
+        col = torch.round(W[:, i] / sd).clamp(-qmax, qmax)  # (N,)
+        q[:, i] = col.to(torch.int8)
+        err = (W[:, i] - col * sd) / U[i, i]  # (N,)
+        W[:, i + 1:] -= err[:, None] * U[i, i + 1:][None, :]  # spread the error over the later columns
+    return QuantizedTensor(q, torch.cat(scales, dim=1), None, bits, "channel" if group_size is None else "group",
+                           group_size)
+
+
+def gptq_linear(linear: nn.Linear, x: torch.Tensor, bits: int = 4, group_size: int | None = None,
+                damp: float = 0.01) -> QuantLinear:
+    """A ``QuantLinear`` holding GPTQ's codes for ``linear``, calibrated on its inputs ``x: (n, in_features)``."""
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != linear.in_features:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be (n, in_features={linear.in_features}), got {got}")
+    qt = gptq_quantize(linear.weight, layer_hessian(x.to(linear.weight.device)), bits, group_size, damp)
+    return QuantLinear.from_codes(qt.q, qt.scale, linear.bias, group_size, bits)
+
+
+def gptq_quantize_model(model: nn.Module, batches, bits: int = 4, group_size: int | None = None,
+                        damp: float = 0.01, skip: tuple[str, ...] = ()) -> nn.Module:
+    """Replace every ``nn.Linear`` of ``model`` (in place) by GPTQ's ``QuantLinear``, calibrated on the inputs
+    each layer sees while the float model runs ``batches`` (``calibration_inputs``). Names in ``skip`` stay
+    float; an embedding tied to a quantized layer reads its codes (``QuantEmbedding``), as in ``quantize_model``.
+    Every layer is calibrated on the float model's inputs (the paper feeds each layer the already-quantized
+    previous layers' outputs, a small further gain)."""
+    check_bits(bits)
+    linears = linears_to_replace(model, skip, group_size)
+    inputs = calibration_inputs(model, batches)
+    embeddings = {id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
+    for name, lin in linears:
+        if name not in inputs:
+            raise ValueError(f"layer {name!r} saw no input while the calibration batches ran; skip it, e.g. "
+                             f"skip=({name!r},)")
+        new = gptq_linear(lin, inputs[name], bits, group_size, damp)
+        tied = embeddings.get(id(lin.weight))
+        set_module(model, name, new)
+        if tied is not None:
+            set_module(model, tied, QuantEmbedding(new))
+    return model
+

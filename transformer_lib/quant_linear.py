@@ -1,0 +1,201 @@
+"""``QuantLinear``: an ``nn.Linear`` stored as int8 or int4 codes with float16 scales, ``QuantEmbedding`` for a tied
+embedding table, and ``quantize_model``, which swaps them into a model (round-to-nearest). GPTQ and AWQ
+(``gptq.py``, ``awq.py``) choose other codes for the same storage (``QuantLinear.from_codes``)."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .int8_ops import int8_matmul, quantize_per_token
+from .quant_grids import check_bits, check_finite, int_range, pack_int4, quantize, unpack_int4
+
+
+# ----------------------------------------------------------------------------- modules
+class QuantLinear(nn.Module):
+    """``nn.Linear`` with int8 or int4 weights: ``y = x W_hat^T + b`` with ``W_hat = q * scale``.
+
+    Buffers: ``qweight`` int8 ``(N, K)`` (bits=8) or uint8 ``(N, K // 2)`` (bits=4, two codes per byte);
+    ``scale`` float16 ``(N, K // group_size)`` (``group_size=None``: one scale per output row); ``bias`` float.
+    Weights are absmax-quantized (zero is common in weights and absmax keeps the matmul simple).
+
+    ``act_bits=8`` (int8 per-channel only) also quantizes the input per token at run time and multiplies
+    int8 by int8 into int32 (``int8_matmul``), then rescales: ``y = (x_q W_q^T) * s_x * s_w + b`` (W8A8).
+    Otherwise (weight-only) the forward pass dequantizes the weight to ``x.dtype`` and calls ``F.linear``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, bits: int = 8,
+                 group_size: int | None = None, act_bits: int | None = None, device=None):
+        super().__init__()
+        check_bits(bits)
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if group_size is not None and (not isinstance(group_size, int) or group_size < 1
+                                       or in_features % group_size != 0):
+            raise ValueError(f"group_size must be None or a positive int dividing in_features={in_features}, "
+                             f"got {group_size!r}")
+        if act_bits not in (None, 8):
+            raise ValueError(f"act_bits must be None (weight-only) or 8, got {act_bits!r}")
+        if act_bits == 8 and (bits != 8 or group_size is not None):
+            raise ValueError(f"act_bits=8 needs bits=8 and group_size=None (per-channel), got bits={bits}, "
+                             f"group_size={group_size}")
+        if bits == 4 and in_features % 2 != 0:
+            raise ValueError(f"bits=4 packs two weights per byte: in_features must be even, got {in_features}")
+        self.in_features, self.out_features = in_features, out_features
+        self.bits, self.group_size, self.act_bits = bits, group_size, act_bits
+        n_groups = 1 if group_size is None else in_features // group_size
+        cols = in_features if bits == 8 else in_features // 2
+        self.register_buffer("qweight", torch.zeros(out_features, cols, dtype=torch.int8 if bits == 8 else torch.uint8,
+                                                    device=device))
+        self.register_buffer("scale", torch.ones(out_features, n_groups, dtype=torch.float16, device=device))
+        self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
+
+    @classmethod
+    @torch.no_grad()
+    def from_linear(cls, linear: nn.Linear, bits: int = 8, group_size: int | None = None,
+                    act_bits: int | None = None) -> "QuantLinear":
+        """Quantize a trained ``nn.Linear`` (absmax, per row or per group, float16 scales)."""
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
+        w = linear.weight
+        check_finite(w, "linear.weight")
+        qt = quantize(w.float(), bits, True, "channel" if group_size is None else "group", group_size,
+                      scale_dtype=torch.float16)
+        return cls.from_codes(qt.q, qt.scale, linear.bias, group_size, bits, act_bits)
+
+    @classmethod
+    @torch.no_grad()
+    def from_codes(cls, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
+                   group_size: int | None = None, bits: int = 8, act_bits: int | None = None) -> "QuantLinear":
+        """A layer holding codes some algorithm chose (round-to-nearest, GPTQ, AWQ): ``q: (N, K)`` int8 in the
+        symmetric ``bits``-bit range, ``scale: (N, K // group_size)`` (or ``(N, 1)``), stored as float16, and
+        an optional ``bias: (N,)``. ``dequantized_weight()`` is then ``q * scale`` exactly."""
+        if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.dim() != 2:
+            got = f"{q.dtype} {tuple(q.shape)}" if isinstance(q, torch.Tensor) else type(q).__name__
+            raise ValueError(f"q must be an int8 matrix (N, K), got {got}")
+        N, K = q.shape
+        layer = cls(K, N, bias is not None, bits, group_size, act_bits, device=q.device)
+        qmin, qmax = int_range(bits)
+        if q.numel() and (q.min() < qmin or q.max() > qmax):
+            raise ValueError(f"q must hold {bits}-bit codes in [{qmin}, {qmax}], got values in "
+                             f"[{int(q.min())}, {int(q.max())}]")
+        if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != tuple(layer.scale.shape):
+            got = tuple(scale.shape) if isinstance(scale, torch.Tensor) else type(scale).__name__
+            raise ValueError(f"scale must have shape {tuple(layer.scale.shape)} (N, n_groups), got {got}")
+        check_finite(scale, "scale")
+        if (scale.to(torch.float16).float() != scale.float()).any():
+            raise ValueError("scale must hold float16 values (it is stored in float16; quantize with "
+                             f"scale_dtype=torch.float16), got {scale.dtype} values float16 cannot hold exactly")
+        if bias is not None and tuple(bias.shape) != (N,):
+            raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
+        layer.qweight.copy_(q if bits == 8 else pack_int4(q))
+        layer.scale.copy_(scale)
+        if bias is not None:
+            layer.bias.copy_(bias.float())
+        return layer
+
+    def int_weight(self) -> torch.Tensor:
+        """The integer codes ``(N, K)`` int8 (int4 codes unpacked)."""
+        return self.qweight if self.bits == 8 else unpack_int4(self.qweight)
+
+    def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``W_hat = q * scale``: ``(N, K)`` in ``dtype``."""
+        q = self.int_weight().to(dtype).view(self.out_features, self.scale.shape[1], -1)  # (N, n_groups, group)
+        return (q * self.scale.to(dtype)[..., None]).view(self.out_features, self.in_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"x must be (..., in_features={self.in_features}), got {tuple(x.shape)}")
+        if self.act_bits is None:
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            return F.linear(x, self.dequantized_weight(x.dtype), bias)
+        x2 = x.reshape(-1, self.in_features)  # (M, K)
+        xq, sx = quantize_per_token(x2)  # (M, K) int8, (M, 1)
+        acc = int8_matmul(xq, self.qweight)  # (M, N) int32, exact
+        rescale = sx * self.scale.float().view(1, -1)  # (M, N): s_x[m] * s_w[n]
+        y = acc * rescale if self.bias is None else torch.addcmul(self.bias.float(), acc, rescale)
+        return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        g = "per-channel" if self.group_size is None else f"group_size={self.group_size}"
+        a = "weight-only" if self.act_bits is None else f"int{self.act_bits} activations"
+        return f"in_features={self.in_features}, out_features={self.out_features}, int{self.bits}, {g}, {a}"
+
+
+class QuantEmbedding(nn.Module):
+    """An embedding table read from a ``QuantLinear``'s buffers: GPT ties its token embedding to ``lm_head``, and
+    after quantization both read the same integer matrix (stored once), each row with its own scales.
+
+    ``idx: (B, T)`` -> ``(B, T, d)`` float32: the dequantized rows.
+    """
+
+    def __init__(self, head: QuantLinear):
+        super().__init__()
+        if head.act_bits is not None:
+            raise ValueError("a tied embedding reads weight-only QuantLinear buffers; got act_bits="
+                             f"{head.act_bits}")
+        self.bits, self.n_groups = head.bits, head.scale.shape[1]
+        self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
+        self.register_buffer("qweight", head.qweight)  # the same tensors as the head's: tied, saved once
+        self.register_buffer("scale", head.scale)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        rows = self.qweight[idx]  # (B, T, K) int8 or (B, T, K // 2) packed
+        q = (rows if self.bits == 8 else unpack_int4(rows)).float()  # (B, T, K)
+        s = self.scale[idx].float()  # (B, T, n_groups)
+        return (q.unflatten(-1, (self.n_groups, -1)) * s[..., None]).flatten(-2)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dequantized table ``(V, d)`` float32, for code that reads ``.weight`` (e.g. for a device or dtype)."""
+        return self(torch.arange(self.num_embeddings, device=self.qweight.device))
+
+
+def rtn_weight(weight: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
+    """Round-to-nearest as ``QuantLinear.from_linear`` stores it (absmax, float16 scales): ``(N, K)`` float32."""
+    granularity = "channel" if group_size is None else "group"
+    return quantize(weight.float(), bits, True, granularity, group_size, scale_dtype=torch.float16).dequantize()
+
+
+def quantize_model(model: nn.Module, bits: int = 8, group_size: int | None = None, act_bits: int | None = None,
+                   skip: tuple[str, ...] = ()) -> nn.Module:
+    """Replace every ``nn.Linear`` of ``model`` (in place; ``copy.deepcopy`` first to keep the float model) by a
+    ``QuantLinear`` and return ``model``. Names in ``skip`` (e.g. ``"lm_head"``) stay float.
+
+    Tied weights: an ``nn.Embedding`` sharing its weight with a quantized ``nn.Linear`` (GPT's ``tok_emb`` and
+    ``lm_head``) becomes a ``QuantEmbedding`` over the same integer buffers, so the tie (and the single copy in
+    the saved file) survives. That ``QuantLinear`` stays weight-only even with ``act_bits=8``.
+    ``group_size`` must divide the ``in_features`` of every replaced layer (checked before anything changes).
+    """
+    check_bits(bits)
+    linears = linears_to_replace(model, skip, group_size)
+    embeddings = {id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
+    for name, lin in linears:
+        tied = embeddings.get(id(lin.weight))
+        new = QuantLinear.from_linear(lin, bits, group_size, None if tied else act_bits)
+        set_module(model, name, new)
+        if tied is not None:
+            set_module(model, tied, QuantEmbedding(new))
+    return model
+
+
+def linears_to_replace(model: nn.Module, skip, group_size) -> list[tuple[str, nn.Linear]]:
+    """``[(name, layer)]`` of the model's ``nn.Linear`` not in ``skip``; checks ``group_size`` divides each."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if isinstance(skip, str) or not all(isinstance(name, str) for name in skip):
+        raise TypeError(f"skip must be a tuple of module names, e.g. ('lm_head',), got {skip!r}")
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in skip]
+    for name, lin in linears:
+        if group_size is not None and (not isinstance(group_size, int) or group_size < 1
+                                       or lin.in_features % group_size != 0):
+            raise ValueError(f"group_size must divide in_features of every layer: {name} has "
+                             f"in_features={lin.in_features}, got group_size={group_size!r}")
+    return linears
+
+
+def set_module(model: nn.Module, name: str, new: nn.Module) -> None:
+    """Put ``new`` where the submodule called ``name`` (e.g. ``"blocks.0.ff.up"``) was."""
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, new)
