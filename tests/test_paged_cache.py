@@ -27,19 +27,20 @@ def toy_gpt(positional="learned", n_kv_heads=None, window=None) -> GPT:
     return model.eval()
 
 
-def kv(t, seed, b=1):
+def kv(t, seed, b=1, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(b, H_KV, t, D, generator=g), torch.randn(b, H_KV, t, D, generator=g)
+    return (torch.randn(b, H_KV, t, D, generator=g).to(dtype), torch.randn(b, H_KV, t, D, generator=g).to(dtype))
 
 
-def test_paged_cache_returns_what_a_concatenating_cache_returns():
-    paged, plain = PagedKVCache(L, H_KV, D, n_blocks=8, block_size=3), DynamicCache()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_paged_cache_returns_what_a_concatenating_cache_returns(dtype):
+    paged, plain = PagedKVCache(L, H_KV, D, n_blocks=8, block_size=3, dtype=dtype), DynamicCache()
     for seq in ("a", "b"):
         paged.add_sequence(seq)
     paged.set_active(["a", "b"])
     for step, t in enumerate((5, 1, 2, 1, 3)):  # chunks that cross block boundaries
         for layer in range(L):
-            k, v = kv(t, seed=10 * step + layer, b=2)
+            k, v = kv(t, seed=10 * step + layer, b=2, dtype=dtype)
             got, want = paged.update(k, v, layer), plain.update(k, v, layer)
             assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert paged.get_seq_length(1) == 12 and paged.blocks_in_use() == 2 * math.ceil(12 / 3)
@@ -113,6 +114,17 @@ def test_continuous_batching_decodes_what_each_prompt_decodes_alone(positional, 
             for block in table:
                 owners.setdefault(block, set()).add(i)
     assert any(len(who) > 1 for who in owners.values())  # a block served two sequences, one after the other
+
+
+@pytest.mark.cuda
+def test_continuous_batching_on_cuda_decodes_what_each_prompt_decodes_alone():
+    model = GPT(toy_gpt("learned", 2).cfg).cuda().eval()
+    model.load_state_dict(toy_gpt("learned", 2).state_dict())
+    requests = mixed_requests()
+    outputs, _ = serve(model, requests, PagedKVCache.for_model(model, n_blocks=8, block_size=4), max_batch=4)
+    for r, got in zip(requests, outputs):
+        want = generate(model, r.prompt[None].cuda(), r.max_new_tokens, use_cache=False)[0, len(r.prompt):]
+        assert torch.equal(got, want.cpu())
 
 
 def test_memory_held_by_a_mixed_batch_against_the_closed_form():

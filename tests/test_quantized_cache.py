@@ -45,6 +45,15 @@ def test_dequantized_error_is_at_most_half_a_step(dtype):
     assert dequantize_kv(q, scale, dtype).dtype == dtype
 
 
+@pytest.mark.cuda
+def test_int8_cache_on_cuda_stays_within_half_a_step():
+    x = vectors((B, H_KV, 9, D), seed=1).to("cuda", torch.bfloat16)
+    k, _ = QuantizedCache().update(x, x, 0)
+    q, scale = quantize_kv(x)
+    assert k.device.type == "cuda" and k.dtype == torch.bfloat16 and q.device.type == "cuda"
+    assert torch.all((dequantize_kv(q, scale) - x.float()).abs() <= scale / 2 + x.float().abs() * 1e-6)
+
+
 def test_quantized_cache_returns_every_position_dequantized():
     cache, written = QuantizedCache(), [[] for _ in range(L)]
     for step, t in enumerate(CHUNKS):

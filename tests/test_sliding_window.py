@@ -91,6 +91,29 @@ def test_windowed_model_decodes_with_a_cache_as_it_recomputes(positional, cache)
     torch.testing.assert_close(got_logits, want_logits, **TOL)
 
 
+@pytest.mark.parametrize("positional", ["learned", "rope"])
+def test_left_padded_windowed_rows_generate_what_each_prompt_generates_alone(positional):
+    model = windowed_gpt(positional)
+    long, short = ids((1, 8), seed=9), ids((1, 3), seed=10)
+    prompts = torch.cat([long, torch.cat([torch.zeros(1, 5, dtype=torch.long), short], dim=1)])  # (2, 8)
+    mask = torch.tensor([[True] * 8, [False] * 5 + [True] * 3])
+    got = generate(model, prompts, 20, attention_mask=mask)
+    assert torch.equal(got[0, 8:], generate(model, long, 20, use_cache=False)[0, 8:])
+    assert torch.equal(got[1, 8:], generate(model, short, 20, use_cache=False)[0, 3:])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cache", ["sliding", "static"])
+def test_windowed_model_decodes_as_it_recomputes_on_cuda(cache):
+    model = GPT(windowed_gpt("rope").cfg).cuda().eval()
+    model.load_state_dict(windowed_gpt("rope").state_dict())
+    prompt = ids((2, 7), seed=4).cuda()
+    want, want_logits = generate(model, prompt, 30, use_cache=False, return_logits=True)
+    got, got_logits = generate(model, prompt, 30, cache=cache, return_logits=True)
+    assert torch.equal(got, want)
+    torch.testing.assert_close(got_logits, want_logits, **TOL)
+
+
 def test_alibi_windowed_model_decodes_with_a_full_cache():
     model = windowed_gpt("alibi", n_kv_heads=2)
     prompt = ids((2, 3), seed=5)
