@@ -303,7 +303,8 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     ``T + max_new_tokens`` must fit in the context (positions cannot slide under a cache).
     With a cache, a model that ``decode_step`` implements (``fast_path_refusal(model) is None``: an unmodified
     GPT in eval mode) decodes with it; any other (training mode, post-norm, hooked modules, a sliding window, ...)
-    through its own forward. A model whose attention is not causal refuses ``use_cache=True`` (``ValueError``, ``cache_refusal``).
+    through its own forward. A model whose attention is not causal refuses ``use_cache=True`` (``ValueError``,
+    ``cache_refusal``).
     """
     _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, attention_mask)
     _check_sampling(temperature, top_k, top_p)
