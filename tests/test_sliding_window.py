@@ -13,6 +13,7 @@ from transformer_lib.kv_cache import SlidingWindowCache, kv_cache_bytes
 from transformer_lib.layers import DecoderLayer
 from transformer_lib.models import GPT, GPTConfig, init_weights
 from transformer_lib.multihead import MultiHeadAttention
+from transformer_lib.pruning import prune_heads
 
 V, BLOCK, WINDOW = 23, 48, 5
 TOL = dict(rtol=1e-4, atol=1e-4)
@@ -150,3 +151,11 @@ def test_sliding_cache_refuses_what_it_cannot_serve():
                  attention_mask=torch.tensor([[False, True, True], [True, True, True]]))
     with pytest.raises(ValueError, match=r"cache='sliding' takes no attention_mask and no ALiBi"):
         generate(windowed_gpt("alibi"), ids((1, 3), seed=8), 4, cache="sliding")
+
+
+def test_pruning_heads_keeps_the_window():
+    model = windowed_gpt()
+    pruned = prune_heads(model, {0: [1], 1: [0, 2]})
+    assert all(block.self_attn.window == WINDOW for block in pruned.blocks)
+    prompt = ids((1, 4), seed=11)
+    assert torch.equal(generate(pruned, prompt, 20), generate(pruned, prompt, 20, use_cache=False))
