@@ -167,3 +167,6 @@ def test_bad_input_gets_clear_errors():
         serve(model, [Request(torch.tensor([1, 2]), 16)], PagedKVCache.for_model(model, 4, 4))
     with pytest.raises(ValueError, match=r"requests\[0\].max_new_tokens must be an int >= 1, got 0"):
         serve(model, [Request(torch.tensor([1]), 0)], PagedKVCache.for_model(model, 4, 4))
+    with pytest.raises(ValueError, match=r"requests\[1\].arrival must be an int >= 0 \(a decoding step\), got -1"):
+        serve(model, [Request(torch.tensor([1]), 1), Request(torch.tensor([1]), 1, -1)],
+              PagedKVCache.for_model(model, 4, 4))

@@ -45,6 +45,8 @@ def _check_requests(model, requests, cache: PagedKVCache) -> None:
             raise ValueError(f"requests[{i}].prompt must be a 1-D tensor of >= 1 token ids, got {got}")
         if isinstance(r.max_new_tokens, bool) or not isinstance(r.max_new_tokens, int) or r.max_new_tokens < 1:
             raise ValueError(f"requests[{i}].max_new_tokens must be an int >= 1, got {r.max_new_tokens!r}")
+        if isinstance(r.arrival, bool) or not isinstance(r.arrival, int) or r.arrival < 0:
+            raise ValueError(f"requests[{i}].arrival must be an int >= 0 (a decoding step), got {r.arrival!r}")
         total = len(r.prompt) + r.max_new_tokens - 1
         if total > model.cfg.block_size or cache.blocks_for(total) > cache.n_blocks:
             raise ValueError(f"requests[{i}] needs {total} positions: more than block_size={model.cfg.block_size} "
