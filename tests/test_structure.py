@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer_lib"
 LAYERS = {
     "foundation": ["device", "modes", "timing", "claims"],
     "core model": ["attention", "masking", "positional", "multihead", "layers", "models", "kv_cache", "generate",
+                   "paged_cache", "continuous_batching", "quantized_cache",
                    "variants", "rnn"],
     "package": [""],  # transformer_lib/__init__.py re-exports the core model
     "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],

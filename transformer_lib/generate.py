@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kv_cache import DynamicCache, StaticCache
+from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache
 from .layers import DecoderLayer, FeedForward, LayerNorm, Residual
 from .multihead import MultiHeadAttention
 from .positional import alibi_bias
@@ -103,6 +103,8 @@ def _block_refusal(block) -> str | None:
                     f"{getattr(res, 'norm_first', None)}, norm {norm})")
     if type(block.self_attn) is not MultiHeadAttention or type(block.ffn) is not FeedForward:
         return "its attention or FFN is not the library's MultiHeadAttention / FeedForward"
+    if block.self_attn.window is not None:
+        return f"its attention has a sliding window ({block.self_attn.window}); decode_step attends to every key"
     if any(_hooked(m) for m in (block, block.res_self, block.res_ffn, block.res_self.norm, block.res_ffn.norm,
                                 block.self_attn, block.ffn)):
         return "a module has forward hooks (decode_step would skip them)"
@@ -213,18 +215,35 @@ def decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None
 
 
 # ----------------------------------------------------------------------------- the loop
+CACHES = ("static", "dynamic", "sliding")
+
+
 def _make_cache(kind: str, model, batch: int, max_len: int):
     if kind == "static":
         return StaticCache.for_model(model, batch, max_len)
     if kind == "dynamic":
         return DynamicCache()
-    raise ValueError(f"cache must be 'static' or 'dynamic', got {kind!r}")
+    if kind == "sliding":
+        return SlidingWindowCache(model.cfg.window)
+    raise ValueError(f"cache must be 'static' or 'dynamic', got {kind!r} (or 'sliding' for a model with "
+                     "GPTConfig.window)")
 
 
 def _check_cacheable(model) -> None:
     reason = cache_refusal(model)
     if reason is not None:
         raise ValueError(f"this model cannot decode with a KV cache: {reason}; pass use_cache=False")
+
+
+def _check_sliding(model, attention_mask) -> None:
+    """``cache='sliding'`` needs a windowed model; its cache drops keys that padding masks and ALiBi still count."""
+    if getattr(model.cfg, "window", None) is None:
+        raise ValueError("cache='sliding' needs a model with sliding-window attention (GPTConfig.window), got "
+                         "window=None: this model attends to every past key; use cache='static' or 'dynamic'")
+    if model.cfg.positional == "alibi" or attention_mask is not None:
+        raise ValueError(f"cache='sliding' takes no attention_mask and no ALiBi (positional="
+                         f"{model.cfg.positional!r}, attention_mask given: {attention_mask is not None}); "
+                         "use cache='static'")
 
 
 def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, attention_mask) -> None:
@@ -246,8 +265,11 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, 
     if use_cache and T + max_new_tokens > block:
         raise ValueError(f"prompt length {T} + max_new_tokens {max_new_tokens} exceeds block_size={block}, "
                          "which a cache cannot slide past; use fewer tokens or use_cache=False")
-    if use_cache and cache not in ("static", "dynamic"):
-        raise ValueError(f"cache must be 'static' or 'dynamic', got {cache!r}")
+    if use_cache and cache not in CACHES:
+        raise ValueError(f"cache must be 'static' or 'dynamic', got {cache!r} (or 'sliding' for a model with "
+                         "GPTConfig.window)")
+    if use_cache and cache == "sliding":
+        _check_sliding(model, attention_mask)
     if attention_mask is not None:
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != (B, T):
             got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
@@ -268,7 +290,8 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     Args:
         temperature: 0 = greedy; otherwise divide the logits by it before sampling.
         top_k, top_p: optional filters applied before sampling (``filter_logits``).
-        use_cache: reuse past keys/values (``cache='static'`` preallocated or ``'dynamic'`` concatenating).
+        use_cache: reuse past keys/values (``cache='static'`` preallocated, ``'dynamic'`` concatenating or
+            ``'sliding'``, the last ``window`` positions of a sliding-window model: ``kv_cache.SlidingWindowCache``).
         seed: seeds the sampling generator (same seed, same text, with or without a cache).
         attention_mask: ``(B, T)``, False on the left padding of shorter prompts. Each row then gets
             positions counted from its first real token, so it continues exactly as that prompt alone.
@@ -279,8 +302,9 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     a sequence that outgrows the context is cropped to its last ``block_size`` tokens; with a cache
     ``T + max_new_tokens`` must fit in the context (positions cannot slide under a cache).
     With a cache, a model that ``decode_step`` implements (``fast_path_refusal(model) is None``: an unmodified
-    GPT in eval mode) decodes with it; any other (training mode, post-norm, hooked modules, ...) through its own
-    forward. A model whose attention is not causal refuses ``use_cache=True`` (``ValueError``, ``cache_refusal``).
+    GPT in eval mode) decodes with it; any other (training mode, post-norm, hooked modules, a sliding window, ...)
+    through its own forward. A model whose attention is not causal refuses ``use_cache=True`` (``ValueError``,
+    ``cache_refusal``).
     """
     _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, attention_mask)
     _check_sampling(temperature, top_k, top_p)

@@ -6,6 +6,11 @@ each ``MultiHeadAttention`` calls ``cache.update(k, v, layer_idx)`` with its new
 
 * ``DynamicCache`` grows by concatenation (simple; copies the whole past at every step).
 * ``StaticCache`` preallocates ``max_len`` slots and writes in place (no copy of the past, fixed buffers).
+* ``SlidingWindowCache`` keeps only the last ``window`` positions, for a model with sliding-window attention
+  (``GPTConfig(window=...)``): older keys are never attended again, so its memory stops growing.
+
+Elsewhere: ``paged_cache.PagedKVCache`` (fixed-size blocks shared by many sequences) and
+``quantized_cache.QuantizedCache`` (int8 keys and values).
 
 Memory: ``2 (K and V) x n_layers x B x n_kv_heads x d_head x T x bytes_per_element`` (``kv_cache_bytes``).
 """
@@ -42,6 +47,57 @@ class DynamicCache:
 
     def nbytes(self) -> int:
         """Bytes held by the keys and values."""
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+
+class SlidingWindowCache:
+    """Keeps the last ``window`` keys/values per layer: ``(B, H_kv, <= window, d_head)``.
+
+    For a model whose attention sees only the ``window`` most recent positions (itself included): a new token
+    needs the ``window - 1`` before it, so the positions older than ``window`` are dropped after each update.
+    ``get_seq_length`` counts every position seen (for positions and RoPE), ``held(layer)`` what is kept.
+    ``update`` returns the kept past plus the new keys, contiguous positions ending at the newest, so the model's
+    band mask (aligned to the end of the keys) selects the right ones. No key-padding masks, no ALiBi (their
+    shapes count every position seen).
+    """
+
+    def __init__(self, window: int):
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be an int >= 1 (the model's GPTConfig.window), got {window!r}")
+        self.window = window
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.seen: list[int] = []
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Positions layer ``layer_idx`` has seen (kept or dropped)."""
+        return self.seen[layer_idx] if layer_idx < len(self.seen) else 0
+
+    def held(self, layer_idx: int = 0) -> int:
+        """Positions layer ``layer_idx`` keeps (at most ``window``)."""
+        return self.keys[layer_idx].shape[-2] if layer_idx < len(self.keys) else 0
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
+        """Append ``k, v: (B, H_kv, T_new, d_head)``; return ``(B, H_kv, held + T_new, d_head)``, then keep the last
+        ``window``."""
+        if layer_idx == len(self.keys):  # first call for this layer
+            full_k, full_v = k, v
+            self.keys.append(k)
+            self.values.append(v)
+            self.seen.append(0)
+        elif layer_idx < len(self.keys):
+            full_k = torch.cat([self.keys[layer_idx], k], dim=-2)  # (B, H_kv, held + T_new, d_head)
+            full_v = torch.cat([self.values[layer_idx], v], dim=-2)
+        else:
+            raise ValueError(f"layer_idx={layer_idx} skips layers: the cache holds {len(self.keys)} so far")
+        # copies, so that no view keeps a long prompt's (or the qkv projection's) storage alive
+        self.keys[layer_idx] = full_k[..., -self.window:, :].clone(memory_format=torch.contiguous_format)
+        self.values[layer_idx] = full_v[..., -self.window:, :].clone(memory_format=torch.contiguous_format)
+        self.seen[layer_idx] += k.shape[-2]
+        return full_k, full_v
+
+    def nbytes(self) -> int:
+        """Bytes held by the kept keys and values."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 

@@ -113,18 +113,19 @@ class DecoderLayer(nn.Module):
 
     ``causal`` (an attribute, default True): the self-attention's causal mask. ``forward`` reads it unless its
     ``is_causal`` argument says otherwise; ``variants.set_causal`` flips it on a whole model.
+    ``window``: sliding-window self-attention (``MultiHeadAttention``'s ``window``); None = full attention.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
                  norm_first: bool = False, eps: float = 1e-5, bias: bool = True, cross_attention: bool = True,
                  rope: nn.Module | None = None, layer_idx: int = 0, n_kv_heads: int | None = None,
-                 causal: bool = True):
+                 causal: bool = True, window: int | None = None):
         super().__init__()
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {causal!r}")
         self.causal = causal
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias, rope=rope, layer_idx=layer_idx,
-                                            n_kv_heads=n_kv_heads)
+                                            n_kv_heads=n_kv_heads, window=window)
         self.res_self = Residual(d_model, norm_first, dropout, eps)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if cross_attention else None
         self.res_cross = Residual(d_model, norm_first, dropout, eps) if cross_attention else None

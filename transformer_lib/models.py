@@ -215,6 +215,7 @@ class GPTConfig:
     bias: bool = True
     positional: str = "learned"  # one of POSITIONAL
     n_kv_heads: int | None = None  # < n_heads: grouped-query attention (chapter 07); None = n_heads
+    window: int | None = None  # sliding-window attention: each token sees itself and window - 1 before; None = all
 
     def __post_init__(self):
         _check_ints(self, "vocab_size", "block_size", "n_layers", "n_heads", "d_model")
@@ -228,6 +229,8 @@ class GPTConfig:
             _check_ints(self, "n_kv_heads")
             if self.n_heads % self.n_kv_heads != 0:
                 raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
+        if self.window is not None and (type(self.window) is not int or self.window < 1):  # bool is not int here
+            raise ValueError(f"GPTConfig.window must be an int >= 1 or None (full attention), got {self.window!r}")
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2 != 0:
             raise ValueError(f"positional='rope' rotates feature pairs: d_head = d_model // n_heads must be even, "
                              f"got {self.d_model} // {self.n_heads} = {self.d_model // self.n_heads}")
@@ -249,7 +252,8 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, "gelu", norm_first=True, bias=c.bias,
-                         cross_attention=False, rope=rope, layer_idx=i, n_kv_heads=c.n_kv_heads)
+                         cross_attention=False, rope=rope, layer_idx=i, n_kv_heads=c.n_kv_heads,
+                         window=c.window)
             for i in range(c.n_layers))
         self.norm = LayerNorm(c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)

@@ -19,6 +19,24 @@ from .masking import check_mask, combine_masks, key_padding_to_attention
 ATTN_MASK_SHAPES = ("(Tq, Tk)", "(1, 1, Tq, Tk)", "(B, 1, Tq, Tk)", "(1, H, Tq, Tk)", "(B, H, Tq, Tk)")
 
 
+def sliding_window_mask(t_q: int, t_k: int, window: int, device=None) -> torch.Tensor:
+    """Bool ``(t_q, t_k)`` band, True where a query may attend: itself and the ``window - 1`` keys before it.
+
+    Aligned to the end of the keys (query ``i`` is key position ``t_k - t_q + i``, as with a cache), so
+    key ``j`` is visible when ``0 <= (t_k - t_q + i) - j < window``: causal and at most ``window`` keys.
+    """
+    q_pos = torch.arange(t_k - t_q, t_k, device=device)[:, None]  # (t_q, 1)
+    distance = q_pos - torch.arange(t_k, device=device)[None, :]  # (t_q, t_k): how far back each key is
+    return (distance >= 0) & (distance < window)
+
+
+def check_window(window) -> None:
+    """``window`` is None (full attention) or an int >= 1."""
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be an int >= 1 (keys a query sees, itself included) or None (full "
+                         f"attention), got {type(window).__name__} {window!r}")
+
+
 def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> None:
     """``attn_mask`` is 2-D ``(Tq, Tk)`` or 4-D ``(B or 1, H or 1, Tq, Tk)``, never 3-D (ambiguous)."""
     if not isinstance(mask, torch.Tensor):
@@ -43,13 +61,16 @@ class MultiHeadAttention(nn.Module):
         (``kv_cache.py``, chapter 07), with ``layer_idx`` set by the model;
       * ``n_kv_heads < n_heads``: grouped-query attention (Ainslie et al. 2023; 1 = multi-query, Shazeer 2019):
         each group of ``n_heads // n_kv_heads`` query heads shares one key/value head, so the cache shrinks;
-      * ``d_head``: set explicitly when ``n_heads * d_head != d_model`` (e.g. after pruning heads, chapter 08).
+      * ``d_head``: set explicitly when ``n_heads * d_head != d_model`` (e.g. after pruning heads, chapter 08);
+      * ``window``: sliding-window attention (Beltagy et al. 2020, Mistral 7B): with ``is_causal`` each query sees
+        only itself and the ``window - 1`` keys before it (``sliding_window_mask``); None = full attention.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
                  rope: nn.Module | None = None, layer_idx: int = 0, n_kv_heads: int | None = None,
-                 d_head: int | None = None):
+                 d_head: int | None = None, window: int | None = None):
         super().__init__()
+        check_window(window)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         sizes = dict(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head)
         for name, value in sizes.items():
@@ -73,6 +94,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.rope = rope
         self.layer_idx = layer_idx
+        self.window = window
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, T, H * d_head) -> (B, H, T, d_head)``."""
@@ -129,7 +151,8 @@ class MultiHeadAttention(nn.Module):
                 rejected: ``(X, Tq, Tk)`` could be per sequence or per head, which cannot be told apart when
                 ``B == H``; write ``mask[:, None]`` (per sequence) or ``mask[None]`` (per head).
             key_padding_mask: bool ``(B, Tk)``, True on real tokens.
-            is_causal: add a causal mask aligned to the end of the keys.
+            is_causal: add a causal mask aligned to the end of the keys (the band ``sliding_window_mask`` when
+                ``self.window`` is set; without ``is_causal`` the window is not applied).
             need_weights: take the teaching path and return the per-head weights.
         """
         self._check_inputs(query, key, value)
@@ -154,6 +177,9 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"key_padding_mask must be bool (B={B}, Tk={Tk}), got "
                                  f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
             key_padding_mask = key_padding_to_attention(key_padding_mask)  # (B, 1, 1, Tk)
+        if is_causal and self.window is not None:  # the band already holds the causal mask
+            band = sliding_window_mask(Tq, Tk, self.window, device=q.device)  # (Tq, Tk)
+            attn_mask, is_causal = band if attn_mask is None else combine_masks(attn_mask, band), False
         mask = combine_masks(attn_mask, key_padding_mask)
         p = self.dropout if self.training else 0.0
         y = scaled_dot_product_attention(q, k, v, mask, return_weights=need_weights, is_causal=is_causal, dropout_p=p)

@@ -218,7 +218,7 @@ def prune_attention_heads(attn: MultiHeadAttention, keep: Sequence[int]) -> Mult
     rows = torch.cat([cols + block * H * D for block in range(3)])  # the same features in W_Q, W_K, W_V
     device = attn.qkv.weight.device
     new = MultiHeadAttention(attn.d_model, len(keep), attn.dropout, bias=attn.qkv.bias is not None,
-                             rope=attn.rope, layer_idx=attn.layer_idx, d_head=D)
+                             rope=attn.rope, layer_idx=attn.layer_idx, d_head=D, window=attn.window)
     new.to(device=device, dtype=attn.qkv.weight.dtype)
     new.qkv.weight.copy_(attn.qkv.weight[rows.to(device)])  # (3 * kept * d_head, d_model)
     new.out.weight.copy_(attn.out.weight[:, cols.to(device)])  # (d_model, kept * d_head)

@@ -11,5 +11,6 @@ chapter calls and shows. Models come from the core modules, training from ``trai
 | 06 | ``causal_leak`` | the leak test, and a GPT trained with and without its causal mask |
 | 06 | ``mask_fill`` | ``-1e9`` vs ``-inf`` vs ``finfo.min`` in fp32 / fp16 / bf16 |
 | 06 | ``padded_rows`` | padded positions as queries |
+| 07 | ``batched_decoding`` | decoding tokens per second against batch size, with its arithmetic intensity |
 | 08 | ``pruning_speed`` | forward and decoding speed of pruned models; sparse CSR vs dense products |
 """

@@ -1,0 +1,101 @@
+"""Chapter 07's batching experiment: decoding throughput against batch size, and why it grows.
+
+One decoding step multiplies every weight matrix by one vector per row: about 2 FLOPs per weight per row. The
+weights are read from memory once per step whatever the batch size, while each row also reads its own cached keys
+and values. So the step's *arithmetic intensity* (FLOPs per byte moved) is, with ``N`` matrix weights of ``w``
+bytes and ``kv(T)`` the cache bytes of one row at context ``T``:
+
+    intensity(B) = B (2 N + attention FLOPs(T)) / (N w + B kv(T))
+
+While ``N w`` dominates the bytes, intensity grows in proportion to ``B``: a batch of 8 does 8 times the work for
+about the same bytes, so tokens per second grow almost 8-fold (decoding is bound by memory bandwidth). Once the
+intensity reaches the machine's balance point (its peak FLOP/s over its bandwidth), arithmetic is the limit and
+larger batches stop paying (Williams et al. 2009, the roofline model).
+
+``decode_step_cost`` is that closed form for a ``GPT``; ``decode_throughput`` measures tokens per second of
+``generate`` for several batch sizes, prompts of different lengths left-padded as chapter 06 shows (``left_pad``).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..generate import generate
+from ..kv_cache import kv_cache_bytes
+from ..timing import interleaved_medians
+
+
+def left_pad(prompts: list[torch.Tensor], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts ``(T_i,)`` of different lengths -> ``ids (B, T_max)`` padded on the left with ``pad_id`` and
+    ``attention_mask (B, T_max)``, True on real tokens (each row's last token is real, as ``generate`` needs)."""
+    ok = isinstance(prompts, (list, tuple)) and prompts and all(
+        isinstance(p, torch.Tensor) and p.dim() == 1 and len(p) >= 1 for p in prompts)
+    if not ok:
+        got = [tuple(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__ for p in prompts] \
+            if isinstance(prompts, (list, tuple)) else type(prompts).__name__
+        raise ValueError(f"prompts must be a non-empty list of 1-D tensors of >= 1 token ids, got {got}")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=prompts[0].device)
+    mask = torch.zeros(len(prompts), width, dtype=torch.bool, device=prompts[0].device)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):], mask[row, width - len(p):] = p, True
+    return ids, mask
+
+
+def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: int = 4) -> dict:
+    """FLOPs and bytes of one decoding step of a ``GPT`` with config ``cfg``: ``batch_size`` rows, each attending
+    over ``context_len`` cached positions (its new token included).
+
+    Counts the matrix multiplications (q/k/v, output, FFN and head projections; norms, biases, softmax and the
+    embedding lookup are left out) and attention (``4 x n_layers x n_heads x d_head x T`` per row: scores and the
+    weighted sum, over every cached position). Bytes: every matrix once (a tied head read once) and each row's
+    cached keys and values.
+    """
+    for name, value in (("batch_size", batch_size), ("context_len", context_len),
+                        ("bytes_per_element", bytes_per_element)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    d, d_head = cfg.d_model, cfg.d_model // cfg.n_heads
+    kv_heads = cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads
+    per_layer = d * (d + 2 * kv_heads * d_head) + d * d + 2 * d * cfg.d_ff  # qkv, out, up, down
+    weights = cfg.n_layers * per_layer + d * cfg.vocab_size  # + the head
+    attention = 4 * cfg.n_layers * d * context_len  # per row: q k^T and weights @ v, every head
+    flops = batch_size * (2 * weights + attention)
+    kv = kv_cache_bytes(cfg.n_layers, kv_heads, d_head, context_len, batch_size, bytes_per_element)
+    moved = weights * bytes_per_element + kv
+    return {"flops": flops, "matrix_weights": weights, "weight_bytes": weights * bytes_per_element,
+            "kv_bytes": kv, "intensity": flops / moved}
+
+
+@torch.inference_mode()
+def decode_throughput(model, batch_sizes, prompt_lengths=(4, 9, 16, 25), new_tokens: int = 32,
+                      repeats: int = 5, seed: int = 0) -> list[dict]:
+    """Greedy-decoding tokens per second of ``generate`` (static cache) for each batch size.
+
+    Row ``i`` of a batch gets a random prompt of length ``prompt_lengths[i % len(prompt_lengths)]``, left-padded.
+    Each batch is timed for ``new_tokens`` and for 1 new token (the prefill and first token), interleaved with the
+    others (``timing.interleaved_medians``); the difference is the decoding alone:
+    ``tok/s = B x (new_tokens - 1) / (t(new_tokens) - t(1))``. Returns one dict per batch size with the measured
+    ``tok_per_s`` and ``decode_step_cost`` at the longest context reached.
+    """
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 2:
+        raise ValueError(f"new_tokens must be an int >= 2 (one token is the prefill's), got {new_tokens!r}")
+    if not batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batch_sizes):
+        raise ValueError(f"batch_sizes must be a non-empty list of ints >= 1, got {batch_sizes!r}")
+    device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
+    batches = {}
+    for b in batch_sizes:
+        prompts = [torch.randint(0, model.cfg.vocab_size, (prompt_lengths[i % len(prompt_lengths)],), generator=g)
+                   for i in range(b)]
+        batches[b] = [t.to(device) for t in left_pad(prompts)]
+    fns = {}
+    for b, (ids, mask) in batches.items():
+        fns[(b, new_tokens)] = lambda ids=ids, mask=mask: generate(model, ids, new_tokens, attention_mask=mask)
+        fns[(b, 1)] = lambda ids=ids, mask=mask: generate(model, ids, 1, attention_mask=mask)
+    seconds = interleaved_medians(fns, repeats=repeats, warmup=1, device=device)
+    rows = []
+    for b, (ids, _) in batches.items():
+        decode_s = max(seconds[(b, new_tokens)] - seconds[(b, 1)], 1e-9)
+        cost = decode_step_cost(model.cfg, b, ids.shape[1] + new_tokens, model.tok_emb.weight.element_size())
+        rows.append({"batch": b, "tok_per_s": b * (new_tokens - 1) / decode_s, "decode_seconds": decode_s,
+                     "prefill_seconds": seconds[(b, 1)], **cost})
+    return rows
