@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .calibration import calibration_inputs
+from .calibration import replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
 from .quant_grids import check_bits, check_finite
-from .quant_linear import QuantEmbedding, QuantLinear, linears_to_replace, rtn_weight, set_module
+from .quant_linear import QuantLinear, rtn_weight
 
 
 @dataclass
@@ -75,18 +75,5 @@ def awq_quantize_model(model: nn.Module, batches, bits: int = 4, group_size: int
     sees while the float model runs ``batches``. A layer whose weight is tied to an embedding (GPT's ``lm_head``)
     keeps ``s = 1`` (round-to-nearest), so the embedding can read the same codes (``QuantEmbedding``)."""
     check_bits(bits)
-    linears = linears_to_replace(model, skip, group_size)
-    inputs = calibration_inputs(model, batches)
-    embeddings = {id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
-    for name, lin in linears:
-        tied = embeddings.get(id(lin.weight))
-        if tied is not None:
-            new = QuantLinear.from_linear(lin, bits, group_size)
-            set_module(model, name, new)
-            set_module(model, tied, QuantEmbedding(new))
-            continue
-        if name not in inputs:
-            raise ValueError(f"layer {name!r} saw no input while the calibration batches ran; skip it, e.g. "
-                             f"skip=({name!r},)")
-        set_module(model, name, awq_linear(lin, inputs[name], bits, group_size, n_grid))
-    return model
+    return replace_linears_calibrated(model, batches, lambda lin, x: awq_linear(lin, x, bits, group_size, n_grid),
+                                      lambda lin: QuantLinear.from_linear(lin, bits, group_size), skip, group_size)

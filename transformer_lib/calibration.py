@@ -1,5 +1,6 @@
 """Measuring a model for quantization: its loss, perplexity and top-1 agreement on fixed batches (``lm_quality``)
-and the calibration inputs of its linear layers (``capture_linear_inputs``), which GPTQ, AWQ and SmoothQuant read."""
+and the calibration inputs of its linear layers (``capture_linear_inputs``), which GPTQ, AWQ and SmoothQuant read
+(``replace_linears_calibrated`` swaps each layer for its calibrated version)."""
 from __future__ import annotations
 
 import torch
@@ -7,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .modes import eval_mode
+from .quant_linear import QuantEmbedding, linears_to_replace, set_module
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -69,3 +71,30 @@ def calibration_inputs(model: nn.Module, batches) -> dict[str, torch.Tensor]:
                 m((b[0] if isinstance(b, (tuple, list)) else b).to(device))
 
     return capture_linear_inputs(model, run)
+
+
+def replace_linears_calibrated(model: nn.Module, batches, convert, tied_convert=None, skip: tuple[str, ...] = (),
+                               group_size: int | None = None) -> nn.Module:
+    """Replace every ``nn.Linear`` of ``model`` (in place) by ``convert(linear, inputs)``, where ``inputs:
+    (tokens, in_features)`` is what that layer saw while the float model ran the calibration ``batches``.
+
+    A layer whose weight is tied to an embedding (GPT's ``lm_head``) becomes ``tied_convert(linear)`` when given
+    (default: ``convert`` as for any layer) and the embedding reads its codes (``QuantEmbedding``). Names in
+    ``skip`` stay float; ``group_size`` must divide every replaced layer's ``in_features``.
+    """
+    linears = linears_to_replace(model, skip, group_size)
+    inputs = calibration_inputs(model, batches)
+    embeddings = {id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
+    for name, lin in linears:
+        tied = embeddings.get(id(lin.weight))
+        if tied is not None and tied_convert is not None:
+            new = tied_convert(lin)
+        elif name not in inputs:
+            raise ValueError(f"layer {name!r} saw no input while the calibration batches ran; skip it, e.g. "
+                             f"skip=({name!r},)")
+        else:
+            new = convert(lin, inputs[name])
+        set_module(model, name, new)
+        if tied is not None:
+            set_module(model, tied, QuantEmbedding(new))
+    return model

@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .calibration import calibration_inputs
+from .calibration import replace_linears_calibrated
 from .quant_grids import QuantizedTensor, check_bits, check_finite, int_range, quantize
-from .quant_linear import QuantEmbedding, QuantLinear, linears_to_replace, set_module
+from .quant_linear import QuantLinear
 
 
 def layer_hessian(x: torch.Tensor) -> torch.Tensor:
@@ -102,17 +102,5 @@ def gptq_quantize_model(model: nn.Module, batches, bits: int = 4, group_size: in
     Every layer is calibrated on the float model's inputs (the paper feeds each layer the already-quantized
     previous layers' outputs, a small further gain)."""
     check_bits(bits)
-    linears = linears_to_replace(model, skip, group_size)
-    inputs = calibration_inputs(model, batches)
-    embeddings = {id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
-    for name, lin in linears:
-        if name not in inputs:
-            raise ValueError(f"layer {name!r} saw no input while the calibration batches ran; skip it, e.g. "
-                             f"skip=({name!r},)")
-        new = gptq_linear(lin, inputs[name], bits, group_size, damp)
-        tied = embeddings.get(id(lin.weight))
-        set_module(model, name, new)
-        if tied is not None:
-            set_module(model, tied, QuantEmbedding(new))
-    return model
-
+    return replace_linears_calibrated(model, batches, lambda lin, x: gptq_linear(lin, x, bits, group_size, damp),
+                                      skip=skip, group_size=group_size)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .calibration import calibration_inputs
+from .calibration import replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
 from .quant_grids import check_finite
-from .quant_linear import QuantEmbedding, QuantLinear, linears_to_replace, set_module
+from .quant_linear import QuantLinear
 
 
 def smoothing_factors(x_absmax: torch.Tensor, weight: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
@@ -56,18 +56,5 @@ def smoothquant_model(model: nn.Module, batches, alpha: float = 0.5, skip: tuple
     """W8A8 with smoothing: every ``nn.Linear`` of ``model`` (in place) becomes ``smooth_linear`` calibrated on
     the inputs it sees while the float model runs ``batches``. A layer tied to an embedding stays unsmoothed and
     weight-only int8, as ``quantize_model(act_bits=8)`` leaves it, so the embedding reads the same codes."""
-    linears = linears_to_replace(model, skip, None)
-    inputs = calibration_inputs(model, batches)
-    embeddings = {id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
-    for name, lin in linears:
-        tied = embeddings.get(id(lin.weight))
-        if tied is not None:
-            new = QuantLinear.from_linear(lin, 8)
-            set_module(model, name, new)
-            set_module(model, tied, QuantEmbedding(new))
-            continue
-        if name not in inputs:
-            raise ValueError(f"layer {name!r} saw no input while the calibration batches ran; skip it, e.g. "
-                             f"skip=({name!r},)")
-        set_module(model, name, smooth_linear(lin, inputs[name], alpha))
-    return model
+    return replace_linears_calibrated(model, batches, lambda lin, x: smooth_linear(lin, x, alpha),
+                                      lambda lin: QuantLinear.from_linear(lin, 8), skip)
