@@ -11,6 +11,7 @@ Three kinds of test:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import json
@@ -149,13 +150,11 @@ class _Quiet(SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def page(browser_path):
-    """A blank page on 127.0.0.1 in headless Chromium (the harness in devtools.py), with a helper to load modules."""
-    websocket = pytest.importorskip("websocket")  # noqa: F841 (websocket-client, used by the harness)
+@contextlib.contextmanager
+def served_in_chromium(browser_path, folder: Path, domains=("Network", "Page", "Runtime")):
+    """Serve ``folder`` on 127.0.0.1 and open headless Chromium (devtools.py's harness): ``(chrome, base_url)``."""
+    pytest.importorskip("websocket")  # websocket-client, used by the harness
     from devtools import Chromium  # the DevTools client
-    folder = Path(tempfile.mkdtemp(prefix="live-page-"))
-    (folder / "index.html").write_text("<!doctype html><html><body><div id='root'></div></body></html>")
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
@@ -165,15 +164,26 @@ def page(browser_path):
         httpd.shutdown()
         _no_browser(e)
     try:
-        chrome.send("Runtime.enable")
-        chrome.send("Page.enable")
-        chrome.send("Page.navigate", url=f"http://127.0.0.1:{httpd.server_address[1]}/index.html")
-        chrome.wait_for("document.readyState === 'complete'")
-        yield chrome
+        for domain in domains:
+            chrome.send(f"{domain}.enable")
+        yield chrome, f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:
         chrome.close()
         httpd.shutdown()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def page(browser_path):
+    """A blank page on 127.0.0.1 in headless Chromium, with a helper to load modules."""
+    folder = Path(tempfile.mkdtemp(prefix="live-page-"))
+    (folder / "index.html").write_text("<!doctype html><html><body><div id='root'></div></body></html>")
+    try:
+        with served_in_chromium(browser_path, folder, ("Runtime", "Page")) as (chrome, base):
+            chrome.send("Page.navigate", url=f"{base}/index.html")
+            chrome.wait_for("document.readyState === 'complete'")
+            yield chrome
+    finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -380,23 +390,8 @@ MOVE_EVERY_CONTROL = """(() => {
 def book_browser(browser_path):
     if not (SITE / "index.html").exists():
         pytest.skip(f"no built book at {SITE}: run `make book` first (or set LIVE_SITE_HTML to a built html folder)")
-    from devtools import Chromium
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(SITE)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
-    try:
-        chrome = Chromium(browser_path, profile)
-    except (OSError, RuntimeError) as e:
-        httpd.shutdown()
-        _no_browser(e)
-    try:
-        for domain in ("Network", "Page", "Runtime"):
-            chrome.send(f"{domain}.enable")
-        yield chrome, f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        chrome.close()
-        httpd.shutdown()
-        shutil.rmtree(profile, ignore_errors=True)
+    with served_in_chromium(browser_path, SITE) as served:
+        yield served
 
 
 @pytest.mark.browser
