@@ -140,9 +140,9 @@ def check_previous_token_score(fn: Callable) -> ExerciseResult:
 
 
 # ----------------------------------------------------------------------------- exercise 4 (predict, then run)
-WEIGHTS_AXES = ("B: one map per sequence of the batch", "H: one map per head (this module does not average them)",
+WEIGHTS_AXES = ("B: one map per sequence of the batch", "H: one map per head, not averaged over heads",
                 "Tq: one row per query, from the sequence that asks", "Tk: one column per key, from the sequence "
-                "that is read (in cross-attention, the other one)")
+                "that is read, in cross-attention the other one")
 
 
 def check_weights_shape_prediction(guess, batch: int = 3, t_query: int = 7, t_key: int = 5, d_model: int = 64,
