@@ -48,8 +48,8 @@ class ExtrapolationConfig:
     """The experiment's settings: task, model size, training budget."""
     vocab_size: int = 16
     offset: int = 1  # k in "look back k" (k = 1: repeat the previous token)
-    train_len: int = 32  # L: every training sequence has this length
-    eval_factors: tuple = (1, 2, 4)  # evaluate at L, 2L, 4L
+    train_len: int = 32  # T_train: every training sequence has this length
+    eval_factors: tuple = (1, 2, 4)  # evaluate at T_train, 2 T_train, 4 T_train
     n_layers: int = 2
     n_heads: int = 4
     d_model: int = 32
