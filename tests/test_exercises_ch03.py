@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from transformer_lib.exercises.ch03 import check_multi_head_attention, check_previous_token_score, check_split_heads
+from transformer_lib.exercises.ch03 import (check_multi_head_attention, check_previous_token_score, check_split_heads,
+                                           check_weights_shape_prediction)
 
 
 # ----------------------------------------------------------------------------- split_heads
@@ -107,3 +108,24 @@ def test_previous_token_score_common_mistakes_get_their_hint(wrong, hint):
 def test_previous_token_score_wrong_shape_is_explained():
     result = check_previous_token_score(lambda a: previous(a).mean())
     assert not result and "shape" in result.message
+
+
+# ----------------------------------------------------------------------------- predict the weights' shape
+def test_weights_shape_prediction_passes_the_shape_written_from_the_formula():
+    # (B, H, Tq, Tk) from the notation page, with the check's defaults B=3, H=8, Tq=7, Tk=5
+    result = check_weights_shape_prediction((3, 8, 7, 5))
+    assert result and "Correct." in repr(result)
+    assert check_weights_shape_prediction((2, 4, 6, 9), batch=2, t_query=6, t_key=9, n_heads=4)
+
+
+@pytest.mark.parametrize("guess, words", [
+    ((3, 7, 5), ["4 axes", "average_attn_weights"]),
+    ((3, 8, 7, 7), ["axis 3 is 5, not 7", "keys of the memory"]),
+    ((3, 7, 8, 5), ["axis 1 is 8, not 7", "axis 2 is 7, not 8"]),
+    ("3, 8, 7, 5", ["tuple of 4 integers"]),
+])
+def test_weights_shape_prediction_explains_a_wrong_guess(guess, words):
+    result = check_weights_shape_prediction(guess)
+    assert not result
+    for w in words:
+        assert w in result.message

@@ -7,7 +7,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from transformer_lib.experiments.extrapolation import (IGNORE, ExtrapolationConfig, accuracy_by_position, evaluate,
-                                           lookback_batch, make_model, run_experiment, train)
+                                           lookback_batch, make_model, run_experiment, run_seeds,
+                                           seed_summary, train)
 
 
 @pytest.mark.parametrize("batch, length, vocab, offset", [(1, 2, 2, 1), (3, 17, 5, 4), (8, 64, 16, 1), (2, 9, 3, 8)])
@@ -143,3 +144,23 @@ def test_evaluate_gives_the_training_mode_back():
     model = make_model("rope", cfg, device="cpu").train()
     evaluate(model, 8, cfg)
     assert model.training
+
+
+def test_seed_summary_matches_statistics_module():
+    import statistics
+    fake = {s: {"rope": {"eval": {64: {"accuracy": a, "loss": 1.0}}}} for s, a in ((0, 0.25), (1, 0.5), (2, 0.9))}
+    got = seed_summary(fake, 64)["rope"]
+    assert got["mean"] == pytest.approx(statistics.mean([0.25, 0.5, 0.9]))
+    assert got["std"] == pytest.approx(statistics.stdev([0.25, 0.5, 0.9]))
+    assert (got["min"], got["max"]) == (0.25, 0.9)
+    assert seed_summary({0: fake[0]}, 64)["rope"]["std"] == 0.0
+
+
+def test_run_seeds_trains_each_seed_with_its_own_config():
+    cfg = ExtrapolationConfig(steps=2, eval_batches=1, batch_size=4, train_len=8)
+    runs = run_seeds(("alibi",), cfg, seeds=(3, 4), device="cpu", progress=False)
+    assert set(runs) == {3, 4}
+    w3, w4 = (runs[s]["alibi"]["model"].tok_emb.weight for s in (3, 4))
+    assert not torch.equal(w3, w4)  # different seeds, different initialisations
+    with pytest.raises(ValueError, match="seeds must name at least one seed"):
+        run_seeds(("alibi",), cfg, seeds=())

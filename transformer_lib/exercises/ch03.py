@@ -137,3 +137,37 @@ def check_previous_token_score(fn: Callable) -> ExerciseResult:
         "over those T - 1 values.":
             lambda a: offset_weight(a, -1) * (a.shape[-1] - 1) / a.shape[-1],
     })
+
+
+# ----------------------------------------------------------------------------- exercise 4 (predict, then run)
+WEIGHTS_AXES = ("B: one map per sequence of the batch", "H: one map per head, not averaged over heads",
+                "Tq: one row per query, from the sequence that asks", "Tk: one column per key, from the sequence "
+                "that is read, in cross-attention the other one")
+
+
+def check_weights_shape_prediction(guess, batch: int = 3, t_query: int = 7, t_key: int = 5, d_model: int = 64,
+                                   n_heads: int = 8) -> ExerciseResult:
+    """Compare a predicted shape with the weights ``MultiHeadAttention(d_model, n_heads)`` really returns for
+    cross-attention: queries ``(batch, t_query, d_model)``, keys and values ``(batch, t_key, d_model)``.
+
+    Runs the module (``need_weights=True``) and explains every axis the guess got wrong.
+    """
+    x, memory = torch.randn(batch, t_query, d_model), torch.randn(batch, t_key, d_model)
+    with torch.no_grad():
+        _, weights = MultiHeadAttention(d_model, n_heads)(x, memory, memory, need_weights=True)
+    real = tuple(weights.shape)  # (B, H, Tq, Tk)
+    try:
+        guess = tuple(int(g) for g in guess)
+    except (TypeError, ValueError):
+        return ExerciseResult(False, f"write your guess as a tuple of 4 integers, got {guess!r}.")
+    if guess == real:
+        return ExerciseResult(True, f"the weights have shape {real}: " + "; ".join(WEIGHTS_AXES) + ".")
+    if len(guess) != len(real):
+        extra = (" nn.MultiheadAttention averages the heads by default (average_attn_weights=True) and returns "
+                 "(B, Tq, Tk); this module keeps one map per head." if len(guess) == 3 else "")
+        return ExerciseResult(False, f"the weights have {len(real)} axes, {real}, your guess has {len(guess)}."
+                              + extra + " Axes: " + "; ".join(WEIGHTS_AXES) + ".")
+    wrong = [f"axis {i} is {real[i]}, not {guess[i]} ({WEIGHTS_AXES[i]})" for i in range(4) if guess[i] != real[i]]
+    if guess[2:] == (t_query, t_query):
+        wrong.append(f"a query reads the keys of the memory ({t_key} of them), not its own sequence")
+    return ExerciseResult(False, f"the real shape is {real}: " + "; ".join(wrong) + ".")

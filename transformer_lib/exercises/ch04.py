@@ -10,6 +10,7 @@ names the one that matches the reader's output.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -115,3 +116,38 @@ def check_alibi_bias(fn: Callable) -> ExerciseResult:
     """``fn(n_heads, t)`` (``n_heads`` a power of two) must return the ``(n_heads, t, t)`` bias
     ``-m_h * max(i - j, 0)`` with slopes ``m_h = 2^(-8 (h + 1) / n_heads)``."""
     return check_against(fn, _alibi_reference, _alibi_inputs, atol=1e-6, rtol=1e-5, hints=_alibi_slips())
+
+
+# ----------------------------------------------------------------------------- 4. predict, then run
+def check_longest_wavelength_prediction(guess, d_model: int = 16, base: float = 10000.0) -> ExerciseResult:
+    """Compare a predicted wavelength (in positions) of the *last* (sin, cos) pair of a ``d_model``-wide
+    sinusoidal table with the one measured on the table itself: the period of its last column.
+
+    Right within 5%. A wrong guess is compared with the usual slips (the limit ``2 pi base``, forgetting
+    ``2 pi``, pair 0's ``2 pi``) and the message says which one it looks like.
+    """
+    try:
+        guess = float(guess)
+    except (TypeError, ValueError):
+        return ExerciseResult(False, f"write your guess as a number of positions, got {guess!r}.")
+    angle_step = math.atan2(*_last_pair_step(d_model))  # radians the last pair turns per position
+    real = 2 * math.pi / angle_step
+    if abs(guess - real) <= 0.05 * real:
+        return ExerciseResult(True, f"the last pair of a {d_model}-wide table turns once every {real:,.0f} positions: "
+                              f"2 pi * {base:g}^(({d_model} - 2) / {d_model}).")
+    slips = {2 * math.pi * base: "that is 2 pi * base, the limit the last pair approaches only as d_model grows; "
+                                 "the last pair is 2i = d_model - 2, so its exponent is (d_model - 2) / d_model, not 1",
+             real / (2 * math.pi): "that is the right power of the base without the factor 2 pi: a wavelength is "
+                                   "2 pi / omega_i, and omega_i = base^(-2i / d_model)",
+             2 * math.pi: "that is pair 0's wavelength (the fastest hand); the last pair is the slowest",
+             base ** ((d_model - 2) / d_model): "that is 1 / omega_i, a radian's worth of positions; "
+                                                "one full turn takes 2 pi times as many"}
+    why = next((msg for value, msg in slips.items() if abs(guess - value) <= 0.05 * value), None)
+    return ExerciseResult(False, f"the last pair turns once every {real:,.0f} positions, your guess is {guess:,.0f}"
+                          + (f": {why}." if why else f" (2 pi * {base:g}^((d_model - 2) / d_model))."))
+
+
+def _last_pair_step(d_model: int) -> tuple[float, float]:
+    """(sin, cos) of the angle the last pair turns from position 0 to position 1, read off the table."""
+    table = sinusoidal_table(2, d_model).double()  # (2, d_model)
+    return float(table[1, -2]), float(table[1, -1])  # position 1: sin and cos of omega_last

@@ -5,6 +5,8 @@ chapter calls and shows. Models come from the core modules, training from ``trai
 | --- | --- | --- |
 | 01 | ``sequence_cost`` | operator calls, FLOPs and time of a recurrent loop against attention, by length |
 | 01 | ``recall`` | an LSTM and a one-layer GPT recalling the first token after a gap |
+| 03 | ``head_count`` | one head vs two and four at the same width on a task that needs two positions at once |
+| 03 | ``head_batching`` | all heads in one call vs a loop over heads: latency and peak memory |
 | 04 | ``extrapolation`` | positional schemes trained on short sequences, tested on longer ones |
 | 05 | ``norm_placement`` | no LayerNorm vs post-norm vs pre-norm on a deep, thin GPT |
 | 05 | ``cross_attention`` | what the trained translator's decoder reads in the source |

@@ -12,7 +12,7 @@ and measure accuracy on sequences of ``train_len``, ``2 * train_len`` and ``4 * 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -48,8 +48,8 @@ class ExtrapolationConfig:
     """The experiment's settings: task, model size, training budget."""
     vocab_size: int = 16
     offset: int = 1  # k in "look back k" (k = 1: repeat the previous token)
-    train_len: int = 32  # L: every training sequence has this length
-    eval_factors: tuple = (1, 2, 4)  # evaluate at L, 2L, 4L
+    train_len: int = 32  # T_train: every training sequence has this length
+    eval_factors: tuple = (1, 2, 4)  # evaluate at T_train, 2 T_train, 4 T_train
     n_layers: int = 2
     n_heads: int = 4
     d_model: int = 32
@@ -168,3 +168,28 @@ def run_experiment(positionals=("none", "learned", "sinusoidal", "rope", "alibi"
             results[name] = {"model": model, "losses": losses,
                              "eval": {n: evaluate(model, n, cfg) for n in cfg.eval_lens}}
     return results
+
+
+def run_seeds(positionals=("none", "learned", "sinusoidal", "rope", "alibi"), cfg: ExtrapolationConfig | None = None,
+              seeds=(0, 1, 2), device=None, progress: bool = True) -> dict:
+    """``run_experiment`` once per seed (``cfg`` with ``seed`` replaced). Returns ``{seed: run_experiment(...)}``."""
+    cfg = cfg or ExtrapolationConfig()
+    if not seeds:
+        raise ValueError("seeds must name at least one seed, got an empty sequence")
+    return {s: run_experiment(positionals, replace(cfg, seed=s), device, progress) for s in seeds}
+
+
+def seed_summary(by_seed: dict, length: int, key: str = "accuracy") -> dict:
+    """Mean and spread over seeds of ``eval[length][key]`` for each positional scheme.
+
+    ``by_seed``: the output of ``run_seeds``. Returns ``{positional: {"mean", "std", "min", "max", "values"}}``;
+    ``std`` is the sample standard deviation (``n - 1`` in the denominator; 0 for a single seed).
+    """
+    first = next(iter(by_seed.values()))
+    out = {}
+    for name in first:
+        values = torch.tensor([runs[name]["eval"][length][key] for runs in by_seed.values()], dtype=torch.float64)
+        std = values.std().item() if len(values) > 1 else 0.0
+        out[name] = {"mean": values.mean().item(), "std": std, "min": values.min().item(),
+                     "max": values.max().item(), "values": values.tolist()}
+    return out

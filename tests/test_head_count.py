@@ -1,0 +1,79 @@
+"""Chapter 03's one-head-vs-several experiment: its task generator, its reference accuracy, its scoring."""
+import itertools
+
+import pytest
+import torch
+import torch.nn as nn
+
+from transformer_lib.experiments.head_count import (IGNORE, HeadCountConfig, PairReader, accuracy,
+                                                    flagged_pair_batch, order_blind_accuracy, run_experiment)
+
+
+@pytest.mark.parametrize("batch, length, vocab", [(1, 4, 2), (5, 9, 3), (16, 16, 8)])
+def test_targets_are_the_ordered_flagged_pair_after_the_second_flag(batch, length, vocab):
+    idx, targets = flagged_pair_batch(batch, length, vocab, torch.Generator().manual_seed(0))
+    assert idx.shape == targets.shape == (batch, length)
+    for b in range(batch):
+        flagged = [t for t in range(length) if int(idx[b, t]) >= vocab]  # found from the token ids alone
+        assert len(flagged) == 2 and max(flagged) < length // 2
+        first, second = (int(idx[b, t]) - vocab for t in flagged)
+        for t in range(length):
+            want = vocab * first + second if t > flagged[1] else IGNORE
+            assert int(targets[b, t]) == want
+
+
+def test_flag_places_are_spread_over_the_first_half():
+    idx, _ = flagged_pair_batch(4000, 12, 4, torch.Generator().manual_seed(1))
+    counts = (idx >= 4).sum(0).double()  # how often each position is flagged
+    assert counts[6:].sum() == 0
+    expected = 4000 * 2 / 6  # two flags among six places
+    assert ((counts[:6] - expected).abs() < 0.1 * expected).all()
+
+
+@pytest.mark.parametrize("vocab", [2, 3, 5])
+def test_order_blind_accuracy_is_the_best_guess_from_the_unordered_pair(vocab):
+    # brute force: for each unordered pair {a, b}, the best guess is one ordering; it is right when the truth is it
+    pairs = list(itertools.product(range(vocab), repeat=2))
+    right = sum(1 for a, b in pairs if (min(a, b), max(a, b)) == (a, b))  # always guess the sorted order
+    assert order_blind_accuracy(vocab) == pytest.approx(right / len(pairs))
+
+
+def test_every_head_count_has_the_same_parameters():
+    cfg = HeadCountConfig()
+    counts = {h: sum(p.numel() for p in PairReader(cfg, h).parameters()) for h in (1, 2, 4, 8)}
+    assert len(set(counts.values())) == 1
+
+
+class _Oracle(nn.Module):
+    """Reads the flags directly and puts all its score on the right class: accuracy must be exactly 1."""
+
+    def __init__(self, vocab):
+        super().__init__()
+        self.vocab, self.dummy = vocab, nn.Parameter(torch.zeros(()))
+
+    def forward(self, idx):
+        B, T = idx.shape
+        logits = torch.zeros(B, T, self.vocab ** 2)
+        for b in range(B):
+            first, second = [int(v) - self.vocab for v in idx[b] if v >= self.vocab]
+            logits[b, :, self.vocab * first + second] = 1.0
+        return logits
+
+
+def test_accuracy_of_a_perfect_reader_is_one_and_of_a_constant_is_small():
+    cfg = HeadCountConfig(eval_size=64)
+    assert accuracy(_Oracle(cfg.vocab_size), cfg) == 1.0
+    constant = _Oracle(cfg.vocab_size)
+    constant.forward = lambda idx: torch.zeros(*idx.shape, cfg.vocab_size ** 2)  # always class 0
+    assert accuracy(constant, cfg) < 0.1  # class 0 is the pair (0, 0): about 1 / V**2 of the targets
+
+
+def test_head_counts_must_divide_d_model():
+    with pytest.raises(ValueError, match="head_counts must divide d_model=32"):
+        run_experiment(head_counts=(1, 3), cfg=HeadCountConfig(steps=1))
+
+
+def test_a_short_run_returns_one_result_per_head_count_and_seed():
+    res = run_experiment(head_counts=(1, 2), seeds=(0, 1), cfg=HeadCountConfig(steps=2, eval_size=8), device="cpu")
+    assert set(res) == {1, 2} and all(len(v) == 2 for v in res.values())
+    assert all(len(r["losses"]) == 2 and 0.0 <= r["accuracy"] <= 1.0 for v in res.values() for r in v)

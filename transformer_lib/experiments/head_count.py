@@ -1,0 +1,134 @@
+"""One head against several at the same width (chapter 03): a task that needs two positions at once.
+
+The task, "flagged pair": a sequence of random values from ``[0, V)``; exactly two positions, drawn at random
+in the first half, carry a flag (the token id is ``value + V``). At every position after the second flag the
+model must output the *ordered* pair ``(first flagged value, second flagged value)`` as one class
+``V * first + second`` out of ``V**2``. One causal attention layer reads the sequence and a small MLP maps its
+output to the class. A head returns one weighted average of value vectors: to give both values and which came
+first, one head must spread its weight over both flagged positions and keep them apart inside a single blend,
+whose weights shift with where the flags fall. With two heads, one can read the earlier flag and one the later.
+Every model has the same ``d_model`` and the same number of parameters: only how the width is cut into heads
+changes.
+
+Knowing the two values but not their order, the best guess scores ``order_blind_accuracy(V)`` (right whenever
+the two values are equal, half the time otherwise); guessing blindly scores ``1 / V**2``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..masking import causal_mask
+from ..modes import eval_mode
+from ..multihead import MultiHeadAttention
+from ..train import TrainConfig
+from ..train import train as train_loop
+from .extrapolation import single_cpu_thread
+
+IGNORE = -100  # positions without a target (up to and including the second flag)
+
+
+def flagged_pair_batch(batch_size: int, length: int, vocab_size: int, generator: torch.Generator | None = None,
+                       device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences with two flagged values and their ordered-pair targets.
+
+    Returns ``idx: (B, T)`` in ``[0, 2V)`` (``value + V`` at the two flagged positions, which lie in
+    ``[0, T // 2)``) and ``targets: (B, T)``: ``V * first + second`` at every position after the second flag,
+    ``-100`` elsewhere.
+    """
+    if length < 4:
+        raise ValueError(f"length must be at least 4 (two flags in the first half), got {length}")
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be at least 2, got {vocab_size}")
+    values = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, T)
+    places = torch.rand(batch_size, length // 2, generator=generator).argsort(1)[:, :2].sort(1).values  # (B, 2)
+    rows = torch.arange(batch_size)
+    first, second = values[rows, places[:, 0]], values[rows, places[:, 1]]  # (B,) each
+    flags = torch.zeros_like(values)
+    flags[rows[:, None], places] = 1
+    after = torch.arange(length)[None, :] > places[:, 1:]  # (B, T): strictly after the second flag
+    targets = torch.where(after, (vocab_size * first + second)[:, None], torch.full_like(values, IGNORE))
+    return (values + vocab_size * flags).to(device), targets.to(device)
+
+
+def order_blind_accuracy(vocab_size: int) -> float:
+    """Best accuracy knowing both values but not their order: ``1/V + (1 - 1/V) / 2``."""
+    return 1 / vocab_size + (1 - 1 / vocab_size) / 2
+
+
+@dataclass
+class HeadCountConfig:
+    """The experiment's settings: task, model size, training budget (a few seconds per model on a CPU)."""
+    vocab_size: int = 8  # V values; the input has 2V token ids (flagged or not), the output V**2 classes
+    length: int = 16
+    d_model: int = 32
+    d_hidden: int = 128  # width of the MLP that reads the attention output
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 3e-3
+    eval_size: int = 1024  # sequences in the (fixed) evaluation batch
+    seed: int = 0
+
+
+class PairReader(nn.Module):
+    """Token + position embeddings, one causal ``MultiHeadAttention`` layer with a residual, an MLP to ``V**2``
+    classes. ``forward(idx: (B, T)) -> logits: (B, T, V**2)``."""
+
+    def __init__(self, cfg: HeadCountConfig, n_heads: int):
+        super().__init__()
+        d, V = cfg.d_model, cfg.vocab_size
+        self.tok = nn.Embedding(2 * V, d)
+        self.pos = nn.Embedding(cfg.length, d)
+        self.attn = MultiHeadAttention(d, n_heads)
+        self.mlp = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, cfg.d_hidden), nn.GELU(), nn.Linear(cfg.d_hidden, V * V))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))  # (B, T, d_model)
+        x = x + self.attn(x, attn_mask=causal_mask(T, device=idx.device))[0]  # (B, T, d_model)
+        return self.mlp(x)  # (B, T, V**2)
+
+
+def pair_loss(model: nn.Module, batch) -> torch.Tensor:
+    """Cross-entropy over the scored positions of a ``flagged_pair_batch``."""
+    idx, targets = batch
+    return F.cross_entropy(model(idx).flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, cfg: HeadCountConfig, seed: int = 1234) -> float:
+    """Fraction of scored positions whose argmax class is the right ordered pair, on one fixed fresh batch."""
+    device = next(model.parameters()).device
+    idx, targets = flagged_pair_batch(cfg.eval_size, cfg.length, cfg.vocab_size,
+                                      torch.Generator().manual_seed(seed), device)
+    valid = targets != IGNORE  # (B, T)
+    with eval_mode(model):
+        correct = (model(idx).argmax(-1) == targets) & valid
+    return correct.sum().item() / valid.sum().item()
+
+
+def train_one(n_heads: int, cfg: HeadCountConfig, device=None) -> dict:
+    """Train a seeded ``PairReader`` with ``n_heads`` heads: ``{"losses", "accuracy", "params"}``."""
+    torch.manual_seed(cfg.seed)
+    model = PairReader(cfg, n_heads)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.steps // 10, weight_decay=0.0, seed=cfg.seed,
+                       progress=False, optimizer="adam")
+    batch_fn = lambda step: flagged_pair_batch(cfg.batch_size, cfg.length, cfg.vocab_size, gen)  # noqa: E731
+    hist = train_loop(model, batch_fn, tcfg, pair_loss, device=device, desc=f"{n_heads} head(s)")
+    return {"losses": hist.train_loss, "accuracy": accuracy(model, cfg),
+            "params": sum(p.numel() for p in model.parameters())}
+
+
+def run_experiment(head_counts=(1, 2, 4), seeds=(0, 1, 2), cfg: HeadCountConfig | None = None,
+                   device=None) -> dict:
+    """Train one model per (head count, seed). Returns ``{n_heads: [train_one(...) for each seed]}``."""
+    cfg = cfg or HeadCountConfig()
+    bad = [h for h in head_counts if h < 1 or cfg.d_model % h]
+    if bad:
+        raise ValueError(f"head_counts must divide d_model={cfg.d_model}, got {bad}")
+    with single_cpu_thread():  # a tiny model: one thread is faster than two on a busy CPU
+        return {h: [train_one(h, replace(cfg, seed=s), device) for s in seeds] for h in head_counts}
