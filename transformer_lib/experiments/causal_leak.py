@@ -1,8 +1,10 @@
 """Chapter 06's causal-mask experiment: the leak test (``future_sensitivity``: change the future, watch the
 past), and a tiny character GPT trained with or without its causal mask (``train_char_gpt``), scored where no
-mask can help (``last_position_loss``). The mask is switched by ``variants.set_causal``."""
+mask can help (``last_position_loss``) and by how many of the words it writes are real words of the training
+text (``known_word_share``). The mask is switched by ``variants.set_causal``."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -83,3 +85,16 @@ def last_position_loss(model: GPT, batches) -> float:
         losses = [F.cross_entropy(model(x.to(device))[0][:, -1].float(), y[:, -1].to(device)).item()
                   for x, y in batches]
     return sum(losses) / len(losses)
+
+
+def word_set(text: str) -> set[str]:
+    """The distinct words of ``text`` (runs of letters, lower-cased): e.g. the vocabulary of the training plays."""
+    return set(re.findall(r"[a-z]+", text.lower()))
+
+
+def known_word_share(text: str, vocabulary: set[str]) -> float:
+    """The fraction of ``text``'s words (runs of letters, lower-cased, repeats counted) found in ``vocabulary``:
+    1.0 when every word is a real word of the training text, lower for invented ones. 0.0 for a text without
+    words."""
+    words = re.findall(r"[a-z]+", text.lower())
+    return sum(w in vocabulary for w in words) / len(words) if words else 0.0
