@@ -145,3 +145,15 @@ def gradient_norms_by_layer(model: GPT, x: torch.Tensor, y: torch.Tensor) -> tor
              for b in model.blocks]
     model.zero_grad(set_to_none=True)
     return torch.stack(norms).cpu()
+
+
+@torch.no_grad()
+def scale_embeddings(model: GPT, std: float = 1.0) -> GPT:
+    """Rescale the token (and learned position) embedding tables to standard deviation ``std``, in place.
+
+    The control for ``gradient_norms_by_layer``: the GPT's initialisation draws embeddings of std 0.02, so
+    the residual stream starts tiny; at ``std=1`` it starts at the scale a LayerNorm outputs."""
+    for table in (model.tok_emb.weight, getattr(model.pos, "weight", None)):
+        if table is not None:
+            table.mul_(std / table.std())
+    return model

@@ -1,0 +1,24 @@
+"""Small measures chapters 05 and 06 put on their outputs: known_word_share (generated text) and scale_embeddings
+(the control of the gradient profile), on hand-made inputs."""
+from transformer_lib.experiments.causal_leak import known_word_share, word_set
+
+
+def test_word_set_lowercases_and_splits_on_non_letters():
+    assert word_set("ROMEO:\nO, she doth teach the torches!") == {"romeo", "o", "she", "doth", "teach", "the", "torches"}
+
+
+def test_known_word_share_counts_repeats_and_invented_words():
+    vocab = word_set("to be or not to be")
+    assert known_word_share("To be, to BE!", vocab) == 1.0
+    assert known_word_share("to xqz be wrrd", vocab) == 0.5  # 2 of 4 words known
+    assert known_word_share("... 123 !", vocab) == 0.0
+
+
+def test_scale_embeddings_sets_the_std_of_the_embedding_tables():
+    import torch
+    from transformer_lib.experiments.norm_placement import scale_embeddings
+    from transformer_lib.models import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = scale_embeddings(GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=2, d_model=16)), 1.0)
+    for table in (model.tok_emb.weight, model.pos.weight):
+        assert abs(float(torch.std(table.detach())) - 1.0) < 1e-5
