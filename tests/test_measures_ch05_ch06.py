@@ -22,3 +22,18 @@ def test_scale_embeddings_sets_the_std_of_the_embedding_tables():
     model = scale_embeddings(GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=2, d_model=16)), 1.0)
     for table in (model.tok_emb.weight, model.pos.weight):
         assert abs(float(torch.std(table.detach())) - 1.0) < 1e-5
+
+
+def test_torch_threads_sets_and_restores_the_thread_count():
+    import pytest
+    import torch
+    from transformer_lib.experiments.threads import torch_threads
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with torch_threads(1):
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("restored even when the block raises")
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="n must be"):
+        with torch_threads(0):
+            pass

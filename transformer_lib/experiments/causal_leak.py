@@ -15,6 +15,7 @@ from ..models import GPT, GPTConfig
 from ..modes import eval_mode
 from ..train import TrainConfig, evaluate_loss, train
 from ..variants import set_causal
+from .threads import torch_threads
 
 
 @torch.no_grad()
@@ -71,8 +72,9 @@ def train_char_gpt(causal: bool, cfg: CausalConfig = CausalConfig(), progress: b
     val = causal_val_batches(cfg)
     tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=0.0,
                        eval_every=max(1, cfg.steps // 6), seed=cfg.seed, progress=progress)
-    hist = train(model, lambda step: get_batch(corpus.train, cfg.block_size, cfg.batch_size, gen), tcfg,
-                 eval_fn=lambda m: evaluate_loss(m, val), device=device)
+    with torch_threads(1):  # a model this small trains as fast on one thread, and far faster on a busy machine
+        hist = train(model, lambda step: get_batch(corpus.train, cfg.block_size, cfg.batch_size, gen), tcfg,
+                     eval_fn=lambda m: evaluate_loss(m, val), device=device)
     return model, hist
 
 
