@@ -37,3 +37,18 @@ def test_torch_threads_sets_and_restores_the_thread_count():
     with pytest.raises(ValueError, match="n must be"):
         with torch_threads(0):
             pass
+
+
+def test_sample_texts_continue_the_prompt_like_generate():
+    import torch
+    from transformer_lib.experiments.causal_leak import sample_texts
+    from transformer_lib.generate import generate
+    from transformer_lib.models import GPT, GPTConfig
+    from transformer_lib.tokenization import CharTokenizer
+    tok = CharTokenizer.from_text("abcdefgh \n")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=8, n_layers=1, n_heads=2, d_model=16)).eval()
+    texts = sample_texts(model, tok, "abc", max_new_tokens=12, seeds=(0, 1))
+    want = generate(model, torch.tensor([tok.encode("abc")]), 12, temperature=0.8, use_cache=False, seed=1)
+    assert len(texts) == 2 and all(len(t) == 12 for t in texts)
+    assert texts[1] == tok.decode(want[0, 3:].tolist())

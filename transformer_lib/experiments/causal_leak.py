@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..corpus import get_batch, shakespeare_corpus
+from ..generate import generate
 from ..models import GPT, GPTConfig
 from ..modes import eval_mode
 from ..train import TrainConfig, evaluate_loss, train
@@ -100,3 +101,15 @@ def known_word_share(text: str, vocabulary: set[str]) -> float:
     words."""
     words = re.findall(r"[a-z]+", text.lower())
     return sum(w in vocabulary for w in words) / len(words) if words else 0.0
+
+
+@torch.no_grad()
+def sample_texts(model: GPT, tokenizer, prompt: str, max_new_tokens: int = 160, seeds=(0,),
+                 temperature: float = 0.8) -> list[str]:
+    """One sampled continuation of ``prompt`` per seed (the new text only, without the prompt), generated without
+    a cache (an unmasked model cannot use one) on one CPU thread (``threads.torch_threads``)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([tokenizer.encode(prompt)], device=device)  # (1, T)
+    with torch_threads(1):
+        outs = [generate(model, ids, max_new_tokens, temperature=temperature, use_cache=False, seed=s) for s in seeds]
+    return [tokenizer.decode(o[0, ids.shape[1]:].tolist()) for o in outs]
