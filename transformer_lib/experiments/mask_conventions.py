@@ -11,6 +11,8 @@ that they agree.
 """
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -38,11 +40,28 @@ def torch_mha_from(attn: MultiHeadAttention) -> nn.MultiheadAttention:
     return mha.eval()
 
 
+@contextmanager
+def _quiet(*logger_names: str):
+    """Raise the named loggers to ERROR inside the block (restored after)."""
+    loggers = [logging.getLogger(name) for name in logger_names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def hf_minilm(device=None):
     """Hugging Face's ``BertModel`` from the MiniLM folder of ``pretrained.minilm_dir`` (offline, eager attention,
     so it can return its weights). Needs the ``transformers`` package."""
-    from transformers import BertModel  # optional dependency: only this function needs it
-    from transformers.utils import logging as hf_logging
+    # transformers imports torchao when it is installed, which logs warnings about kernels for other
+    # hardware and a torch deprecation: not ours to fix, and not the reader's concern here
+    with _quiet("torchao", "torch.utils._pytree"):
+        from transformers import BertModel  # optional dependency: only this function needs it
+        from transformers.utils import logging as hf_logging
 
     from ..pretrained import minilm_dir
     hf_logging.disable_progress_bar()  # no "Loading weights" bar in the chapter's output
