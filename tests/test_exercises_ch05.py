@@ -108,3 +108,15 @@ def test_residual_pre_norm_normalized_skip_gets_its_hint():
     ln = lambda h: F.layer_norm(h, h.shape[-1:])  # noqa: E731
     result = check_residual(lambda x, w, b, nf: ln(x) + F.linear(ln(x), w, b) if nf else residual(x, w, b, nf))
     assert not result and "pre-norm" in result.message and "un-normalized" in result.message
+
+
+# ----------------------------------------------------------------------------- exercise 4: predict, then run
+def test_ffn_share_prediction_right_answer_passes_and_wrong_one_is_explained():
+    from transformer_lib.exercises.ch05 import explain_ffn_share_prediction
+    d, f = 768, 3072  # GPT-2 small's block: self-attention and FFN, no cross-attention
+    counts = {"self-attention": 4 * d * d + 4 * d, "cross-attention": 0, "feed-forward": 2 * d * f + f + d,
+              "LayerNorm": 4 * d}  # the closed form, independent of the library
+    assert explain_ffn_share_prediction(2 / 3, counts, d, f)
+    wrong = explain_ffn_share_prediction(0.5, counts, d, f)
+    assert not wrong and "you predicted 0.50" in wrong.message and "d_ff = 2 d_model" in wrong.message
+    assert not explain_ffn_share_prediction("two thirds", counts, d, f)

@@ -106,3 +106,32 @@ def test_masked_softmax_uniform_rows_get_their_hint():
     wrong = lambda s, k: torch.softmax(s.float().masked_fill(~k, -3e38), -1).to(s.dtype)  # noqa: E731
     result = check_masked_softmax(wrong)
     assert not result and "uniform" in result.message
+
+
+# ----------------------------------------------------------------------------- exercise 4: predict, then run
+def _flipped_call():
+    from transformer_lib.experiments.mask_conventions import torch_mha_from
+    from transformer_lib.multihead import MultiHeadAttention
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    keep = torch.ones(2, 5, dtype=torch.bool)
+    keep[1, 3:] = False
+    with torch.no_grad():
+        _, w = torch_mha_from(MultiHeadAttention(16, 4))(x, x, x, key_padding_mask=keep, need_weights=True,
+                                                        average_attn_weights=False)
+    return w, keep
+
+
+def test_flipped_mask_prediction_right_answer_passes_and_explains():
+    from transformer_lib.exercises.ch06 import explain_flipped_mask_prediction
+    w, keep = _flipped_call()
+    result = explain_flipped_mask_prediction(0.0, w, keep)
+    assert result and "ignore" in result.message and "NaN" in result.message
+
+
+def test_flipped_mask_prediction_wrong_answer_is_explained():
+    from transformer_lib.exercises.ch06 import explain_flipped_mask_prediction
+    w, keep = _flipped_call()
+    result = explain_flipped_mask_prediction(1.0, w, keep)
+    assert not result and "you predicted 1.00" in result.message and "~keep" in result.message
+    assert not explain_flipped_mask_prediction("all", w, keep)

@@ -120,3 +120,24 @@ def check_residual(fn: Callable) -> ExerciseResult:
             return ExerciseResult(False, f"{name}: {hinted.message}")
     return ExerciseResult(True, "your function matches the library's Residual for post-norm and pre-norm "
                                 "on 5 random cases each.")
+
+
+# ----------------------------------------------------------------------------- exercise 4: predict, then run
+def explain_ffn_share_prediction(guess, counts: dict[str, int], d_model: int, d_ff: int) -> ExerciseResult:
+    """The reader predicted ``guess``: the feed-forward network's fraction (0..1) of one block's parameters.
+    ``counts``: the block's ``{kind: parameters}`` (``experiments.param_shares.layer_parameter_counts``).
+    Correct within 0.03; the message gives the closed form behind the measured share."""
+    if isinstance(guess, bool) or not isinstance(guess, (int, float)) or not 0 < guess < 1:
+        return ExerciseResult(False, f"put a fraction between 0 and 1 in my_guess, got {guess!r}.")
+    total = sum(counts.values())
+    share = counts["feed-forward"] / total
+    attn = counts["self-attention"] + counts["cross-attention"]
+    why = (f"the FFN has 2 x d_model x d_ff = {2 * d_model * d_ff:,} weights (+ {d_ff + d_model:,} biases), the "
+           f"attention {attn:,} parameters (4 x d_model^2 + biases per attention sub-layer), the LayerNorms "
+           f"{counts['LayerNorm']:,}: the FFN holds {counts['feed-forward']:,} of {total:,} = {share:.1%}. With "
+           f"d_ff = 4 d_model it is 8 d^2 against 4 d^2 per attention, whatever d_model is.")
+    if abs(guess - share) <= 0.03:
+        return ExerciseResult(True, why)
+    hint = (" Did you count the FFN as large as the attention? That holds for d_ff = 2 d_model (the translator), "
+            "not 4 d_model." if abs(guess - 0.5) <= 0.03 and share > 0.6 else "")
+    return ExerciseResult(False, f"you predicted {guess:.2f}, the count gives {share:.3f}: {why}{hint}")

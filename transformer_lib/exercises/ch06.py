@@ -112,3 +112,23 @@ def check_masked_softmax(fn: Callable) -> ExerciseResult:
         "reads the blocked keys. Set rows with no kept key to 0.":
             lambda s, k: fill_softmax(s, k, torch.finfo(torch.float32).min),
     })
+
+
+# ----------------------------------------------------------------------------- exercise 4: predict, then run
+def explain_flipped_mask_prediction(guess, weights: torch.Tensor, keep: torch.Tensor, row: int = 1) -> ExerciseResult:
+    """The reader predicted ``guess``: the attention weight (0..1) that query 0 of sequence ``row`` puts on its
+    real tokens when our ``keep`` mask (True = may attend) is passed *unchanged* as ``nn.MultiheadAttention``'s
+    ``key_padding_mask`` (True = ignore). ``weights: (B, H, T, T)`` are that call's per-head weights,
+    ``keep: (B, T)``. Correct within 0.05 of the measured weight (mean over heads); the message explains why."""
+    if isinstance(guess, bool) or not isinstance(guess, (int, float)) or not 0 <= guess <= 1:
+        return ExerciseResult(False, f"put a weight between 0 and 1 in my_guess, got {guess!r}.")
+    on_real = float(weights[row, :, 0][:, keep[row]].sum(-1).float().mean())
+    full = [b for b in range(keep.shape[0]) if bool(keep[b].all())]
+    nan_note = (f" Sequence {full[0]} has no padding: every key is 'ignored', the softmax computes 0/0, and its "
+                f"rows are NaN." if full and bool(torch.isnan(weights[full[0]]).all()) else "")
+    why = (f"nn.MultiheadAttention reads True as 'ignore this key'. Given our mask, it ignores exactly the real "
+           f"tokens and lets the query read only the padding: {on_real:.3f} of the weight is on the real tokens, "
+           f"{1 - on_real:.3f} on the padding.{nan_note} No error is raised; flip the mask: key_padding_mask=~keep.")
+    if abs(guess - on_real) <= 0.05:
+        return ExerciseResult(True, why)
+    return ExerciseResult(False, f"you predicted {guess:.2f}, the call gave {on_real:.3f}. {why}")

@@ -1,18 +1,22 @@
 """Chapter 06's causal-mask experiment: the leak test (``future_sensitivity``: change the future, watch the
 past), and a tiny character GPT trained with or without its causal mask (``train_char_gpt``), scored where no
-mask can help (``last_position_loss``). The mask is switched by ``variants.set_causal``."""
+mask can help (``last_position_loss``) and by how many of the words it writes are real words of the training
+text (``known_word_share``). The mask is switched by ``variants.set_causal``."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from ..corpus import get_batch, shakespeare_corpus
+from ..generate import generate
 from ..models import GPT, GPTConfig
 from ..modes import eval_mode
 from ..train import TrainConfig, evaluate_loss, train
 from ..variants import set_causal
+from .threads import torch_threads
 
 
 @torch.no_grad()
@@ -69,8 +73,9 @@ def train_char_gpt(causal: bool, cfg: CausalConfig = CausalConfig(), progress: b
     val = causal_val_batches(cfg)
     tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=0.0,
                        eval_every=max(1, cfg.steps // 6), seed=cfg.seed, progress=progress)
-    hist = train(model, lambda step: get_batch(corpus.train, cfg.block_size, cfg.batch_size, gen), tcfg,
-                 eval_fn=lambda m: evaluate_loss(m, val), device=device)
+    with torch_threads(1):  # a model this small trains as fast on one thread, and far faster on a busy machine
+        hist = train(model, lambda step: get_batch(corpus.train, cfg.block_size, cfg.batch_size, gen), tcfg,
+                     eval_fn=lambda m: evaluate_loss(m, val), device=device)
     return model, hist
 
 
@@ -83,3 +88,28 @@ def last_position_loss(model: GPT, batches) -> float:
         losses = [F.cross_entropy(model(x.to(device))[0][:, -1].float(), y[:, -1].to(device)).item()
                   for x, y in batches]
     return sum(losses) / len(losses)
+
+
+def word_set(text: str) -> set[str]:
+    """The distinct words of ``text`` (runs of letters, lower-cased): e.g. the vocabulary of the training plays."""
+    return set(re.findall(r"[a-z]+", text.lower()))
+
+
+def known_word_share(text: str, vocabulary: set[str]) -> float:
+    """The fraction of ``text``'s words (runs of letters, lower-cased, repeats counted) found in ``vocabulary``:
+    1.0 when every word is a real word of the training text, lower for invented ones. 0.0 for a text without
+    words."""
+    words = re.findall(r"[a-z]+", text.lower())
+    return sum(w in vocabulary for w in words) / len(words) if words else 0.0
+
+
+@torch.no_grad()
+def sample_texts(model: GPT, tokenizer, prompt: str, max_new_tokens: int = 160, seeds=(0,),
+                 temperature: float = 0.8) -> list[str]:
+    """One sampled continuation of ``prompt`` per seed (the new text only, without the prompt), generated without
+    a cache (an unmasked model cannot use one) on one CPU thread (``threads.torch_threads``)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([tokenizer.encode(prompt)], device=device)  # (1, T)
+    with torch_threads(1):
+        outs = [generate(model, ids, max_new_tokens, temperature=temperature, use_cache=False, seed=s) for s in seeds]
+    return [tokenizer.decode(o[0, ids.shape[1]:].tolist()) for o in outs]

@@ -17,6 +17,7 @@ from ..losses import gpt_loss
 from ..models import GPT, GPTConfig
 from ..train import TrainConfig, evaluate_loss, train
 from ..variants import PLACEMENTS, set_norm_placement
+from .threads import torch_threads
 
 
 @dataclass
@@ -71,8 +72,9 @@ def run_norm_placement(placement: str, seed: int, cfg: NormConfig, progress: boo
     gen, data = torch.Generator().manual_seed(seed), shakespeare_corpus().train
     tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.warmup_steps, schedule="constant",
                        weight_decay=0.0, grad_clip=None, seed=seed, progress=progress, on_nonfinite="stop")
-    hist = train(model, lambda step: get_batch(data, cfg.block_size, cfg.batch_size, gen), tcfg, gpt_loss,
-                 device=device, desc=f"{placement}-norm, seed {seed}")
+    with torch_threads(1):  # a model this small trains as fast on one thread, and far faster on a busy machine
+        hist = train(model, lambda step: get_batch(data, cfg.block_size, cfg.batch_size, gen), tcfg, gpt_loss,
+                     device=device, desc=f"{placement}-norm, seed {seed}")
     diverged, val = hist.stopped_by == "nonfinite", float("nan")
     if not diverged:
         val = evaluate_loss(model, _val_batches(cfg, device))
@@ -145,3 +147,15 @@ def gradient_norms_by_layer(model: GPT, x: torch.Tensor, y: torch.Tensor) -> tor
              for b in model.blocks]
     model.zero_grad(set_to_none=True)
     return torch.stack(norms).cpu()
+
+
+@torch.no_grad()
+def scale_embeddings(model: GPT, std: float = 1.0) -> GPT:
+    """Rescale the token (and learned position) embedding tables to standard deviation ``std``, in place.
+
+    The control for ``gradient_norms_by_layer``: the GPT's initialisation draws embeddings of std 0.02, so
+    the residual stream starts tiny; at ``std=1`` it starts at the scale a LayerNorm outputs."""
+    for table in (model.tok_emb.weight, getattr(model.pos, "weight", None)):
+        if table is not None:
+            table.mul_(std / table.std())
+    return model
