@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from transformer_lib.exercises.ch03 import (check_multi_head_attention, check_previous_token_score, check_split_heads,
-                                           check_weights_shape_prediction)
+                                           explain_weights_shape_prediction)
 
 
 # ----------------------------------------------------------------------------- split_heads
@@ -113,9 +113,9 @@ def test_previous_token_score_wrong_shape_is_explained():
 # ----------------------------------------------------------------------------- predict the weights' shape
 def test_weights_shape_prediction_passes_the_shape_written_from_the_formula():
     # (B, H, Tq, Tk) from the notation page, with the check's defaults B=3, H=8, Tq=7, Tk=5
-    result = check_weights_shape_prediction((3, 8, 7, 5))
+    result = explain_weights_shape_prediction((3, 8, 7, 5))
     assert result and "Correct." in repr(result)
-    assert check_weights_shape_prediction((2, 4, 6, 9), batch=2, t_query=6, t_key=9, n_heads=4)
+    assert explain_weights_shape_prediction((2, 4, 6, 9), batch=2, t_query=6, t_key=9, n_heads=4)
 
 
 @pytest.mark.parametrize("guess, words", [
@@ -125,7 +125,7 @@ def test_weights_shape_prediction_passes_the_shape_written_from_the_formula():
     ("3, 8, 7, 5", ["tuple of 4 integers"]),
 ])
 def test_weights_shape_prediction_explains_a_wrong_guess(guess, words):
-    result = check_weights_shape_prediction(guess)
+    result = explain_weights_shape_prediction(guess)
     assert not result
     for w in words:
         assert w in result.message

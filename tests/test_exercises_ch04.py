@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from transformer_lib.exercises.ch04 import (check_alibi_bias, check_longest_wavelength_prediction, check_rope,
+from transformer_lib.exercises.ch04 import (check_alibi_bias, explain_longest_wavelength_prediction, check_rope,
                                            check_sinusoidal_table)
 
 
@@ -135,15 +135,15 @@ def test_alibi_slips_are_named():
 # ----------------------------------------------------------------------------- predict the longest wavelength
 def test_longest_wavelength_prediction_passes_the_closed_form():
     for d in (8, 16, 64):
-        assert check_longest_wavelength_prediction(2 * math.pi * 10000 ** ((d - 2) / d), d_model=d)
-    assert check_longest_wavelength_prediction(19_869)  # 2 pi * 10000^(14/16), rounded
+        assert explain_longest_wavelength_prediction(2 * math.pi * 10000 ** ((d - 2) / d), d_model=d)
+    assert explain_longest_wavelength_prediction(19_869)  # 2 pi * 10000^(14/16), rounded
 
 
 def test_longest_wavelength_prediction_names_the_usual_slips():
     cases = {2 * math.pi * 10000: "limit", 10000 ** (14 / 16): "2 pi", 2 * math.pi: "pair 0",
              10000 ** (14 / 16) / 1.0001 * 1.0001: "2 pi"}
     for guess, word in cases.items():
-        result = check_longest_wavelength_prediction(guess)
+        result = explain_longest_wavelength_prediction(guess)
         assert not result and word in result.message
-    assert "number of positions" in check_longest_wavelength_prediction("far").message
-    assert not check_longest_wavelength_prediction(1000)
+    assert "number of positions" in explain_longest_wavelength_prediction("far").message
+    assert not explain_longest_wavelength_prediction(1000)

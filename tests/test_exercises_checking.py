@@ -2,7 +2,8 @@
 
 The helper is tested on small hand-made functions whose right answers are closed-form; then every ``check_*`` of
 every chapter is given the same broken reader functions (one that raises, a stub, one returning a str) and must
-treat them the same way. Finally the exercise modules import no private name from another module.
+treat them the same way. (A predict-then-run exercise takes the reader's prediction, not a function: its
+check is named ``explain_*_prediction``.) Finally the exercise modules import no private name from another module.
 """
 import ast
 import importlib

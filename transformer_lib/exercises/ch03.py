@@ -145,7 +145,7 @@ WEIGHTS_AXES = ("B: one map per sequence of the batch", "H: one map per head, no
                 "that is read, in cross-attention the other one")
 
 
-def check_weights_shape_prediction(guess, batch: int = 3, t_query: int = 7, t_key: int = 5, d_model: int = 64,
+def explain_weights_shape_prediction(guess, batch: int = 3, t_query: int = 7, t_key: int = 5, d_model: int = 64,
                                    n_heads: int = 8) -> ExerciseResult:
     """Compare a predicted shape with the weights ``MultiHeadAttention(d_model, n_heads)`` really returns for
     cross-attention: queries ``(batch, t_query, d_model)``, keys and values ``(batch, t_key, d_model)``.

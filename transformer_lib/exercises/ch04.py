@@ -119,7 +119,7 @@ def check_alibi_bias(fn: Callable) -> ExerciseResult:
 
 
 # ----------------------------------------------------------------------------- 4. predict, then run
-def check_longest_wavelength_prediction(guess, d_model: int = 16, base: float = 10000.0) -> ExerciseResult:
+def explain_longest_wavelength_prediction(guess, d_model: int = 16, base: float = 10000.0) -> ExerciseResult:
     """Compare a predicted wavelength (in positions) of the *last* (sin, cos) pair of a ``d_model``-wide
     sinusoidal table with the one measured on the table itself: the period of its last column.
 
