@@ -11,8 +11,9 @@ STYLE = {"RNN (Python loop)": "tab:red", "nn.LSTM (C++ loop)": "tab:orange", "at
 
 
 def plot_forward_times(lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
-                       flops: dict[str, list[float]]):
-    """Left: forward time against T (log-log); right: the arithmetic rate reached (FLOPs / time).
+                       flops: dict[str, list[float]], what: str = "forward pass"):
+    """Left: the time of one ``what`` (a forward pass, a training step) against T (log-log); right: the arithmetic
+    rate reached (FLOPs / time).
 
     ``times: {(model name, device type): [seconds per length]}``; ``flops: {model name: [FLOPs per length]}``.
     Model names are the keys of ``STYLE``; CPU lines are solid, GPU lines dashed.
@@ -23,7 +24,7 @@ def plot_forward_times(lengths: Sequence[int], times: dict[tuple[str, str], list
         ax_t.loglog(lengths, [t * 1e3 for t in ts], ls, marker="o", ms=3, color=STYLE[name], label=f"{name}, {dev}")
         ax_r.semilogx(lengths, [f / t / 1e9 for f, t in zip(flops[name], ts)], ls, marker="o", ms=3,
                       color=STYLE[name], label=f"{name}, {dev}")
-    ax_t.set(xlabel="sequence length T", ylabel="forward time (ms)", title="Time of one forward pass")
+    ax_t.set(xlabel="sequence length T", ylabel=f"time of one {what} (ms)", title=f"Time of one {what}")
     ax_r.set(xlabel="sequence length T", ylabel="GFLOP/s reached", title="Arithmetic rate (FLOPs / time)")
     ax_r.set_ylim(bottom=0)
     for ax in (ax_t, ax_r):
@@ -34,9 +35,11 @@ def plot_forward_times(lengths: Sequence[int], times: dict[tuple[str, str], list
     return fig
 
 
-def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str, str], list[float]]):
+def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
+                          what: str = "forward pass"):
     """Left: an RNN's ``T`` dependent steps; middle: attention's one step; right: the times measured at ``T``
-    (``times`` as in ``plot_forward_times``, ``T`` one of ``lengths``). Returns ``(figure, HTML caption)``."""
+    (``times`` as in ``plot_forward_times``, ``T`` one of ``lengths``; ``what`` they time). The chain is drawn
+    as its first three steps, "...", and step T. Returns ``(figure, HTML caption)``."""
     fig, (ax_r, ax_a, ax_b) = plt.subplots(1, 3, figsize=(9.5, 2.6), gridspec_kw={"width_ratios": [1.3, 1, 1]})
     shown = list(range(1, T + 1)) if T <= 5 else [1, 2, 3, None, T]  # None: the steps left out
     cmap = plt.get_cmap("viridis")
@@ -75,9 +78,9 @@ def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str,
     ax_b.set_xscale("log")
     ax_b.set_xlim(min(min(ts) for ts in times.values()) * 1e3 / 2, max(max(ts) for ts in times.values()) * 1e3 * 2)
     ax_b.invert_yaxis()
-    ax_b.set(xlabel="measured forward time (ms, log scale)", title=f"Measured at T = {T}")
+    ax_b.set(xlabel=f"time of one {what} (ms, log scale)", title=f"Measured at T = {T}")
     plt.tight_layout()
     caption = (f"<b>T = {T}</b>: RNN loop {times['RNN (Python loop)', 'cpu'][i] * 1e3:.2f} ms for {T} dependent "
                f"steps; nn.LSTM {times['nn.LSTM (C++ loop)', 'cpu'][i] * 1e3:.2f} ms; attention "
-               f"{times['attention', 'cpu'][i] * 1e3:.2f} ms in 1 step (CPU, one thread).")
+               f"{times['attention', 'cpu'][i] * 1e3:.2f} ms in 1 step (one {what} on the CPU).")
     return fig, caption
