@@ -72,7 +72,7 @@ def _scores_shape(q: torch.Tensor, k: torch.Tensor) -> tuple:
 def attention_weights(
     q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None, temperature: float = 1.0
 ) -> torch.Tensor:
-    """The attention weights ``softmax(q k^T / (sqrt(D) T) + mask)``: ``(..., Tq, Tk)``, rows sum to 1.
+    """The attention weights ``softmax(q k^T / (sqrt(D) tau) + mask)``: ``(..., Tq, Tk)``, rows sum to 1.
 
     The temperature divides the scores only, not the mask (as ``scale`` in ``F.scaled_dot_product_attention``).
     Computed in fp32 and returned in ``q``'s dtype. A fully masked row is all zeros (documented choice:
@@ -113,7 +113,7 @@ def scaled_dot_product_attention(
         mask: boolean (True = attend) or additive float, broadcastable to ``(..., Tq, Tk)`` by PyTorch's rules
             (trailing dimensions aligned: a 3-D mask against 4-D ``(B, H, Tq, Tk)`` scores is read as
             ``(H, Tq, Tk)``; ``MultiHeadAttention`` refuses 3-D masks for that reason).
-        temperature: divides the scaled scores (not the mask); must be > 0 (T -> 0: argmax, T -> inf: uniform).
+        temperature: divides the scaled scores (not the mask); must be > 0 (tau -> 0: argmax, tau -> inf: uniform).
         return_weights: if True, take the explicit teaching path and also return the weights.
         is_causal: add a causal mask aligned to the end of the keys (query i sees keys <= i + Tk - Tq).
         dropout_p: dropout on the attention weights (training only; 0 at inference).

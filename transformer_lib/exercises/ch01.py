@@ -97,3 +97,28 @@ def check_state_jacobian(fn: Callable) -> ExerciseResult:
         ("diag(1 - h_t^2) W_hh scales the *rows* of W_hh (output units), not its columns.", slope_on_columns),
     ]
     return check_against(fn, state_jacobian, make_inputs, hints=dict(mistakes))
+
+
+# ----------------------------------------------------------------------------- exercise 4 (predict, then run)
+def check_gradient_prediction(guess: float, measured: float, rho: float, distance: int) -> ExerciseResult:
+    """The reader predicted the size of a linear RNN's gradient ``distance`` steps back, relative to the last
+    step, for a recurrent matrix that is a rotation scaled to spectral radius ``rho``; ``measured`` is the
+    notebook's value. A guess within a factor of 1.5 passes; otherwise the message explains ``rho ** distance``.
+    """
+    for name, value in (("guess", guess), ("measured", measured), ("rho", rho)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if guess <= 0:
+        return ExerciseResult(False, f"a gradient's size is positive; you predicted {guess:g}. The measured value "
+                                     f"is {measured:.3g}.")
+    closed = rho ** distance
+    why = (f"each step back multiplies the gradient by the transposed recurrent matrix, a rotation scaled by "
+           f"rho = {rho}, which stretches every vector by exactly rho: after d = {distance} steps, "
+           f"rho^d = {closed:.3g}.")
+    if max(guess / measured, measured / guess) <= 1.5:
+        return ExerciseResult(True, f"measured {measured:.3g}; {why}")
+    slip = (f" You predicted about 1 - d (1 - rho) = {1 - distance * (1 - rho):.3g}, a linear decay: it is a "
+            f"product of d factors, so it decays exponentially." if abs(guess - (1 - distance * (1 - rho))) < 0.05
+            else f" You predicted rho * d = {rho * distance:.3g}: the factors multiply, they do not add."
+            if abs(guess - rho * distance) < 0.05 else "")
+    return ExerciseResult(False, f"measured {measured:.3g}, you predicted {guess:g}: {why}{slip}")

@@ -110,3 +110,34 @@ def check_attention_entropy(fn: Callable) -> ExerciseResult:
         "does this, or mask the zeros).":
             entropy_bits,
     })
+
+
+# ----------------------------------------------------------------------------- exercise 4 (predict, then run)
+def check_score_variance_prediction(guess_raw: float, guess_scaled: float, d_k: int, measured_raw: float,
+                                    measured_scaled: float, rel_tol: float = 0.25) -> ExerciseResult:
+    """The reader predicted Var(q.k) (``guess_raw``) and Var(q.k / sqrt(d_k)) (``guess_scaled``) for ``q, k`` with
+    ``d_k`` independent unit-variance entries; ``measured_*`` are the variances the notebook measured.
+
+    A guess within ``rel_tol`` of the measurement passes; otherwise the message explains the closed form (d_k and 1)
+    and names the usual slip (a standard deviation sqrt(d_k) instead of a variance, or the two swapped).
+    """
+    for name, value in (("guess_raw", guess_raw), ("guess_scaled", guess_scaled)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number (your prediction), got {type(value).__name__} {value!r}")
+    close = lambda guess, true: abs(guess - true) <= rel_tol * abs(true)  # noqa: E731
+    notes = []
+    if not close(guess_raw, measured_raw):
+        slip = (" You predicted about sqrt(d_k), the standard deviation: the variance is its square."
+                if close(guess_raw, math.sqrt(d_k)) else
+                " That is the scaled variance: without the division the sum keeps all d_k units."
+                if close(guess_raw, 1.0) else "")
+        notes.append(f"Var(q.k) measured {measured_raw:.1f}, you predicted {guess_raw:g}: q.k adds d_k = {d_k} "
+                     f"products q_i k_i, each of mean 0 and variance 1 and independent, so the variances add up to "
+                     f"d_k = {d_k}.{slip}")
+    if not close(guess_scaled, measured_scaled):
+        notes.append(f"Var(q.k / sqrt(d_k)) measured {measured_scaled:.2f}, you predicted {guess_scaled:g}: "
+                     f"dividing by sqrt(d_k) divides the variance by d_k, so it is d_k / d_k = 1 for every d_k.")
+    if notes:
+        return ExerciseResult(False, " ".join(notes))
+    return ExerciseResult(True, f"Var(q.k) = {measured_raw:.1f} (closed form d_k = {d_k}) and "
+                                f"Var(q.k / sqrt(d_k)) = {measured_scaled:.2f} (closed form 1).")

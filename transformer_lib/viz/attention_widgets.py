@@ -44,17 +44,17 @@ def head_queries_keys(model, tokenizer, sentence: str, layer: int, head: int):
 
 def temperature_frame(q: torch.Tensor, k: torch.Tensor, tokens: Sequence[str], temperature: float,
                       title: str = "", figsize=(3.9, 3.4)):
-    """One heatmap of ``attention_weights(q, k, temperature=T)`` and a caption with each row's entropy.
+    """One heatmap of ``attention_weights(q, k, temperature=tau)`` and a caption with each row's entropy.
 
     ``q: (Tq, D)``, ``k: (Tk, D)``. Returns ``(figure, caption_html)`` as ``frame_slider`` expects.
     """
     w = attention_weights(q, k, temperature=temperature).float().cpu()  # (Tq, Tk)
     ent = entropy_bits(w)  # (Tq,)
     fig, ax = plt.subplots(figsize=figsize)
-    plot_attention(w, list(tokens), list(tokens), ax=ax, title=f"{title} T = {temperature:g}".strip(),
+    plot_attention(w, list(tokens), list(tokens), ax=ax, title=f"{title} τ = {temperature:g}".strip(),
                    colorbar=False)  # the weights are written in the cells; colours share one scale, 0 to 1
     rows = " &middot; ".join(f"{tok}&nbsp;{e:.2f}" for tok, e in zip(tokens, ent.tolist()))
-    caption = (f"<div style='max-width:520px;font-size:90%'><b>T = {temperature:g}</b>: mean row entropy "
+    caption = (f"<div style='max-width:520px;font-size:90%'><b>τ = {temperature:g}</b>: mean row entropy "
                f"<b>{ent.mean():.2f} bits</b> (0 = all weight on one key; uniform over {w.shape[-1]} keys = "
                f"{math.log2(w.shape[-1]):.2f} bits)<br>per query row, bits: {rows}</div>")
     return fig, caption
@@ -66,7 +66,7 @@ def temperature_slider(q: torch.Tensor, k: torch.Tensor, tokens: Sequence[str], 
     temperatures = list(temperatures)
     initial = initial if initial in temperatures else None
     return frame_slider(lambda t: temperature_frame(q, k, tokens, t, title), temperatures,
-                        description="temperature", initial=initial)
+                        description="temperature τ", initial=initial)
 
 
 def temperature_live_view(model, tokenizer, sentence: str = "The cat sat on the mat", layer: int = 0,
@@ -83,6 +83,6 @@ def temperature_live_view(model, tokenizer, sentence: str = "The cat sat on the 
     return live_view(render,
                      sentence=widgets.Text(value=sentence, description="sentence", continuous_update=False),
                      temperature=widgets.FloatSlider(value=1.0, min=0.1, max=5.0, step=0.05,
-                                                     description="temperature", **slider),
+                                                     description="temperature τ", **slider),
                      layer=widgets.IntSlider(value=layer, min=0, max=n_layers - 1, description="layer", **slider),
                      head=widgets.IntSlider(value=head, min=0, max=n_heads - 1, description="head", **slider))

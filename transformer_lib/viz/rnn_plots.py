@@ -11,32 +11,35 @@ STYLE = {"RNN (Python loop)": "tab:red", "nn.LSTM (C++ loop)": "tab:orange", "at
 
 
 def plot_forward_times(lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
-                       flops: dict[str, list[float]]):
-    """Left: forward time against T (log-log); right: the arithmetic rate reached (FLOPs / time).
+                       flops: dict[str, list[float]], what: str = "forward pass"):
+    """Left: the time of one ``what`` (a forward pass, a training step) against T (log-log); right: the arithmetic
+    rate reached (FLOPs / time).
 
     ``times: {(model name, device type): [seconds per length]}``; ``flops: {model name: [FLOPs per length]}``.
     Model names are the keys of ``STYLE``; CPU lines are solid, GPU lines dashed.
     """
-    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
     for (name, dev), ts in times.items():
         ls = "-" if dev == "cpu" else "--"
         ax_t.loglog(lengths, [t * 1e3 for t in ts], ls, marker="o", ms=3, color=STYLE[name], label=f"{name}, {dev}")
         ax_r.semilogx(lengths, [f / t / 1e9 for f, t in zip(flops[name], ts)], ls, marker="o", ms=3,
                       color=STYLE[name], label=f"{name}, {dev}")
-    ax_t.set(xlabel="sequence length T", ylabel="forward time (ms)", title="Time of one forward pass")
+    ax_t.set(xlabel="sequence length T", ylabel=f"time of one {what} (ms)", title=f"Time of one {what}")
     ax_r.set(xlabel="sequence length T", ylabel="GFLOP/s reached", title="Arithmetic rate (FLOPs / time)")
     ax_r.set_ylim(bottom=0)
     for ax in (ax_t, ax_r):
         ax.set_xscale("log", base=2)
         ax.grid(True, which="both", alpha=0.3)
-    ax_t.legend(fontsize=8)
+    ax_t.legend(fontsize=9)
     plt.tight_layout()
     return fig
 
 
-def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str, str], list[float]]):
+def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
+                          what: str = "forward pass"):
     """Left: an RNN's ``T`` dependent steps; middle: attention's one step; right: the times measured at ``T``
-    (``times`` as in ``plot_forward_times``, ``T`` one of ``lengths``). Returns ``(figure, HTML caption)``."""
+    (``times`` as in ``plot_forward_times``, ``T`` one of ``lengths``; ``what`` they time). The chain is drawn
+    as its first three steps, "...", and step T. Returns ``(figure, HTML caption)``."""
     fig, (ax_r, ax_a, ax_b) = plt.subplots(1, 3, figsize=(9.5, 2.6), gridspec_kw={"width_ratios": [1.3, 1, 1]})
     shown = list(range(1, T + 1)) if T <= 5 else [1, 2, 3, None, T]  # None: the steps left out
     cmap = plt.get_cmap("viridis")
@@ -49,7 +52,7 @@ def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str,
         ax_r.add_patch(FancyBboxPatch((i - 0.34, 0.8), 0.68, 0.4, boxstyle="round,pad=0.03", fc=colour, ec="k"))
         ax_r.text(i, 1, f"$h_{{{t}}}$", ha="center", va="center", color="w", fontsize=size)
         ax_r.text(i, 0.05, f"$x_{{{t}}}$", ha="center", va="center", fontsize=size)
-        ax_r.text(i, 1.45, f"step {t}", ha="center", fontsize=8)
+        ax_r.text(i, 1.45, f"step {t}", ha="center", fontsize=9)
         ax_r.add_patch(FancyArrowPatch((i, 0.2), (i, 0.75), arrowstyle="-|>", mutation_scale=10))
         if i > 0:
             ax_r.add_patch(FancyArrowPatch((i - 0.63, 1), (i - 0.36, 1), arrowstyle="-|>", mutation_scale=10))
@@ -63,7 +66,7 @@ def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str,
         label = "..." if t is None else f"$x_{{{t}}}$"
         ax_a.text(i, 0.05, label, ha="center", va="center", fontsize=11)
         ax_a.text(i, 1.0, "..." if t is None else f"$y_{{{t}}}$", ha="center", va="center", fontsize=11)
-    ax_a.text((len(shown) - 1) / 2, 1.45, "step 1 (all at once)", ha="center", fontsize=8)
+    ax_a.text((len(shown) - 1) / 2, 1.45, "step 1 (all at once)", ha="center", fontsize=9)
     ax_a.set(xlim=(-0.6, len(shown) - 0.4), ylim=(-0.2, 1.7), title=f"Attention: all {T} positions in 1 step")
     for ax in (ax_r, ax_a):
         ax.axis("off")
@@ -71,13 +74,13 @@ def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str,
     names = [(name, dev) for name, dev in times]
     values = [times[key][i] * 1e3 for key in names]
     ax_b.barh(range(len(names)), values, color=[STYLE[name] for name, _ in names])
-    ax_b.set_yticks(range(len(names)), [f"{name}, {dev}" for name, dev in names], fontsize=8)
+    ax_b.set_yticks(range(len(names)), [f"{name}, {dev}" for name, dev in names], fontsize=9)
     ax_b.set_xscale("log")
     ax_b.set_xlim(min(min(ts) for ts in times.values()) * 1e3 / 2, max(max(ts) for ts in times.values()) * 1e3 * 2)
     ax_b.invert_yaxis()
-    ax_b.set(xlabel="measured forward time (ms, log scale)", title=f"Measured at T = {T}")
+    ax_b.set(xlabel=f"time of one {what} (ms, log scale)", title=f"Measured at T = {T}")
     plt.tight_layout()
     caption = (f"<b>T = {T}</b>: RNN loop {times['RNN (Python loop)', 'cpu'][i] * 1e3:.2f} ms for {T} dependent "
                f"steps; nn.LSTM {times['nn.LSTM (C++ loop)', 'cpu'][i] * 1e3:.2f} ms; attention "
-               f"{times['attention', 'cpu'][i] * 1e3:.2f} ms in 1 step (CPU, one thread).")
+               f"{times['attention', 'cpu'][i] * 1e3:.2f} ms in 1 step (one {what} on the CPU).")
     return fig, caption

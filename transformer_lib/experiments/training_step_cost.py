@@ -1,0 +1,102 @@
+"""Chapter 01's clock: how long one *training step* (forward and backward) of a recurrent loop and of attention
+takes at sequence length T, and how that time grows with T.
+
+* ``training_step_times``: interleaved median seconds of one forward + backward pass per model and length.
+* ``training_step_flops``: floating-point operations of the matrix products in one forward + backward pass.
+* ``loglog_slope``: the exponent k of ``time ~ T^k``, a least-squares line through ``(log T, log time)``.
+* ``per_token_seconds``: the cost of one more token, a least-squares line through ``(T, time)``.
+
+The timings use whatever threads PyTorch has (``torch.get_num_threads()``): attention's advantage *is* its
+parallel work, so timing it on one thread would measure something else.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..timing import interleaved_medians
+
+
+def _training_step(model: nn.Module, x: torch.Tensor):
+    """A zero-argument function running one forward and backward pass of ``model`` on ``x: (1, T, width)``."""
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step():
+        out = model(x)
+        out = out[0] if isinstance(out, tuple) else out  # nn.LSTM / our RNNs return (outputs, state)
+        out.float().square().mean().backward()  # a stand-in loss: every output feeds the gradient
+        for p in params:
+            p.grad = None
+    return step
+
+
+def training_step_times(models: dict[str, nn.Module], lengths: Sequence[int], width: int, device=None,
+                        seed: int = 0, repeats: int = 5) -> dict[str, list[float]]:
+    """``{name: [median seconds of one training step at each length]}`` for ``models`` (name -> module mapping
+    ``x: (1, T, width)`` to a tensor or a tuple whose first element is the output).
+
+    A training step is a forward pass, a scalar loss (mean of the squared outputs) and the backward pass to every
+    parameter. At each length the models run round-robin (``timing.interleaved_medians``, one warm-up call each),
+    ``repeats`` times. ``device``: where the models and inputs live (CUDA timings wait for the kernels).
+    """
+    if not isinstance(width, int) or width < 1:
+        raise ValueError(f"width must be a positive int, got {width!r}")
+    if not lengths or any(not isinstance(T, int) or T < 1 for T in lengths):
+        raise ValueError(f"lengths must be a non-empty list of positive ints, got {list(lengths)!r}")
+    gen = torch.Generator().manual_seed(seed)
+    times = {name: [] for name in models}
+    for T in lengths:
+        x = torch.randn(1, T, width, generator=gen).to(device)  # (B=1, T, width)
+        medians = interleaved_medians({name: _training_step(m, x) for name, m in models.items()},
+                                      repeats=repeats, warmup=1, device=device)
+        for name, seconds in medians.items():
+            times[name].append(seconds)
+    return times
+
+
+def training_step_flops(fn, x: torch.Tensor) -> int:
+    """FLOPs of the matrix products in one training step: ``fn(x)`` (a module or a function of ``x: (1, T, width)``),
+    the mean-of-squares loss, and its backward pass (``torch.utils.flop_counter``).
+
+    ``x`` needs no gradient, so the backward pass computes the weights' gradients only. Works on the ``meta``
+    device (shapes only, nothing computed). Fused kernels the counter does not know count 0 (``nn.LSTM``): count
+    a written-out twin instead (``rnn.LSTM``).
+    """
+    with FlopCounterMode(display=False) as counter:
+        out = fn(x)
+        out = out[0] if isinstance(out, tuple) else out
+        out.float().square().mean().backward()
+    return counter.get_total_flops()
+
+
+def _check_points(lengths: Sequence[float], seconds: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    T, t = np.asarray(lengths, dtype=float), np.asarray(seconds, dtype=float)
+    if T.shape != t.shape or T.ndim != 1 or len(T) < 2:
+        raise ValueError(f"lengths and seconds must be two equal-length lists of at least 2 points, "
+                         f"got {len(T)} lengths and {len(t)} times")
+    if (T <= 0).any() or (t <= 0).any():
+        raise ValueError("lengths and seconds must all be positive (a log-log fit needs logs)")
+    return T, t
+
+
+def loglog_slope(lengths: Sequence[float], seconds: Sequence[float]) -> float:
+    """The exponent k in ``seconds ~ c * lengths^k``: the least-squares slope of log(seconds) against log(T).
+
+    1 means time proportional to T, 2 proportional to T^2; a flat (fixed-cost) stretch gives about 0.
+    """
+    T, t = _check_points(lengths, seconds)
+    x, y = np.log(T), np.log(t)
+    x_c = x - x.mean()
+    return float((x_c * (y - y.mean())).sum() / (x_c ** 2).sum())
+
+
+def per_token_seconds(lengths: Sequence[float], seconds: Sequence[float]) -> float:
+    """The least-squares slope of seconds against T: the time one more token adds (seconds per token)."""
+    T, t = _check_points(lengths, seconds)
+    T_c = T - T.mean()
+    return float((T_c * (t - t.mean())).sum() / (T_c ** 2).sum())
