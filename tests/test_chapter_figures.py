@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from transformer_lib.viz.positional_plots import plot_wavelengths  # noqa: E402
-from transformer_lib.viz.rnn_plots import STYLE, draw_rnn_vs_attention, plot_forward_times  # noqa: E402
+from transformer_lib.viz.rnn_plots import STYLE, draw_rnn_vs_attention, plot_step_times  # noqa: E402
 from transformer_lib.viz.tables import markdown_table  # noqa: E402
 
 LENGTHS = [8, 16, 32]
@@ -25,7 +25,7 @@ def _labelled(fig):
 
 def test_forward_time_plot_draws_one_line_per_model_and_device_with_the_rates():
     flops = {name: [T * 1e3 for T in LENGTHS] for name in STYLE}
-    fig = plot_forward_times(LENGTHS, TIMES, flops)
+    fig = plot_step_times(LENGTHS, TIMES, flops)
     ax_t, ax_r = fig.axes
     assert _labelled(fig) and len(ax_t.lines) == len(ax_r.lines) == len(TIMES)
     (name, _), seconds = next(iter(TIMES.items()))

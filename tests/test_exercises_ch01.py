@@ -103,11 +103,11 @@ def test_state_jacobian_check_names_the_wrong_order():
 
 
 def test_gradient_prediction_passes_rho_to_the_d_and_explains_a_linear_guess():
-    from transformer_lib.exercises.ch01 import check_gradient_prediction
+    from transformer_lib.exercises.ch01 import explain_gradient_prediction
     measured = 0.9 ** 20  # what a rotation scaled to 0.9 gives exactly (the notebook measures it)
-    assert check_gradient_prediction(0.12, measured, rho=0.9, distance=20)
-    assert "0.122" in check_gradient_prediction(0.12, measured, rho=0.9, distance=20).message
-    linear = check_gradient_prediction(1 - 40 * 0.02, 0.98 ** 40, rho=0.98, distance=40)  # 0.2 against 0.446
+    assert explain_gradient_prediction(0.12, measured, rho=0.9, distance=20)
+    assert "0.122" in explain_gradient_prediction(0.12, measured, rho=0.9, distance=20).message
+    linear = explain_gradient_prediction(1 - 40 * 0.02, 0.98 ** 40, rho=0.98, distance=40)  # 0.2 against 0.446
     assert not linear and "exponentially" in linear.message
-    assert not check_gradient_prediction(0.5, measured, rho=0.9, distance=20)
-    assert not check_gradient_prediction(-1.0, measured, rho=0.9, distance=20)
+    assert not explain_gradient_prediction(0.5, measured, rho=0.9, distance=20)
+    assert not explain_gradient_prediction(-1.0, measured, rho=0.9, distance=20)

@@ -163,12 +163,12 @@ def test_temperature_slider_is_a_frame_slider_named_temperature():
 
 
 def test_score_variance_prediction_passes_d_k_and_one_and_explains_a_standard_deviation():
-    from transformer_lib.exercises.ch02 import check_score_variance_prediction
+    from transformer_lib.exercises.ch02 import explain_score_variance_prediction
     q, k = torch.randn(20000, 256, generator=torch.Generator().manual_seed(0)).chunk(2)  # independent, unit variance
     dots = (q * k).sum(-1)
     raw, scaled = dots.var().item(), (dots / 16).var().item()
-    assert check_score_variance_prediction(256, 1, 256, raw, scaled)
-    wrong = check_score_variance_prediction(16, 1, 256, raw, scaled)
+    assert explain_score_variance_prediction(256, 1, 256, raw, scaled)
+    wrong = explain_score_variance_prediction(16, 1, 256, raw, scaled)
     assert not wrong and "standard deviation" in wrong.message
-    swapped = check_score_variance_prediction(1, 256, 256, raw, scaled)
+    swapped = explain_score_variance_prediction(1, 256, 256, raw, scaled)
     assert not swapped and "scaled variance" in swapped.message and "divides the variance by d_k" in swapped.message

@@ -1,38 +1,9 @@
-"""The timing experiments (sequence_cost.forward_times, pruning_speed): what they time and how they turn medians
-into rates, with a fake clock or a stub timer (no real timing in tests)."""
+"""The timing experiments (pruning_speed): what they time and how they turn medians
+into rates, with a stub timer (no real timing in tests)."""
 import torch
-import torch.nn as nn
 
-from transformer_lib import GPT, GPTConfig, timing
+from transformer_lib import GPT, GPTConfig
 from transformer_lib.experiments import pruning_speed
-from transformer_lib.experiments.sequence_cost import forward_times
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
-class Costly(nn.Module):
-    """A 'model' whose forward pass takes ``rate * T`` seconds on the fake clock."""
-
-    def __init__(self, clock, rate):
-        super().__init__()
-        self.clock, self.rate = clock, rate
-
-    def forward(self, x):  # x: (1, T, width)
-        self.clock.now += self.rate * x.shape[1]
-        return x
-
-
-def test_forward_times_are_the_medians_per_model_and_length(monkeypatch):
-    clock = FakeClock()
-    monkeypatch.setattr(timing, "_clock", clock)
-    times = forward_times({"loop": Costly(clock, 1.0), "attention": Costly(clock, 0.25)}, [4, 8, 2048], width=3)
-    assert times == {"loop": [4.0, 8.0, 2048.0], "attention": [1.0, 2.0, 512.0]}
 
 
 def _stub_timer(monkeypatch, seconds):

@@ -44,7 +44,9 @@ def test_round_trip_error_is_at_most_half_a_scale(bits, symmetric, setting, rows
     s = qt.scale.float()  # tensor: (1, 1); channel: (rows, 1); group: (rows, K // g)
     bound = (s.repeat_interleave(g, dim=1) if granularity == "group" else s) / 2  # broadcasts to (rows, K)
     err = (x - qt.dequantize()).abs()
-    assert (err <= bound * (1 + 1e-5) + 1e-12).all(), (err / bound).max()
+    # plus float32 rounding of (q - z) * s, which grows with |x| (a zero point far from 0 makes |q - z| large)
+    slack = 4 * torch.finfo(torch.float32).eps * (x.abs() + bound)
+    assert (err <= bound * (1 + 1e-5) + slack + 1e-12).all(), (err / bound).max()
     qmin, qmax = int_range(bits, symmetric)
     assert qt.q.min() >= qmin and qt.q.max() <= qmax
 

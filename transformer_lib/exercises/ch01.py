@@ -100,7 +100,7 @@ def check_state_jacobian(fn: Callable) -> ExerciseResult:
 
 
 # ----------------------------------------------------------------------------- exercise 4 (predict, then run)
-def check_gradient_prediction(guess: float, measured: float, rho: float, distance: int) -> ExerciseResult:
+def explain_gradient_prediction(guess: float, measured: float, rho: float, distance: int) -> ExerciseResult:
     """The reader predicted the size of a linear RNN's gradient ``distance`` steps back, relative to the last
     step, for a recurrent matrix that is a rotation scaled to spectral radius ``rho``; ``measured`` is the
     notebook's value. A guess within a factor of 1.5 passes; otherwise the message explains ``rho ** distance``.

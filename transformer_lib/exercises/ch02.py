@@ -113,7 +113,7 @@ def check_attention_entropy(fn: Callable) -> ExerciseResult:
 
 
 # ----------------------------------------------------------------------------- exercise 4 (predict, then run)
-def check_score_variance_prediction(guess_raw: float, guess_scaled: float, d_k: int, measured_raw: float,
+def explain_score_variance_prediction(guess_raw: float, guess_scaled: float, d_k: int, measured_raw: float,
                                     measured_scaled: float, rel_tol: float = 0.25) -> ExerciseResult:
     """The reader predicted Var(q.k) (``guess_raw``) and Var(q.k / sqrt(d_k)) (``guess_scaled``) for ``q, k`` with
     ``d_k`` independent unit-variance entries; ``measured_*`` are the variances the notebook measured.

@@ -1,5 +1,5 @@
-"""Chapter 01's figures: a recurrent loop against attention, measured (``plot_forward_times``) and drawn side by
-side (``draw_rnn_vs_attention``). The numbers come from ``experiments.sequence_cost``."""
+"""Chapter 01's figures: a recurrent loop against attention, measured (``plot_step_times``) and drawn side by
+side (``draw_rnn_vs_attention``). The numbers come from ``experiments.training_step_cost`` and ``experiments.sequence_cost``."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -10,7 +10,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 STYLE = {"RNN (Python loop)": "tab:red", "nn.LSTM (C++ loop)": "tab:orange", "attention": "tab:blue"}
 
 
-def plot_forward_times(lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
+def plot_step_times(lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
                        flops: dict[str, list[float]], what: str = "forward pass"):
     """Left: the time of one ``what`` (a forward pass, a training step) against T (log-log); right: the arithmetic
     rate reached (FLOPs / time).
@@ -38,7 +38,7 @@ def plot_forward_times(lengths: Sequence[int], times: dict[tuple[str, str], list
 def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
                           what: str = "forward pass"):
     """Left: an RNN's ``T`` dependent steps; middle: attention's one step; right: the times measured at ``T``
-    (``times`` as in ``plot_forward_times``, ``T`` one of ``lengths``; ``what`` they time). The chain is drawn
+    (``times`` as in ``plot_step_times``, ``T`` one of ``lengths``; ``what`` they time). The chain is drawn
     as its first three steps, "...", and step T. Returns ``(figure, HTML caption)``."""
     fig, (ax_r, ax_a, ax_b) = plt.subplots(1, 3, figsize=(9.5, 2.6), gridspec_kw={"width_ratios": [1.3, 1, 1]})
     shown = list(range(1, T + 1)) if T <= 5 else [1, 2, 3, None, T]  # None: the steps left out
