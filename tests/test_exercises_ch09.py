@@ -108,6 +108,21 @@ def test_grid_frame_caption_reports_the_measured_error():
     plt.close(fig)
 
 
+def test_grid_frame_caption_names_one_step_for_one_scale_and_a_range_for_groups():
+    torch.manual_seed(0)
+    w = torch.randn(4, 64) * 0.05
+    row = int(w.abs().amax(dim=1).argmax())
+    step = (w[row].abs().max() / 7).half().float()  # the row's float16 absmax step (round to nearest)
+    fig, caption = grid_frame(w, 4, None)
+    plt.close(fig)
+    assert "one grid step" in caption and "range" not in caption
+    assert abs(float(caption.split("one grid step, ")[1].rstrip(".")) - step) <= 5e-3 * step  # printed to 3 digits
+    fig, caption = grid_frame(w, 4, 16)
+    plt.close(fig)
+    low, high = (float(v.rstrip(".")) for v in caption.split("range from ")[1].split(" to "))
+    assert "4 groups" in caption and low < high  # four groups of random weights: four different steps
+
+
 def int4_groups_f16(w, g):
     """The widget stores float16 scales rounded up: the same closed form with that scale."""
     groups = w.reshape(w.shape[0], -1, g)
