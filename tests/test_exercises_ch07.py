@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from transformer_lib.exercises.ch07 import check_cache_bytes, check_cached_greedy, check_top_p
-from transformer_lib.kv_cache import DynamicCache
+from transformer_lib.exercises.ch07 import check_cache_bytes, check_cached_greedy, check_top_p, explain_cache_prediction
+from transformer_lib.kv_cache import DynamicCache, StaticCache
 
 
 # ----------------------------------------------------------------------------- cache bytes
@@ -127,3 +127,33 @@ def test_stubs_are_reported_not_raised(check, nargs):
         raise NotImplementedError
     result = check(stub)
     assert not result and "not written yet" in result.message
+
+
+# ----------------------------------------------------------------------------- predict, then run: a cache's bytes
+def real_bf16_cache(L=2, H_kv=4, T=16, d_head=8):
+    """A StaticCache's measured bytes, and the same count from bare tensors (independent of kv_cache_bytes)."""
+    cache = StaticCache(L, 1, H_kv, T, d_head, dtype=torch.bfloat16)
+    bare = sum(2 * torch.zeros(1, H_kv, T, d_head, dtype=torch.bfloat16).nbytes for _ in range(L))  # K and V
+    return cache.nbytes(), bare, (L, H_kv, d_head, T)
+
+
+def test_cache_prediction_right_answer_passes():
+    measured, bare, (L, H_kv, d_head, T) = real_bf16_cache()
+    assert measured == bare
+    result = explain_cache_prediction(bare, measured, L, H_kv, d_head, T, bytes_per_element=2)
+    assert result and f"{bare:,} bytes" in result.message
+
+
+@pytest.mark.parametrize("factor, words", [(0.5, "keys AND values"), (0.5 / 2, None), (2.0, "float32")])
+def test_cache_prediction_explains_a_wrong_guess(factor, words):
+    measured, bare, (L, H_kv, d_head, T) = real_bf16_cache()
+    result = explain_cache_prediction(int(bare * factor), measured, L, H_kv, d_head, T, bytes_per_element=2)
+    assert not result and f"{bare:,} bytes" in result.message
+    if words:
+        assert words in result.message
+
+
+def test_cache_prediction_rejects_a_non_number():
+    measured, bare, (L, H_kv, d_head, T) = real_bf16_cache()
+    result = explain_cache_prediction("lots", measured, L, H_kv, d_head, T, bytes_per_element=2)
+    assert not result and "a number" in result.message

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from transformer_lib.exercises.ch08 import check_head_weight_norms, check_magnitude_mask, check_prune_qkv
+from transformer_lib.exercises.ch08 import check_head_weight_norms, check_magnitude_mask, check_prune_qkv, \
+    explain_pruned_params
 
 
 # ----------------------------------------------------------------------------- exercise 1: qkv rows
@@ -101,3 +102,38 @@ def test_magnitude_mask_solution_matches_torch_prune_on_a_linear():
 def test_magnitude_mask_common_mistakes_get_their_hint(wrong, hint):
     result = check_magnitude_mask(wrong)
     assert not result and hint in result.message
+
+
+# ----------------------------------------------------------------------------- predict, then run: parameters kept
+def real_counts(d_model=16, n_heads=4, keep=2):
+    """Parameters of a biased attention layer with n_heads and with keep heads, built with torch.nn.Linear
+    (independent of the library's pruning): qkv (d_model -> 3 * H * d_head) and out (H * d_head -> d_model)."""
+    d_head = d_model // n_heads
+
+    def count(h):
+        return sum(p.numel() for p in torch.nn.Linear(d_model, 3 * h * d_head).parameters()) + \
+            sum(p.numel() for p in torch.nn.Linear(h * d_head, d_model).parameters())
+    return count(n_heads), count(keep), n_heads - keep, d_model, d_head
+
+
+def test_pruned_params_right_answer_passes():
+    before, after, n, d, dh = real_counts()
+    result = explain_pruned_params(after, before, after, n, d, dh)
+    assert result and f"{after:,}" in result.message
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda b, n, d, dh: b - n * 3 * dh * (d + 1), "W_O"),
+    (lambda b, n, d, dh: b - n * 4 * d * dh, "biases"),
+    (lambda b, n, d, dh: b - n * (dh * (d + 1) + d * dh), "W_K and W_V"),
+    (lambda b, n, d, dh: b - 1, "off by"),
+])
+def test_pruned_params_explains_a_wrong_guess(wrong, words):
+    before, after, n, d, dh = real_counts()
+    result = explain_pruned_params(wrong(before, n, d, dh), before, after, n, d, dh)
+    assert not result and words in result.message and f"{after:,}" in result.message
+
+
+def test_pruned_params_rejects_a_non_number():
+    before, after, n, d, dh = real_counts()
+    assert "a number" in explain_pruned_params(None, before, after, n, d, dh).message

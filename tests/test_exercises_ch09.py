@@ -8,7 +8,9 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from transformer_lib.exercises.ch09 import check_absmax_int8, check_int4_group_round_trip, check_pack_int4
+from transformer_lib.exercises.ch09 import check_absmax_int8, check_int4_group_round_trip, check_pack_int4, \
+    explain_layer_bytes
+from transformer_lib.quantization import QuantLinear
 from transformer_lib.viz.quant_widgets import grid_frame, grid_slider
 
 
@@ -106,6 +108,21 @@ def test_grid_frame_caption_reports_the_measured_error():
     plt.close(fig)
 
 
+def test_grid_frame_caption_names_one_step_for_one_scale_and_a_range_for_groups():
+    torch.manual_seed(0)
+    w = torch.randn(4, 64) * 0.05
+    row = int(w.abs().amax(dim=1).argmax())
+    step = (w[row].abs().max() / 7).half().float()  # the row's float16 absmax step (round to nearest)
+    fig, caption = grid_frame(w, 4, None)
+    plt.close(fig)
+    assert "one grid step" in caption and "range" not in caption
+    assert abs(float(caption.split("one grid step, ")[1].rstrip(".")) - step) <= 5e-3 * step  # printed to 3 digits
+    fig, caption = grid_frame(w, 4, 16)
+    plt.close(fig)
+    low, high = (float(v.rstrip(".")) for v in caption.split("range from ")[1].split(" to "))
+    assert "4 groups" in caption and low < high  # four groups of random weights: four different steps
+
+
 def int4_groups_f16(w, g):
     """The widget stores float16 scales rounded up: the same closed form with that scale."""
     groups = w.reshape(w.shape[0], -1, g)
@@ -125,3 +142,30 @@ def test_grid_slider_holds_one_frame_per_setting():
         grid_slider(w, bits_values=())
     with pytest.raises(ValueError, match=r"w must be a \(N, K\)"):
         grid_frame(torch.randn(64), 8, None)
+
+
+# ----------------------------------------------------------------------------- predict, then run: a layer's bytes
+def quantized_layer_bytes(d_in=64, d_out=32, bits=4, group_size=16):
+    """The bytes a QuantLinear's state_dict holds, counted from its tensors (not from the check's formula)."""
+    torch.manual_seed(0)
+    ql = QuantLinear.from_linear(torch.nn.Linear(d_in, d_out), bits, group_size)
+    return sum(t.numel() * t.element_size() for t in ql.state_dict().values()), (d_in, d_out, bits, group_size)
+
+
+def test_layer_bytes_right_answer_passes():
+    measured, (d_in, d_out, bits, g) = quantized_layer_bytes()
+    by_hand = d_in * d_out // 2 + 2 * d_out * d_in // g + 4 * d_out  # packed int4 + fp16 scales + fp32 bias
+    assert measured == by_hand
+    assert explain_layer_bytes(by_hand, measured, d_in, d_out, bits, g)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda d_in, d_out, g: d_in * d_out // 2 + 4 * d_out, "scales"),
+    (lambda d_in, d_out, g: d_in * d_out + 2 * d_out * d_in // g + 4 * d_out, "packing"),
+    (lambda d_in, d_out, g: d_in * d_out // 2 + 4 * d_out * d_in // g + 4 * d_out, "float16"),
+    (lambda d_in, d_out, g: 7, "off by"),
+])
+def test_layer_bytes_explains_a_wrong_guess(wrong, words):
+    measured, (d_in, d_out, bits, g) = quantized_layer_bytes()
+    result = explain_layer_bytes(wrong(d_in, d_out, g), measured, d_in, d_out, bits, g)
+    assert not result and words in result.message and f"{measured:,} bytes" in result.message

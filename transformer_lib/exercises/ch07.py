@@ -1,4 +1,5 @@
-"""Chapter 07 exercises: the size of a KV cache, a top-p (nucleus) filter, greedy decoding with a cache.
+"""Chapter 07 exercises: the size of a KV cache, a top-p (nucleus) filter, greedy decoding with a cache, and a
+predict-then-run question on the size of a real cache (``explain_cache_prediction``).
 
 Each ``check_*`` runs the reader's function and the library's on the same random inputs
 (``checking.check_against``) and, when they differ, also tries a few common mistakes: if the reader's
@@ -142,3 +143,37 @@ def check_cached_greedy(fn: Callable) -> ExerciseResult:
                               f"most {worst['T'] + worst['n']}. After the prompt, feed only the newest token "
                               "(ids[:, -1:]) with the same cache.")
     return result
+
+
+# ----------------------------------------------------------------------------- predict, then run
+def explain_cache_prediction(guess, measured: int, n_layers: int, n_kv_heads: int, d_head: int, seq_len: int,
+                             bytes_per_element: int) -> ExerciseResult:
+    """Compare the reader's predicted cache size ``guess`` (bytes) with the ``measured`` bytes of a real cache.
+
+    ``measured`` is what the cache's tensors hold (e.g. ``StaticCache.nbytes()``); the other arguments are the
+    shape it was built for. When the guess is off by one of the formula's factors
+    (``2 * n_layers * n_kv_heads * d_head * seq_len * bytes_per_element``), the message names the factor.
+    """
+    if isinstance(guess, bool) or not isinstance(guess, (int, float)):
+        return ExerciseResult(False, f"put your prediction (a number of bytes) in the variable first, got {guess!r}.")
+    formula = (f"2 (keys and values) x {n_layers} layers x {n_kv_heads} key/value heads x {d_head} numbers per head "
+               f"x {seq_len} positions x {bytes_per_element} bytes = {measured:,} bytes")
+    if guess == measured:
+        return ExerciseResult(True, f"the cache holds {formula}.")
+    factors = {"the factor 2: the cache keeps keys AND values": 2,
+               f"the {n_layers} layers: every layer keeps its own keys and values": n_layers,
+               f"the {n_kv_heads} key/value heads": n_kv_heads,
+               f"the {seq_len} positions": seq_len,
+               f"the {bytes_per_element} bytes per number (you counted numbers, not bytes)": bytes_per_element}
+    for what, f in factors.items():
+        if f > 1 and guess * f == measured:
+            return ExerciseResult(False, f"you guessed {guess:,}, {f}x too few: you left out {what}. "
+                                  f"The cache holds {formula}.")
+    for what, f in (("float32 (4 bytes); the cache here is in a 2-byte format", 4 / bytes_per_element),
+                    (f"d_model = {n_kv_heads * d_head} numbers per head; each head keeps d_head = {d_head}",
+                     n_kv_heads)):
+        if f > 1 and guess == measured * f:
+            return ExerciseResult(False, f"you guessed {guess:,}, {f:g}x too many: you counted {what}. "
+                                  f"The cache holds {formula}.")
+    return ExerciseResult(False, f"you guessed {guess:,}; the cache holds {formula} "
+                          f"(your guess is {guess / measured:.3g} times that).")

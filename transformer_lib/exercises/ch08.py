@@ -1,4 +1,5 @@
-"""Chapter 08 exercises: cut a head out of ``qkv``, score heads by weight size, a magnitude-pruning mask.
+"""Chapter 08 exercises: cut a head out of ``qkv``, score heads by weight size, a magnitude-pruning mask, and a
+predict-then-run question on the parameters a pruned model keeps (``explain_pruned_params``).
 
 Each ``check_*`` runs the reader's function and a reference on the same random inputs (``checking.check_against``)
 and, when they differ, tries a few common mistakes: if the reader's function matches one, the message says which.
@@ -137,3 +138,31 @@ def check_magnitude_mask(fn: Callable) -> ExerciseResult:
         "your mask is inverted: True must mark the weights that STAY (the large ones).":
             lambda w, a: ~_reference_mask(w, a),
     })
+
+
+# ----------------------------------------------------------------------------- predict, then run
+def explain_pruned_params(guess, before: int, after: int, n_removed: int, d_model: int, d_head: int) -> ExerciseResult:
+    """Compare the reader's predicted parameter count ``guess`` of a model with ``n_removed`` heads removed
+    (``after``, counted on the pruned model) with what one head owns in a biased ``MultiHeadAttention``.
+
+    One head owns ``3 * d_head`` rows of ``qkv`` (``d_model`` weights and one bias each) and ``d_head`` columns of
+    ``W_O`` (whose bias belongs to no head). When the guess matches a count that leaves one of these out, the
+    message says which.
+    """
+    if isinstance(guess, bool) or not isinstance(guess, (int, float)):
+        return ExerciseResult(False, f"put your prediction (a number of parameters) in the variable first, got {guess!r}.")
+    per_head = 3 * d_head * (d_model + 1) + d_model * d_head
+    why = (f"each head owns 3 x {d_head} rows of qkv ({d_model} weights + 1 bias each) and {d_head} columns of W_O "
+           f"({d_model} weights each): {per_head:,} parameters; {n_removed} heads: {n_removed * per_head:,}, "
+           f"so {before:,} - {n_removed * per_head:,} = {after:,}")
+    if guess == after:
+        return ExerciseResult(True, why + ".")
+    wrong = {"W_O: each head also owns d_head columns of the output projection":
+             before - n_removed * 3 * d_head * (d_model + 1),
+             "the qkv biases: each of the head's 3 x d_head rows has one": before - n_removed * 4 * d_model * d_head,
+             "W_K and W_V: the head owns rows in all three blocks of qkv, not only in W_Q":
+             before - n_removed * (d_head * (d_model + 1) + d_model * d_head)}
+    for what, count in wrong.items():
+        if count is not None and guess == count:
+            return ExerciseResult(False, f"you guessed {guess:,}: you left out {what}. In fact {why}.")
+    return ExerciseResult(False, f"you guessed {guess:,}, off by {guess - after:+,}. In fact {why}.")

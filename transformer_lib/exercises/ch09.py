@@ -1,4 +1,5 @@
-"""Chapter 09 exercises: absmax int8 codes per row, group-wise int4 round trip, packing two int4 codes per byte.
+"""Chapter 09 exercises: absmax int8 codes per row, group-wise int4 round trip, packing two int4 codes per byte,
+and a predict-then-run question on the bytes of a quantized layer (``explain_layer_bytes``).
 
 Each ``check_*`` runs the reader's function and the library's (``quantization.py``) on the same random inputs
 (``checking.check_against``, which also wants the library's dtype: int8 codes, uint8 packed bytes), and when
@@ -96,3 +97,29 @@ def check_pack_int4(fn: Callable) -> ExerciseResult:
         "negative codes spill into the other nibble: keep only their low 4 bits (q & 0xF) before shifting.":
             lambda q: ((q[:, 0::2].to(torch.int16) | (q[:, 1::2].to(torch.int16) << 4)) & 0xFF).to(torch.uint8),
     })
+
+
+# ----------------------------------------------------------------------------- predict, then run
+def explain_layer_bytes(guess, measured: int, d_in: int, d_out: int, bits: int, group_size: int) -> ExerciseResult:
+    """Compare the reader's predicted bytes ``guess`` of a quantized ``nn.Linear(d_in, d_out)``'s ``state_dict``
+    (``measured``: the bytes its tensors hold) with its parts: ``bits``-bit codes packed into bytes, one float16
+    scale per group of ``group_size`` weights of a row, and the float32 bias. A guess that leaves one part out or
+    stores it wider is named.
+    """
+    if isinstance(guess, bool) or not isinstance(guess, (int, float)):
+        return ExerciseResult(False, f"put your prediction (a number of bytes) in the variable first, got {guess!r}.")
+    codes, scales, bias = d_in * d_out * bits // 8, 2 * d_out * (d_in // group_size), 4 * d_out
+    why = (f"codes {d_out} x {d_in} x {bits} bits = {codes:,} bytes, {d_out} x {d_in // group_size} float16 scales "
+           f"= {scales:,} bytes, float32 bias {bias:,} bytes: {measured:,} bytes in all")
+    if guess == measured:
+        return ExerciseResult(True, why + ".")
+    wrong = {"the scales: every group of weights carries one": codes + bias,
+             "the bias, which stays float32": codes + scales,
+             f"the packing: two {bits}-bit codes share a byte, they do not take one byte each":
+                 d_in * d_out + scales + bias,
+             "the scales' format: they are float16 (2 bytes), not float32": codes + 2 * scales + bias,
+             "the bias's format: it stays float32 (4 bytes per value)": codes + scales + bias // 2}
+    for what, count in wrong.items():
+        if guess == count:
+            return ExerciseResult(False, f"you guessed {guess:,}: check {what}. In fact, {why}.")
+    return ExerciseResult(False, f"you guessed {guess:,}, off by {guess - measured:+,}. In fact, {why}.")

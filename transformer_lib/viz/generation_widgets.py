@@ -89,15 +89,15 @@ def generation_frame(step: GenerationStep, index: int, total: int, max_len: int,
     ax1.imshow(state, cmap=plt.matplotlib.colors.ListedColormap(["#90caf9", "#ff9800"]), vmin=0, vmax=1,
                aspect="auto", interpolation="nearest")
     ax1.set_facecolor("#f2f2f2")
-    ax1.set_yticks(range(L), [f"layer {i}" for i in range(L)], fontsize=7)
+    ax1.set_yticks(range(L), [f"layer {i}" for i in range(L)], fontsize=8)
     what = "the prompt (prefill)" if index == 0 else f"1 position ({show_token(step.tokens[-1])!s})"
     ax1.set_title(f"Step {index} of {total - 1}: the KV cache holds {t} positions (blue: from earlier steps, "
                   f"orange: {what} written now)", fontsize=8.5)
     im = ax2.imshow(att, cmap="viridis", vmin=0, vmax=max(0.05, float(np.nanmax(att))), aspect="auto",
                     interpolation="nearest")
     ax2.set_facecolor("#f2f2f2")
-    ax2.set_yticks(range(L), [f"layer {i}" for i in range(L)], fontsize=7)
-    ax2.set_xticks(range(t), [show_token(c) for c in step.tokens], fontsize=7, rotation=90)
+    ax2.set_yticks(range(L), [f"layer {i}" for i in range(L)], fontsize=8)
+    ax2.set_xticks(range(t), [show_token(c) for c in step.tokens], fontsize=8, rotation=90)
     ax2.set_xlim(-0.5, max_len - 0.5)
     ax2.set_xlabel("position in the sequence (the token stored there)")
     ax2.set_title(f"Attention of the newest token ({show_token(step.tokens[-1])}) over the cached positions, "

@@ -60,7 +60,7 @@ def grid_frame(w: torch.Tensor, bits: int, group_size: int | None, row: int | No
     ax1.set_xlabel("weight value")
     ax1.set_ylabel("number of weights")
     ax1.set_title(f"row {row}: values and an int{bits} grid", fontsize=10)
-    ax1.legend(fontsize=7, loc="upper left")
+    ax1.legend(fontsize=8, loc="upper left")
 
     ax2.semilogy(torch.arange(K).numpy(), e.clamp_min(1e-7).numpy(), ".", ms=2.5, color="tab:blue",
                  label="|w - dequantized w|")
@@ -71,7 +71,7 @@ def grid_frame(w: torch.Tensor, bits: int, group_size: int | None, row: int | No
     ax2.set_xlabel("position in the row (input feature)")
     ax2.set_ylabel("absolute error")
     ax2.set_title("rounding error of each weight", fontsize=10)
-    ax2.legend(fontsize=7, loc="lower right")
+    ax2.legend(fontsize=8, loc="lower right")
     fig.suptitle(f"{title}{_setting_name(bits, group_size)}", fontsize=11)
     fig.tight_layout()
 
@@ -79,7 +79,9 @@ def grid_frame(w: torch.Tensor, bits: int, group_size: int | None, row: int | No
     cost = bits_per_weight(bits, w.shape, gran, group_size)  # code + share of a float16 scale
     caption = (f"<b>{_setting_name(bits, group_size)}</b>: {cost:.2f} bits per weight; whole matrix: RMS error "
                f"{100 * rel:.2f}% of the RMS weight, largest error {err.max().item():.2e}; "
-               f"in row {row} the grid step ranges from {scales.min():.2e} to {scales.max():.2e}.")
+               + (f"row {row} has one grid step, {scales[0]:.2e}." if len(scales) == 1 else
+                  f"in row {row} the {len(scales)} groups' grid steps range from {scales.min():.2e} "
+                  f"to {scales.max():.2e}."))
     return fig, caption
 
 
