@@ -101,8 +101,10 @@ function render({ model, el: widget }) {
     X = drawErrors(errs, err, bound, at);
     last = { w, codes, deq, err };
     info.textContent = `int${state.bits}, ${state.group ? `groups of ${state.group}` : "one scale per row"}: ` +
-      `RMS error / RMS weight = ${fmt(100 * rms(err) / rms(w), 2)}%; step of the outlier's group ` +
-      `${scales[Math.floor(at / g)].toExponential(2)}, of a typical group ${typical.toExponential(2)}.`;
+      `RMS error / RMS weight = ${fmt(100 * rms(err) / rms(w), 2)}%; ` +
+      (state.group ? `step of the outlier's group ${scales[Math.floor(at / g)].toExponential(2)}, ` +
+                     `of a typical group ${typical.toExponential(2)}.`
+                   : `one step for the whole row, ${scales[0].toExponential(2)}.`);
   }
   errs.addEventListener("mousemove", (e) => {
     const box = errs.getBoundingClientRect(), x = (e.clientX - box.left) * (errs.width / box.width);
