@@ -21,7 +21,7 @@ def plot_attention(weights, x_labels=None, y_labels=None, ax=None, title: str = 
     if w.ndim != 2:
         raise ValueError(f"weights must be 2-D (Tq, Tk), got shape {w.shape}")
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.45 * w.shape[1] + 2.2, 0.45 * w.shape[0] + 1.2))
+        _, ax = plt.subplots(figsize=(0.55 * w.shape[1] + 2.2, 0.5 * w.shape[0] + 1.2))
     im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
     ax.set_xticks(range(w.shape[1]), x_labels if x_labels is not None else range(w.shape[1]), rotation=60,
                   ha="right", fontsize=8)
@@ -34,7 +34,7 @@ def plot_attention(weights, x_labels=None, y_labels=None, ax=None, title: str = 
     if annotate:
         for i in range(w.shape[0]):
             for j in range(w.shape[1]):
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
                         color="white" if w[i, j] < 0.6 * (vmax or w.max()) else "black")
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="weight")
