@@ -4,6 +4,7 @@
 #                    (a few minutes; a notebook over 90 s fails it: see tests/conftest.py)
 #   make test-all  - make test plus the slow tests (checkpoint retraining, benchmarks' quick modes, a fresh venv)
 #                    and the browser tests (a headless Chromium or Chrome; skipped with a reason when none is found)
+#   make test-site - after make book: the tests that read _build/html (links, the 404 page, live figures in their pages)
 # Nothing here needs root: the browser and npm are yours to install (README, Requirements).
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -14,7 +15,7 @@ PYTEST := $(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env -p no:
 # pytest exits 5 when it collected no test: not a failure here
 PYTEST_OK := rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
-.PHONY: book test test-all venv vendor clean
+.PHONY: book test test-all test-site venv vendor clean
 
 venv: $(STAMP)
 
@@ -41,6 +42,10 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PYTEST); $(PYTEST_OK)
+
+# the tests that read the built book (links and anchors, 404 page, live figures in their pages): after make book
+test-site: $(STAMP)
+	REQUIRE_SITE=1 $(PY) -m pytest tests -m site -p no:cacheprovider -rs
 
 clean:
 	rm -rf _build

@@ -42,6 +42,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def no_built_site(message: str):
+    """Skip a test that reads the built book when there is none; fail instead with ``REQUIRE_SITE=1`` (``make
+    test-site``, which CI runs after ``make book``)."""
+    if os.environ.get("REQUIRE_SITE") == "1":
+        pytest.fail(f"REQUIRE_SITE=1 but {message}")
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def browser_path() -> Path:
     """The browser for the tests marked ``browser``; skip (or fail, with ``REQUIRE_BROWSER=1``) without one."""

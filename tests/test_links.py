@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from conftest import no_built_site
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +76,7 @@ def _parse(path: Path) -> Page:
 
 def _pages() -> list[Path]:
     if not (SITE / "index.html").is_file():
-        pytest.skip(f"no built site at {SITE}: run `make book` first (or set BOOK_HTML to a built html folder)")
+        no_built_site(f"no built site at {SITE}: run `make book` first (or set BOOK_HTML to a built html folder)")
     # not under _static/ (the theme's Jinja macro files end in .html too) or other _folders
     return sorted(p for p in SITE.rglob("*.html") if not p.relative_to(SITE).parts[0].startswith("_"))
 
@@ -95,6 +96,7 @@ def _target(page: Path, link: str) -> tuple[Path | None, str]:
     return target, unquote(parts.fragment)
 
 
+@pytest.mark.site
 def test_every_internal_link_and_anchor_resolves():
     broken = []
     for page in _pages():
@@ -110,6 +112,7 @@ def test_every_internal_link_and_anchor_resolves():
     assert not broken, f"{len(broken)} broken link(s):\n" + "\n".join(sorted(set(broken))[:60])
 
 
+@pytest.mark.site
 def test_site_has_a_404_page_and_a_favicon():
     pages = _pages()
     page_404 = SITE / "404.html"
@@ -123,6 +126,7 @@ def test_site_has_a_404_page_and_a_favicon():
         assert any(icon.endswith(f"_static/{favicon}") for icon in _parse(page).icons), f"{page.name}: no favicon"
 
 
+@pytest.mark.site
 def test_pages_are_canonical_under_the_pages_address():
     for page in _pages():
         name = page.relative_to(SITE).as_posix()

@@ -24,6 +24,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import no_built_site
 import torch
 
 from transformer_lib.viz import live
@@ -389,12 +390,13 @@ MOVE_EVERY_CONTROL = """(() => {
 @pytest.fixture(scope="module")
 def book_browser(browser_path):
     if not (SITE / "index.html").exists():
-        pytest.skip(f"no built book at {SITE}: run `make book` first (or set LIVE_SITE_HTML to a built html folder)")
+        no_built_site(f"no built book at {SITE}: run `make book` first (or set LIVE_SITE_HTML to a built html folder)")
     with served_in_chromium(browser_path, SITE) as served:
         yield served
 
 
 @pytest.mark.browser
+@pytest.mark.site
 @pytest.mark.parametrize("page_name", list(LIVE_PAGES))
 def test_live_figures_render_offline_and_follow_their_controls(book_browser, page_name):
     chrome, server = book_browser
