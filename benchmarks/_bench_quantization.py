@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import format_table, interleaved_medians  # noqa: E402
 
 from transformer_lib import GPT, GPTConfig  # noqa: E402
+from transformer_lib.experiments.threads import torch_threads  # noqa: E402
 from transformer_lib.generate import generate  # noqa: E402
 from transformer_lib.quant_storage import saved_size  # noqa: E402
 from transformer_lib.quantization import lm_quality, quantize_model  # noqa: E402
@@ -95,17 +96,6 @@ def decode_speeds(models: dict, prompt: torch.Tensor, n_new: int, device, repeat
     return {k: n_new / v for k, v in med.items()}
 
 
-@contextlib.contextmanager
-def num_threads(n: int):
-    """Run the block with ``torch.set_num_threads(n)``, then restore the previous count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, rounds: int = 2,
                         thread_counts: tuple[int, ...] | None = None) -> list[str]:
     """Print and return the two tables. ``model``: a trained ``GPT`` (not modified: every format is a copy);
@@ -123,7 +113,7 @@ def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, ro
     n_new = min(NEW_TOKENS, model.cfg.block_size - prompt.shape[1])
     speed = {}
     for n in thread_counts:
-        with num_threads(n):
+        with torch_threads(n):
             speed[n] = decode_speeds(models, prompt, n_new, device, repeats)
     fp32_size = saved_size(model)
     rows = []
@@ -152,7 +142,7 @@ def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, ro
     big_prompt = torch.randint(0, GPT2_SHAPE.vocab_size, (1, 32), device=device)
     columns, results = [], []
     for n in thread_counts:
-        with num_threads(n):
+        with torch_threads(n):
             for r in range(rounds):
                 columns.append(f"{n} thr., round {r + 1}")
                 results.append(decode_speeds(big_models, big_prompt, NEW_TOKENS, device, repeats))
