@@ -12,7 +12,7 @@ import torch
 
 from transformer_lib.exercises.ch02 import (check_attention_entropy, check_scaled_dot_product_attention,
                                             check_softmax_with_temperature)
-from transformer_lib.viz.attention_widgets import head_queries_keys, temperature_frame, temperature_slider
+from transformer_lib.viz.attention_widgets import head_queries_keys, temperature_frame
 
 
 # ----------------------------------------------------------------------------- reader solutions
@@ -151,15 +151,6 @@ def test_temperature_frame_caption_reports_row_entropies():
     bits = torch.distributions.Categorical(probs=w_hot).entropy() / math.log(2.0)  # (4,), nats -> bits
     assert f"{bits.mean():.2f} bits" in hot
     assert all(f"{tok}&nbsp;{b:.2f}" in hot for tok, b in zip(tokens, bits.tolist()))
-
-
-def test_temperature_slider_is_a_frame_slider_named_temperature():
-    q, k = torch.randn(3, 4), torch.randn(3, 4)
-    temps = [0.1, 1.0, 5.0]
-    box = temperature_slider(q, k, ["x", "y", "z"], temps)
-    slider, stack = box.children[0].children[0], box.children[1]
-    assert slider.description == "temperature τ"
-    assert len(stack.children) == len(temps) and stack.selected_index == temps.index(1.0)
 
 
 def test_score_variance_prediction_passes_d_k_and_one_and_explains_a_standard_deviation():

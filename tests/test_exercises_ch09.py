@@ -1,17 +1,14 @@
 """Chapter 09: the self-checking exercises.
 
 A correct reader solution (written here without the library) must pass each check; a stub must be reported, not
-raised; the usual mistakes must fail with a message that names them. The figure helper is checked against the
-closed-form bound it draws.
+raised; the usual mistakes must fail with a message that names them.
 """
-import matplotlib.pyplot as plt
 import pytest
 import torch
 
 from transformer_lib.exercises.ch09 import check_absmax_int8, check_int4_group_round_trip, check_pack_int4, \
     explain_layer_bytes
 from transformer_lib.quantization import QuantLinear
-from transformer_lib.viz.quant_widgets import grid_frame, grid_slider
 
 
 # ----------------------------------------------------------------------------- reader solutions
@@ -96,52 +93,6 @@ def test_pack_check_names_the_mistake(wrong, hint):
 def test_pack_check_wants_uint8():
     result = check_pack_int4(lambda q: pack(q).to(torch.int16))
     assert not result and "dtype" in result.message, result.message
-
-
-# ----------------------------------------------------------------------------- the figure helpers
-def test_grid_frame_caption_reports_the_measured_error():
-    torch.manual_seed(0)
-    w = torch.randn(16, 64) * 0.05
-    fig, caption = grid_frame(w, 4, 16)
-    rel = (w - int4_groups_f16(w, 16)).pow(2).mean().sqrt() / w.pow(2).mean().sqrt()
-    assert f"{100 * rel:.2f}%" in caption and "5.00 bits per weight" in caption  # 4 + 16 / 16
-    plt.close(fig)
-
-
-def test_grid_frame_caption_names_one_step_for_one_scale_and_a_range_for_groups():
-    torch.manual_seed(0)
-    w = torch.randn(4, 64) * 0.05
-    row = int(w.abs().amax(dim=1).argmax())
-    step = (w[row].abs().max() / 7).half().float()  # the row's float16 absmax step (round to nearest)
-    fig, caption = grid_frame(w, 4, None)
-    plt.close(fig)
-    assert "one grid step" in caption and "range" not in caption
-    assert abs(float(caption.split("one grid step, ")[1].rstrip(".")) - step) <= 5e-3 * step  # printed to 3 digits
-    fig, caption = grid_frame(w, 4, 16)
-    plt.close(fig)
-    low, high = (float(v.rstrip(".")) for v in caption.split("range from ")[1].split(" to "))
-    assert "4 groups" in caption and low < high  # four groups of random weights: four different steps
-
-
-def int4_groups_f16(w, g):
-    """The widget stores float16 scales rounded up: the same closed form with that scale."""
-    groups = w.reshape(w.shape[0], -1, g)
-    s32 = groups.abs().amax(-1, keepdim=True) / 7
-    s16 = s32.half()
-    s16 = torch.where(s16.float() < s32, torch.nextafter(s16, torch.tensor(float("inf"), dtype=torch.float16)), s16)
-    s = s16.float()
-    return (torch.round(groups / s) * s).reshape(w.shape)
-
-
-def test_grid_slider_holds_one_frame_per_setting():
-    w = torch.randn(8, 64) * 0.05
-    box = grid_slider(w, bits_values=(8, 4), group_values=(None, 16), dpi=40)
-    sliders, outer = box.children
-    assert len(outer.children) == 2 and all(len(inner.children) == 2 for inner in outer.children)
-    with pytest.raises(ValueError, match="must be non-empty"):
-        grid_slider(w, bits_values=())
-    with pytest.raises(ValueError, match=r"w must be a \(N, K\)"):
-        grid_frame(torch.randn(64), 8, None)
 
 
 # ----------------------------------------------------------------------------- predict, then run: a layer's bytes

@@ -1,10 +1,10 @@
 """Chapter 02's attention figures: a trained head's weights under a softmax temperature.
 
-A head's weights are ``softmax(q k^T / (sqrt(d_head) T))``. We take the real ``q`` and ``k`` of one
+A head's weights are ``softmax(q k^T / (sqrt(d_head) tau))``. We take the real ``q`` and ``k`` of one
 head of a trained encoder (``head_queries_keys``), recompute the weights with the library's
-``attention_weights`` at any temperature ``T``, and show each setting as a heatmap with the entropy of
-every row in its caption (``temperature_frame``). ``temperature_slider`` precomputes the frames (works in
-the static book); ``temperature_live_view`` recomputes them for any sentence, layer and head (needs a kernel).
+``attention_weights`` at any temperature ``tau``, and show it as a heatmap with the entropy of every row in
+its caption (``temperature_frame``). ``temperature_live_view`` does so for any sentence, layer and head (needs a
+kernel); the static book's version is the live figure ``viz.live.AttentionHeatmap``, computed in the browser.
 The statistics (entropy in bits, weight on a neighbouring token) live in ``head_stats``.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from ..attention import attention_weights
 from ..head_stats import entropy_bits
 from .plots import plot_attention
-from .widgets import frame_slider, live_view
+from .widgets import live_view
 
 
 @torch.no_grad()
@@ -58,15 +58,6 @@ def temperature_frame(q: torch.Tensor, k: torch.Tensor, tokens: Sequence[str], t
                f"<b>{ent.mean():.2f} bits</b> (0 = all weight on one key; uniform over {w.shape[-1]} keys = "
                f"{math.log2(w.shape[-1]):.2f} bits)<br>per query row, bits: {rows}</div>")
     return fig, caption
-
-
-def temperature_slider(q: torch.Tensor, k: torch.Tensor, tokens: Sequence[str], temperatures: Sequence[float],
-                       title: str = "", initial: float | None = 1.0) -> widgets.VBox:
-    """A ``frame_slider`` (description ``"temperature"``) over precomputed ``temperature_frame``s."""
-    temperatures = list(temperatures)
-    initial = initial if initial in temperatures else None
-    return frame_slider(lambda t: temperature_frame(q, k, tokens, t, title), temperatures,
-                        description="temperature τ", initial=initial)
 
 
 def temperature_live_view(model, tokenizer, sentence: str = "The cat sat on the mat", layer: int = 0,
