@@ -129,16 +129,6 @@ def test_training_learns_the_previous_token_task():
     assert sum(result["losses"][-10:]) / 10 < 1.0 < math.log(16) < result["losses"][0] + 0.3
 
 
-def test_single_cpu_thread_restores_the_thread_count():
-    from transformer_lib.experiments.extrapolation import single_cpu_thread
-    before = torch.get_num_threads()
-    with pytest.raises(RuntimeError):
-        with single_cpu_thread():
-            assert torch.get_num_threads() == 1
-            raise RuntimeError("boom")
-    assert torch.get_num_threads() == before
-
-
 def test_evaluate_gives_the_training_mode_back():
     cfg = ExtrapolationConfig(train_len=8, eval_batches=1, batch_size=2)
     model = make_model("rope", cfg, device="cpu").train()

@@ -11,7 +11,6 @@ and measure accuracy on sequences of ``train_len``, ``2 * train_len`` and ``4 * 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -22,6 +21,7 @@ from ..models import GPT, GPTConfig
 from ..modes import eval_mode
 from ..train import TrainConfig
 from ..train import train as train_loop
+from .threads import torch_threads
 
 IGNORE = -100  # targets with this value are skipped by the loss and the accuracy
 
@@ -138,21 +138,6 @@ def evaluate(model: GPT, length: int, cfg: ExtrapolationConfig, seed: int = 1234
             "by_position": by_position}
 
 
-@contextmanager
-def single_cpu_thread():
-    """Run tiny-model training on one CPU thread, then restore the previous setting.
-
-    At this size every op is a few microseconds of work; with two threads, synchronisation costs more than
-    it saves, and on a busy machine (more runnable processes than cores) it was measured 30-50x slower.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def run_experiment(positionals=("none", "learned", "sinusoidal", "rope", "alibi"),
                    cfg: ExtrapolationConfig | None = None, device=None, progress: bool = True) -> dict:
     """Train one model per positional scheme and evaluate each at every length in ``cfg.eval_lens``.
@@ -161,7 +146,7 @@ def run_experiment(positionals=("none", "learned", "sinusoidal", "rope", "alibi"
     """
     cfg = cfg or ExtrapolationConfig()
     results = {}
-    with single_cpu_thread():  # also harmless on a GPU: only the CPU thread pool is changed
+    with torch_threads(1):  # also harmless on a GPU: only the CPU thread pool is changed
         for name in positionals:
             model = make_model(name, cfg, device)
             losses = train(model, cfg, progress, desc=f"positional={name}")

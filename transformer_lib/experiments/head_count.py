@@ -26,7 +26,7 @@ from ..modes import eval_mode
 from ..multihead import MultiHeadAttention
 from ..train import TrainConfig
 from ..train import train as train_loop
-from .extrapolation import single_cpu_thread
+from .threads import torch_threads
 
 IGNORE = -100  # positions without a target (up to and including the second flag)
 
@@ -130,5 +130,5 @@ def run_experiment(head_counts=(1, 2, 4), seeds=(0, 1, 2), cfg: HeadCountConfig 
     bad = [h for h in head_counts if h < 1 or cfg.d_model % h]
     if bad:
         raise ValueError(f"head_counts must divide d_model={cfg.d_model}, got {bad}")
-    with single_cpu_thread():  # a tiny model: one thread is faster than two on a busy CPU
+    with torch_threads(1):  # a tiny model: one thread is faster than two on a busy CPU
         return {h: [train_one(h, replace(cfg, seed=s), device) for s in seeds] for h in head_counts}
