@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from transformer_lib.experiments.batched_decoding import decode_step_cost, decode_throughput, left_pad
+from transformer_lib.experiments.batched_decoding import decode_step_cost, decode_throughput
+from transformer_lib.experiments.left_padding import left_pad
 from transformer_lib.generate import generate
 from transformer_lib.kv_cache import StaticCache
 from transformer_lib.models import GPT, GPTConfig
@@ -15,14 +16,6 @@ V = 50
 def gpt(n_kv_heads=None) -> GPT:
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=V, block_size=64, n_layers=2, n_heads=4, d_model=32, n_kv_heads=n_kv_heads)).eval()
-
-
-def test_left_pad_puts_each_prompt_at_the_right_end():
-    ids, mask = left_pad([torch.tensor([5, 6, 7]), torch.tensor([9])], pad_id=0)
-    assert ids.tolist() == [[5, 6, 7], [0, 0, 9]]
-    assert mask.tolist() == [[True, True, True], [False, False, True]]
-    with pytest.raises(ValueError, match=r"prompts must be a non-empty list of 1-D tensors .* got \[\(0,\)\]"):
-        left_pad([torch.tensor([], dtype=torch.long)])
 
 
 @pytest.mark.parametrize("n_kv_heads", [None, 2])

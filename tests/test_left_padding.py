@@ -21,6 +21,14 @@ def test_left_pad_puts_padding_on_the_left():
     assert mask.tolist() == [[True, True, True], [False, False, True]]
 
 
+def test_left_pad_takes_tensors_too():
+    ids, mask = left_pad([torch.tensor([5, 6, 7]), torch.tensor([9])], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 9]]
+    assert mask.tolist() == [[True, True, True], [False, False, True]]
+    with pytest.raises(ValueError, match=r"prompts must be a non-empty list of .* 1-D tensors, got \[\(0,\)\]"):
+        left_pad([torch.tensor([], dtype=torch.long)])
+
+
 def test_left_pad_rejects_an_empty_prompt():
     with pytest.raises(ValueError, match="prompts"):
         left_pad([[1, 2], []])

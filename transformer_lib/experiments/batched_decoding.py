@@ -22,23 +22,7 @@ import torch
 from ..generate import generate
 from ..kv_cache import kv_cache_bytes
 from ..timing import interleaved_medians
-
-
-def left_pad(prompts: list[torch.Tensor], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompts ``(T_i,)`` of different lengths -> ``ids (B, T_max)`` padded on the left with ``pad_id`` and
-    ``attention_mask (B, T_max)``, True on real tokens (each row's last token is real, as ``generate`` needs)."""
-    ok = isinstance(prompts, (list, tuple)) and prompts and all(
-        isinstance(p, torch.Tensor) and p.dim() == 1 and len(p) >= 1 for p in prompts)
-    if not ok:
-        got = [tuple(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__ for p in prompts] \
-            if isinstance(prompts, (list, tuple)) else type(prompts).__name__
-        raise ValueError(f"prompts must be a non-empty list of 1-D tensors of >= 1 token ids, got {got}")
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=prompts[0].device)
-    mask = torch.zeros(len(prompts), width, dtype=torch.bool, device=prompts[0].device)
-    for row, p in enumerate(prompts):
-        ids[row, width - len(p):], mask[row, width - len(p):] = p, True
-    return ids, mask
+from .left_padding import left_pad
 
 
 def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: int = 4) -> dict:

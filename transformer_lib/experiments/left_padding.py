@@ -14,15 +14,22 @@ import torch
 from ..generate import generate
 
 
-def left_pad(prompts: list[list[int]], pad_id: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``prompts``: token-id lists of different lengths -> ``(ids, attention_mask)``, both ``(B, T_max)``;
-    ``ids`` holds ``pad_id`` on the left of the shorter prompts, ``attention_mask`` is False there."""
-    if not prompts or any(not isinstance(p, (list, tuple)) or len(p) == 0 for p in prompts):
-        raise ValueError(f"prompts must be a non-empty list of non-empty token-id lists, got {prompts!r:.80}")
-    T = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), T), pad_id, dtype=torch.long, device=device)
-    mask = torch.zeros(len(prompts), T, dtype=torch.bool, device=device)
-    for b, p in enumerate(prompts):
+def left_pad(prompts, pad_id: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``prompts``: token ids of different lengths (lists of ints or 1-D tensors) -> ``(ids, attention_mask)``,
+    both ``(B, T_max)``; ``ids`` holds ``pad_id`` on the left of the shorter prompts, ``attention_mask`` is False
+    there (each row's last token is real, as ``generate`` needs). ``device``: default, the first tensor's."""
+    rows = [p.tolist() if isinstance(p, torch.Tensor) and p.dim() == 1 else p for p in prompts] \
+        if isinstance(prompts, (list, tuple)) else None
+    if not rows or any(not isinstance(p, (list, tuple)) or len(p) == 0 for p in rows):
+        got = [tuple(p.shape) if isinstance(p, torch.Tensor) else p for p in prompts] \
+            if isinstance(prompts, (list, tuple)) else type(prompts).__name__
+        raise ValueError(f"prompts must be a non-empty list of non-empty token-id lists or 1-D tensors, got {got!r:.80}")
+    if device is None and isinstance(prompts[0], torch.Tensor):
+        device = prompts[0].device
+    T = max(len(p) for p in rows)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros(len(rows), T, dtype=torch.bool, device=device)
+    for b, p in enumerate(rows):
         ids[b, T - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[b, T - len(p):] = True
     return ids, mask
