@@ -9,20 +9,29 @@ from the model's config. Hugging Face ``GPT2LMHeadModel`` gets a ``GPT2Config`` 
 a copy of our weights, so both compute the same thing; the benchmark says whether their greedy tokens agree.
 All variants of one length run round-robin in the same process (interleaved medians), so the ratios
 are measured under the same load. Tokens/s counts new tokens over the whole call (prefill included).
-"static, Linear layout" is the static cache without ``generate.matvec_weights`` (weights read as nn.Linear
-stores them), to show what that layout is worth. On a GPU (if present) the same code runs
-with ``transpose_weights`` off (no CUDA graphs or torch.compile).
+"static cache" decodes through ``generate.MatvecWeights`` built once after the model is made (weights copied to the
+(in, out) layout the CPU's matrix-vector products read fastest, as serving engines repack weights at load time; the
+one-time cost is printed); "static, Linear layout" reads the weights as nn.Linear stores them, to show what that
+layout is worth. At GPT-2 small two paths read fewer bytes per token: "bf16 static" (the model in bfloat16) and
+"int8 dynamic" (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantized on the fly).
+On a GPU (if present) the same code runs with ``transpose_weights`` off (no CUDA graphs or torch.compile).
 
-Roofline: a new token must read every weight once plus the cached keys and values, so
-``tokens/s <= bandwidth / bytes_per_token``; the bandwidth is a large tensor copy's bytes moved per second.
+The limit: a new token must read every weight once plus the cached keys and values. Decoding reads them with
+matrix-vector products, so the limit is measured the same way, interleaved with the variants: one fp32 matrix of
+exactly the bytes a token reads (weights + the cache at the mean length), multiplied by a vector, in both layouts;
+the faster one is the "weights-only limit" (tokens/s = 1 / its time). A tensor copy's bandwidth is printed too
+(it is not what a matrix-vector product reaches). ``--profile`` adds a per-operator profile of one fp32 decoding
+step at GPT-2 small: the time in matrix products against the rest.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,14 +41,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import interleaved_medians, print_table, synchronize  # noqa: E402
 
 from transformer_lib import GPT, GPTConfig, default_device  # noqa: E402
-from transformer_lib.generate import generate  # noqa: E402
+from transformer_lib.generate import MatvecWeights, generate  # noqa: E402
 from transformer_lib.kv_cache import kv_cache_bytes  # noqa: E402
 from transformer_lib.book_models import checkpoint_info  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-VARIANTS = ("no cache", "concat cache", "static cache", "static, Linear layout", "HF cached", "HF no cache")
+VARIANTS = ("no cache", "concat cache", "static cache", "static, Linear layout", "HF cached", "HF no cache",
+            "bf16 static", "int8 dynamic")
+FEWER_BYTES = ("bf16 static", "int8 dynamic")  # paths that read fewer bytes per token than fp32
 
 
 @dataclass
@@ -72,7 +83,7 @@ SHAPES = {  # --shape name -> Shape
     # the issue's target shape: GPT-2 small, prompt 4, 200 new tokens; recomputation would take minutes
     "gpt2-small": Shape("GPT-2 small", GPTConfig(vocab_size=50257, block_size=1024, n_layers=12, n_heads=12,
                                                  d_model=768), 4, (200,), (16,),
-                        ("concat cache", "static cache", "HF cached")),
+                        ("concat cache", "static cache", "static, Linear layout", "HF cached", *FEWER_BYTES)),
 }
 
 
@@ -131,14 +142,52 @@ def uneven_interleaved_medians(fns: dict, repeats: dict, device) -> tuple[dict, 
             {name: statistics.median(ts) for name, ts in cpu.items()})
 
 
-def roofline_tokens_per_s(model: GPT, prompt: int, n_new: int, bandwidth: float) -> tuple[float, float]:
-    """``(tokens/s bound, MB read per token)``: all weights once + the K and V at the average cache length."""
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())  # tied lm_head counted once
+def bytes_per_token(model: GPT, prompt: int, n_new: int) -> int:
+    """Bytes one new token reads: every weight once (the tied head once; of the position table only one row, so it
+    is left out) + the K and V at the average cache length, in the model's dtype."""
     c = model.cfg
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    table = getattr(model, "pos", None)
+    if isinstance(table, torch.nn.Embedding):
+        weights -= table.weight.numel() * table.weight.element_size()
     cache = kv_cache_bytes(c.n_layers, c.n_kv_heads or c.n_heads, c.d_model // c.n_heads, prompt + n_new // 2,
-                           bytes_per_element=4)
-    per_token = weight_bytes + cache
-    return bandwidth / per_token, per_token / 1e6
+                           bytes_per_element=model.tok_emb.weight.element_size())
+    return weights + cache
+
+
+def matvec_limit_calls(n_bytes: int, d_in: int, device) -> dict:
+    """Two zero-argument calls that each stream one fp32 matrix of ``n_bytes`` through a matrix-vector product,
+    ``x W`` with ``W`` stored ``(in, out)`` and ``W x`` with ``W`` stored ``(out, in)``: one call = one token's reads."""
+    out = n_bytes // 4 // d_in
+    g = torch.Generator(device="cpu").manual_seed(0)
+    w_in_out = torch.randn(d_in, out, generator=g).to(device)  # (in, out)
+    w_out_in = w_in_out.t().contiguous()  # (out, in)
+    x = torch.randn(1, d_in, generator=g).to(device)  # (1, in)
+    return {"limit: x W, (in, out)": lambda: torch.mm(x, w_in_out),
+            "limit: W x, (out, in)": lambda: torch.mv(w_out_in, x[0])}
+
+
+def decode_profile(model: GPT, prompt: torch.Tensor, packed, steps: int = 20) -> None:
+    """Print where one fp32 decoding step's time goes: matrix products (mm/addmm) against everything else."""
+    from torch.profiler import ProfilerActivity, profile
+    from transformer_lib.generate import decode_step
+    from transformer_lib.kv_cache import StaticCache
+    with torch.inference_mode():
+        cache = StaticCache.for_model(model, 1, prompt.shape[1] + steps + 6)
+        model(prompt, cache=cache)
+        token = prompt[:, -1:]
+        for _ in range(5):
+            decode_step(model, token, cache, weights_t=packed)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                decode_step(model, token, cache, weights_t=packed)
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in rows) / steps / 1e3  # ms per step
+    print(f"profile of one fp32 decoding step (static cache, (in, out) weights; {steps} steps): {total:.2f} ms per "
+          "step (profiler overhead included)")
+    print_table(["operator", "calls/step", "ms/step", "share"],
+                [[e.key, f"{e.count / steps:.0f}", f"{e.self_cpu_time_total / steps / 1e3:.2f}",
+                  f"{100 * e.self_cpu_time_total / steps / 1e3 / total:.0f}%"] for e in rows[:8]])
 
 
 def ratio(a: dict, b: dict, x: str, y: str) -> str:
@@ -146,30 +195,52 @@ def ratio(a: dict, b: dict, x: str, y: str) -> str:
     return f"{a[x] / b[y]:.2f}x" if x in a and y in b else "-"
 
 
-def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float) -> list:
+def int8_dynamic(model: GPT) -> GPT:
+    """A copy of ``model`` with int8 weights (``quantize_dynamic``, deprecated in torch 2.13 but present and fast)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its deprecation notice, printed once per call
+        return torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def make_variants(shape: Shape, model: GPT, hf, prompt: torch.Tensor, device) -> dict:
+    """name -> (n -> a zero-argument call generating n tokens), for the variants this shape times."""
+    ones = torch.ones_like(prompt)
+    t0 = time.perf_counter()
+    packed = MatvecWeights(model) if device.type == "cpu" else False
+    print(f"MatvecWeights(model), once after loading: {time.perf_counter() - t0:.2f} s")
+    extra = {}
+    if "bf16 static" in shape.variants:
+        extra["bf16"] = copy.deepcopy(model).to(torch.bfloat16)
+    if "int8 dynamic" in shape.variants and device.type == "cpu":
+        extra["int8"] = int8_dynamic(model)
+    hf_kw = dict(attention_mask=ones, do_sample=False)
+    variants = {
+        "no cache": lambda n: lambda: generate(model, prompt, n, use_cache=False),
+        "concat cache": lambda n: lambda: generate(model, prompt, n, cache="dynamic", transpose_weights=packed),
+        "static cache": lambda n: lambda: generate(model, prompt, n, cache="static", transpose_weights=packed),
+        # the same without the (in, out) weight copies of generate.MatvecWeights: what the layout is worth
+        "static, Linear layout": lambda n: lambda: generate(model, prompt, n, cache="static", transpose_weights=False),
+        "HF cached": lambda n: lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=True, **hf_kw),
+        "HF no cache": lambda n: lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=False,
+                                                     **hf_kw),
+        # bf16 decodes faster in nn.Linear's (out, in) layout here (oneDNN), so no (in, out) copies
+        "bf16 static": lambda n: lambda: generate(extra["bf16"], prompt, n, transpose_weights=False),
+        "int8 dynamic": lambda n: lambda: generate(extra["int8"], prompt, n),
+    }
+    return {k: variants[k] for k in shape.variants if (hf is not None or not k.startswith("HF"))
+            and (k != "int8 dynamic" or "int8" in extra)}
+
+
+def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float, profile: bool = False) -> list:
     cfg, P = shape.cfg, shape.prompt
     torch.manual_seed(0)
     model = GPT(cfg).to(device).eval()
     hf = hf_model(model, device) if cfg.positional == "learned" else None
-    names = [v for v in shape.variants if hf is not None or not v.startswith("HF")]
     prompt = torch.randint(0, cfg.vocab_size, (1, P), device=device)
-    ones = torch.ones_like(prompt)
     hf_params = "" if hf is None else f" (HF: {hf.num_parameters() / 1e6:.2f}M)"
     print(f"\n## {shape.label()}: {model.num_params() / 1e6:.2f}M parameters{hf_params}, prompt {P}, greedy, fp32, "
           f"{device}")
-
-    variants = {  # name -> (n -> a zero-argument call generating n tokens)
-        "no cache": lambda n: lambda: generate(model, prompt, n, use_cache=False),
-        "concat cache": lambda n: lambda: generate(model, prompt, n, cache="dynamic"),
-        "static cache": lambda n: lambda: generate(model, prompt, n, cache="static"),
-        # the same without the (in, out) weight copies of generate.matvec_weights: what the layout is worth
-        "static, Linear layout": lambda n: lambda: generate(model, prompt, n, cache="static", transpose_weights=False),
-        "HF cached": lambda n: lambda: hf.generate(prompt, attention_mask=ones, max_new_tokens=n, min_new_tokens=n,
-                                                   do_sample=False, use_cache=True),
-        "HF no cache": lambda n: lambda: hf.generate(prompt, attention_mask=ones, max_new_tokens=n,
-                                                     min_new_tokens=n, do_sample=False, use_cache=False),
-    }
-    variants = {k: variants[k] for k in names}
+    variants = make_variants(shape, model, hf, prompt, device)
     speed_rows, ratio_rows = [], []
     with torch.inference_mode():
         warm = {}
@@ -183,26 +254,34 @@ def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float) -
         for n in lengths:
             slow = 1 if n >= 512 else max(1, repeats // 2) if n >= 256 else repeats  # recomputation is slow
             reps = {k: slow if "no cache" in k else repeats for k in variants}
-            med, med_cpu = uneven_interleaved_medians({k: make(n) for k, make in variants.items()}, reps, device)
-            tps = {k: n / v for k, v in med.items()}
-            cpu_tps = {k: n / v for k, v in med_cpu.items()}
-            roof, mb = roofline_tokens_per_s(model, P, n, bandwidth)
-            best = max(tps["static cache"], tps["concat cache"])
-            speed_rows.append([n] + [f"{tps[k]:.1f}" if k in tps else "-" for k in VARIANTS])
+            per_token = bytes_per_token(model, P, n)
+            limits = matvec_limit_calls(per_token, cfg.d_model, device)  # one call = one token's reads
+            fns = {**{k: make(n) for k, make in variants.items()}, **limits}
+            med, med_cpu = uneven_interleaved_medians(fns, {**reps, **{k: repeats for k in limits}}, device)
+            limit = 1 / min(med[k] for k in limits)  # tokens/s: the faster layout
+            tps = {k: n / med[k] for k in variants}
+            cpu_tps = {k: n / med_cpu[k] for k in variants}
+            speed_rows.append([n] + [f"{tps[k]:.1f}" if k in tps else "-" for k in VARIANTS] + [f"{limit:.1f}"])
             ratio_rows.append([n, ratio(tps, tps, "static cache", "no cache"),
                                ratio(tps, tps, "static cache", "HF cached"),
                                ratio(cpu_tps, cpu_tps, "static cache", "HF cached"),
                                ratio(tps, tps, "concat cache", "HF cached"),
                                ratio(tps, tps, "static cache", "static, Linear layout"),
-                               ratio(tps, tps, "HF cached", "HF no cache"), f"{mb:.1f}", f"{roof:.0f}",
-                               f"{100 * best / roof:.0f}%",
-                               f"{100 * tps['HF cached'] / roof:.0f}%" if "HF cached" in tps else "-"])
-    print(f"tokens/s (new tokens / whole call, prefill included; median of {repeats} interleaved runs):")
-    print_table(["new", *VARIANTS], speed_rows)
-    print("ratios (same run) and the bandwidth roofline (weights + cache at the mean length, per token):")
-    print_table(["new", "static/no cache", "static/HF cached", "(CPU time)", "concat/HF cached", "layout gain",
-                 "HF cached/HF none",
-                 "MB/token", "roofline tok/s", "ours % roof", "HF % roof"], ratio_rows)
+                               f"{per_token / 1e6:.1f}", f"{bandwidth / per_token:.0f}", f"{limit:.1f}",
+                               *[f"{100 * tps[k] / limit:.0f}%" if k in tps else "-"
+                                 for k in ("static cache", "concat cache", "HF cached", *FEWER_BYTES)]])
+            print("limit: " + ", ".join(f"{k[7:]} {1 / med[k]:.1f} tok/s ({per_token / med[k] / 1e9:.1f} GB/s)"
+                                        for k in limits))
+    print(f"tokens/s (new tokens / whole call, prefill included; median of {repeats} interleaved runs; last column: "
+          "the weights-only limit, one weight-sized fp32 matrix-vector product per token):")
+    print_table(["new", *VARIANTS, "limit"], speed_rows)
+    print("ratios (same run); the copy roofline (copy bandwidth / bytes per token) and the matrix-vector limit; "
+          "each variant's tok/s as a share of that limit:")
+    print_table(["new", "static/no cache", "static/HF", "(CPU time)", "concat/HF", "layout gain", "MB/token",
+                 "copy roof", "limit tok/s", "static % limit", "concat % limit", "HF % limit",
+                 *[f"{k} % limit" for k in FEWER_BYTES]], ratio_rows)
+    if profile and device.type == "cpu":
+        decode_profile(model, prompt, MatvecWeights(model))
     return ratio_rows
 
 
@@ -212,6 +291,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds per variant (fewer for recomputation)")
     p.add_argument("--shape", choices=["all", *SHAPES], default="all", help="benchmark one shape only")
+    p.add_argument("--profile", action="store_true", help="per-operator profile of an fp32 step at GPT-2 small")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -228,9 +308,11 @@ def main() -> None:
         if args.shape not in ("all", key):
             continue
         lengths = shape.quick_lengths if args.quick else shape.lengths
-        bench_shape(shape, [n for n in lengths if shape.prompt + n <= shape.cfg.block_size], device, repeats, bw)
-    print("\nTargets: static >= 10x no cache at 256 new tokens; ours >= 1.2x HF cached at equal shape; "
-          "static >= 0.95x HF cached at GPT-2 small (prompt 4, 200 new tokens).")
+        bench_shape(shape, [n for n in lengths if shape.prompt + n <= shape.cfg.block_size], device, repeats, bw,
+                    profile=args.profile and key == "gpt2-small")
+    print("\nTargets: static >= 10x no cache at 256 new tokens; at GPT-2 small (prompt 4, 200 new tokens) static "
+          ">= 85% of the weights-only limit and >= 1.2x HF cached, and a fewer-bytes path (bf16 or int8) above "
+          "100% of the fp32 limit.")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 
 import transformer_lib.generate as generate_module
 from transformer_lib.generate import (cache_refusal, decode_step, fast_path_refusal, filter_logits, generate,
-                                      matvec_weights, sample_next)
+                                      MatvecWeights, matvec_weights, sample_next)
 from transformer_lib.kv_cache import DynamicCache, StaticCache
 from transformer_lib.layers import ACTIVATIONS
 from transformer_lib.models import GPT, POSITIONAL, GPTConfig, init_weights
@@ -530,3 +530,22 @@ def test_sampling_distribution_is_what_sample_next_draws_from():
     assert torch.equal(sampling_distribution(logits, Sampling(0.0)), torch.tensor([1.0, 0, 0, 0]))
     p = sampling_distribution(logits, Sampling(0.5, top_k=3))
     torch.testing.assert_close(p, torch.cat([(logits[:3] / 0.5).softmax(-1), torch.zeros(1)]))
+
+
+def test_matvec_weights_built_once_give_the_same_tokens_and_refuse_changed_weights():
+    """A MatvecWeights built once is reused across calls; after a weight changes, or for another model, it refuses."""
+    model = GPT(toy_gpt().cfg).eval()
+    model.load_state_dict(toy_gpt().state_dict())
+    prompt = ids((2, 5), seed=7)
+    packed = MatvecWeights(model)
+    want = generate(model, prompt, 12, use_cache=False)
+    assert torch.equal(generate(model, prompt, 12, transpose_weights=packed), want)
+    assert torch.equal(generate(model, prompt, 12, transpose_weights=packed), want)  # reused
+    with pytest.raises(ValueError, match="another model"):
+        generate(toy_gpt(), prompt, 3, transpose_weights=packed)
+    with torch.no_grad():
+        model.blocks[0].ffn.up.weight.mul_(2.0)  # an in-place change, as an optimizer step makes
+    with pytest.raises(ValueError, match="stale"):
+        generate(model, prompt, 3, transpose_weights=packed)
+    with pytest.raises(ValueError, match="transpose_weights must be"):
+        generate(model, prompt, 3, transpose_weights="yes")

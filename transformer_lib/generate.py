@@ -140,27 +140,64 @@ def _layer_norm(norm, x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x.float(), norm.weight.shape, norm.weight.float(), norm.bias.float(), norm.eps).to(x.dtype)
 
 
-def matvec_weights(model) -> dict:
-    """``{linear: weight.T.contiguous()}`` for the plain ``nn.Linear`` layers of a GPT (blocks and head).
+class MatvecWeights:
+    """``(in, out)`` copies of a GPT's plain ``nn.Linear`` weights (blocks and head), for decoding.
 
     Decoding multiplies each weight by one vector per row, a matrix-vector product that streams the whole
     matrix from memory. ``nn.Linear`` stores ``W`` as ``(out, in)``; on the x86-64 CPU (MKL) this book was
     built on, the same product read ``W`` faster stored as ``(in, out)``, GPT-2's ``Conv1D`` layout
-    (``benchmarks/bench_kv_cache.py`` times decoding with both). The copies double the weights' memory while
-    ``generate`` runs. Layers with hooks, of another type (e.g. the library's ``QuantLinear``) or whose weight is
-    a tensor subclass (e.g. torchao's quantized weights, which keep ``nn.Linear`` as the module) are left out:
-    they run as modules.
+    (``benchmarks/bench_kv_cache.py`` times decoding with both). The copies double the weights' memory.
+    Layers with hooks, of another type (e.g. the library's ``QuantLinear``) or whose weight is a tensor subclass
+    (e.g. torchao's quantized weights, which keep ``nn.Linear`` as the module) are left out: they run as modules.
+
+    ``generate`` builds one per call unless it is given one: build it once after loading a model (as serving
+    engines repack weights at load time) and pass it to every call. Each copy remembers its source weight's
+    version counter; ``check(model)`` refuses copies whose weights have changed since (training, ``load_state_dict``).
     """
-    layers = [model.lm_head] + [lin for b in model.blocks
-                                for lin in (b.self_attn.qkv, b.self_attn.out, b.ffn.up, b.ffn.down)]
-    return {lin: lin.weight.detach().t().contiguous() for lin in layers
-            if type(lin) is nn.Linear and type(lin.weight) in (nn.Parameter, torch.Tensor)
-            and not (lin._forward_hooks or lin._forward_pre_hooks)}
+
+    def __init__(self, model):
+        layers = [model.lm_head] + [lin for b in model.blocks
+                                    for lin in (b.self_attn.qkv, b.self_attn.out, b.ffn.up, b.ffn.down)]
+        self.weights_t = {lin: lin.weight.detach().t().contiguous() for lin in layers
+                          if type(lin) is nn.Linear and type(lin.weight) in (nn.Parameter, torch.Tensor)
+                          and not (lin._forward_hooks or lin._forward_pre_hooks)}
+        self._sources = {lin: (lin.weight, _version(lin.weight)) for lin in self.weights_t}
+
+    def get(self, lin):
+        """The ``(in, out)`` weight of ``lin``, or None: it runs as a module."""
+        return self.weights_t.get(lin)
+
+    def __contains__(self, lin) -> bool:
+        return lin in self.weights_t
+
+    def __len__(self) -> int:
+        return len(self.weights_t)
+
+    def check(self, model) -> None:
+        """Raise ``ValueError`` unless every copy belongs to ``model`` and its source weight is unchanged."""
+        mine = set(model.modules())
+        for lin, (weight, version) in self._sources.items():
+            if lin not in mine:
+                raise ValueError("transpose_weights holds layers of another model: build it with "
+                                 "MatvecWeights(model) for the model you decode")
+            if lin.weight is not weight or _version(weight) != version:
+                raise ValueError("transpose_weights is stale: a weight changed after MatvecWeights(model) copied it; "
+                                 "build a new one")
 
 
-def _linear(lin, x: torch.Tensor, weights_t: dict | None) -> torch.Tensor:
+def _version(t: torch.Tensor) -> int | None:
+    """The in-place-write counter of ``t`` (None for tensors made under ``torch.inference_mode``, which have none)."""
+    return None if t.is_inference() else t._version
+
+
+def matvec_weights(model) -> MatvecWeights:
+    """``MatvecWeights(model)``: the ``(in, out)`` weight copies ``decode_step`` reads (see the class)."""
+    return MatvecWeights(model)
+
+
+def _linear(lin, x: torch.Tensor, weights_t: MatvecWeights | None) -> torch.Tensor:
     """``lin(x)`` for ``x: (B, 1, in)``, through the ``(in, out)`` copy of its weight when there is one."""
-    w = None if weights_t is None else weights_t.get(lin)
+    w = None if weights_t is None else weights_t.get(lin)  # weights_t: MatvecWeights
     if w is None:
         return lin(x)
     x2 = x.view(x.shape[0], -1)  # (B, in)
@@ -183,7 +220,7 @@ def _attend(attn, h: torch.Tensor, cache, past: int, mask, weights_t) -> torch.T
 
 @torch.inference_mode()
 def decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None = None,
-                key_padding_mask: torch.Tensor | None = None, weights_t: dict | None = None,
+                key_padding_mask: torch.Tensor | None = None, weights_t: MatvecWeights | None = None,
                 checked: bool = False) -> torch.Tensor:
     """One new token through a ``GPT`` in eval mode, reading and extending ``cache``: logits ``(B, V)``.
 
@@ -284,7 +321,7 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, 
 def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
              top_p: float | None = None, use_cache: bool = True, cache: str = "static", seed: int | None = None,
              attention_mask: torch.Tensor | None = None, return_logits: bool = False,
-             transpose_weights: bool | None = None):
+             transpose_weights: bool | MatvecWeights | None = None):
     """Continue ``prompt_ids: (B, T)`` by ``max_new_tokens`` tokens; returns ``(B, T + max_new_tokens)`` ids.
 
     Args:
@@ -296,7 +333,8 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
         attention_mask: ``(B, T)``, False on the left padding of shorter prompts. Each row then gets
             positions counted from its first real token, so it continues exactly as that prompt alone.
         return_logits: also return the ``(B, max_new_tokens, V)`` fp32 logits of every step.
-        transpose_weights: decode through ``matvec_weights`` copies (default: on CPU, where it was measured).
+        transpose_weights: decode through ``(in, out)`` weight copies (default: on CPU, where it was measured);
+            True/None build them for this call, or pass a ``MatvecWeights(model)`` built once to reuse it.
 
     A prompt longer than the model's context (``block_size``) raises ``ValueError``. Without a cache
     a sequence that outgrows the context is cropped to its last ``block_size`` tokens; with a cache
@@ -325,7 +363,13 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     fast = use_cache and fast_path_refusal(model) is None
     if transpose_weights is None:
         transpose_weights = device.type == "cpu"
-    weights_t = matvec_weights(model) if fast and transpose_weights else None
+    if isinstance(transpose_weights, MatvecWeights):
+        transpose_weights.check(model)
+        weights_t = transpose_weights if fast else None
+    elif transpose_weights is True or transpose_weights is False:
+        weights_t = MatvecWeights(model) if fast and transpose_weights else None
+    else:
+        raise ValueError(f"transpose_weights must be a bool, None or MatvecWeights(model), got {transpose_weights!r:.60}")
     if use_cache:  # prefill: the whole prompt in one pass, filling the cache
         kv = _make_cache(cache, model, B, T + N)
         logits = model(prompt_ids, cache=kv, key_padding_mask=None if mask is None else mask[:, :T],
