@@ -94,6 +94,8 @@ def test_bad_arguments_get_clear_errors():
         prefill_flops(model.cfg, 0)
     with pytest.raises(ValueError, match="prompt_lens must be a non-empty list of ints, got 8"):
         time_to_first_token_and_per_token(model, 8)
+    with pytest.raises(ValueError, match=r"prompt_lens\[1\] must be an int >= 1, got 0"):
+        time_to_first_token_and_per_token(model, [4, 0])
     with pytest.raises(ValueError, match="n_bytes=10 is smaller than one row of in_features=768"):
         matvec_bandwidth(10)
     with pytest.raises(ValueError, match=r"max_len must be an int >= 6, got 5"):

@@ -139,8 +139,8 @@ def time_to_first_token_and_per_token(model, prompt_lens, n_new: int = 8, repeat
     """
     if isinstance(prompt_lens, int) or not prompt_lens:
         raise ValueError(f"prompt_lens must be a non-empty list of ints, got {prompt_lens!r}")
-    for T in prompt_lens:
-        _check_int("prompt_lens[i]", T)
+    for i, T in enumerate(prompt_lens):
+        _check_int(f"prompt_lens[{i}]", T)
     _check_int("n_new", n_new)
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
     fns = {}
