@@ -112,7 +112,8 @@ def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor
 @torch.inference_mode()
 def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
     """``n`` greedy decoding steps (``generate.decode_step``) after ``state``; returns the ``(B, n)`` new tokens and
-    sets the cache back to the prompt, so the same steps can run again."""
+    sets the cache back to the prompt, so the same steps can run again. (``decode_step``'s default path: without the
+    transposed weight copies ``generate`` makes on CPU, which took as long here for one row.)"""
     _check_int("n", n)
     if state.past + n > state.cache.max_len:
         raise ValueError(f"n={n} steps after {state.past} positions do not fit the cache's max_len="
@@ -122,7 +123,8 @@ def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
         t = state.past + i + 1  # keys after this step
         position = None if state.position is None else state.position + i + 1
         mask = None if state.mask is None else state.mask[:, :t]
-        token = decode_step(model, token, state.cache, position, mask).argmax(-1, keepdim=True)  # (B, 1)
+        logits = decode_step(model, token, state.cache, position=position, key_padding_mask=mask)  # (B, V)
+        token = logits.argmax(-1, keepdim=True)  # (B, 1)
         out.append(token)
     state.cache.lengths = [state.past] * len(state.cache.lengths)  # forget the steps: the next run repeats them
     return torch.cat(out, dim=1)
