@@ -55,3 +55,17 @@ def test_wavelengths_run_from_two_pi_to_two_pi_times_ten_thousand_to_the_last_pa
 def test_markdown_table_has_a_header_a_rule_and_one_line_per_row():
     table = markdown_table([{"a": 1, "b": "x"}, {"a": 2, "b": "y"}])
     assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | x |", "| 2 | y |"]
+
+
+def test_batching_roofline_draws_the_measured_and_bytes_bound_lines_and_the_balance_point():
+    from transformer_lib.viz.serving_plots import plot_batching_roofline
+
+    rows = [{"batch": b, "tok_per_s": 10.0 * b ** 0.5, "intensity": 0.5 * b} for b in (1, 2, 4, 8)]
+    fig = plot_batching_roofline(rows, balance=3.0)
+    ax1, ax2 = fig.axes
+    assert _labelled(fig) and ax1.get_title() and ax2.get_title()
+    assert list(ax1.lines[1].get_ydata()) == [10.0, 20.0, 40.0, 80.0]  # B x the batch-1 speed
+    assert list(ax2.lines[1].get_ydata()) == [3.0, 3.0]  # the balance point, across
+    plt.close(fig)
+    with pytest.raises(ValueError, match="balance must be a positive number"):
+        plot_batching_roofline(rows, balance=0)

@@ -12,17 +12,17 @@ about the same bytes, so tokens per second grow almost 8-fold (decoding is bound
 intensity reaches the machine's balance point (its peak FLOP/s over its bandwidth), arithmetic is the limit and
 larger batches stop paying (Williams et al. 2009, the roofline model).
 
-``decode_step_cost`` is that closed form for a ``GPT``; ``decode_throughput`` measures tokens per second of
-``generate`` for several batch sizes, prompts of different lengths left-padded as chapter 06 shows (``left_pad``).
+``decode_step_cost`` is that closed form for a ``GPT``; ``decode_throughput`` measures tokens per second of the
+decoding steps for several batch sizes, prompts of different lengths left-padded as chapter 06 shows (``left_pad``).
 """
 from __future__ import annotations
 
 import torch
 
-from ..generate import generate
 from ..kv_cache import kv_cache_bytes
 from ..timing import interleaved_medians
 from .left_padding import left_pad
+from .prefill_decode import decode_steps, matrix_weights, prefill
 
 
 def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: int = 4) -> dict:
@@ -40,8 +40,7 @@ def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: 
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     d, d_head = cfg.d_model, cfg.d_model // cfg.n_heads
     kv_heads = cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads
-    per_layer = d * (d + 2 * kv_heads * d_head) + d * d + 2 * d * cfg.d_ff  # qkv, out, up, down
-    weights = cfg.n_layers * per_layer + d * cfg.vocab_size  # + the head
+    weights = matrix_weights(cfg)  # qkv, out, up, down in every layer, and the head
     attention = 4 * cfg.n_layers * d * context_len  # per row: q k^T and weights @ v, every head
     flops = batch_size * (2 * weights + attention)
     kv = kv_cache_bytes(cfg.n_layers, kv_heads, d_head, context_len, batch_size, bytes_per_element)
@@ -50,36 +49,32 @@ def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: 
             "kv_bytes": kv, "intensity": flops / moved}
 
 
-@torch.inference_mode()
 def decode_throughput(model, batch_sizes, prompt_lengths=(4, 9, 16, 25), new_tokens: int = 32,
                       repeats: int = 5, seed: int = 0) -> list[dict]:
-    """Greedy-decoding tokens per second of ``generate`` (static cache) for each batch size.
+    """Greedy-decoding tokens per second of the decoding steps (``generate.decode_step``) for each batch size.
 
     Row ``i`` of a batch gets a random prompt of length ``prompt_lengths[i % len(prompt_lengths)]``, left-padded.
-    Each batch is timed for ``new_tokens`` and for 1 new token (the prefill and first token), interleaved with the
-    others (``timing.interleaved_medians``); the difference is the decoding alone:
-    ``tok/s = B x (new_tokens - 1) / (t(new_tokens) - t(1))``. Returns one dict per batch size with the measured
-    ``tok_per_s`` and ``decode_step_cost`` at the longest context reached.
+    Each batch is prefilled once (``prefill_decode.prefill``, untimed), then its ``new_tokens - 1`` decoding steps
+    after the prefill's token are timed, interleaved with the other batches (``timing.interleaved_medians``):
+    ``tok/s = B x (new_tokens - 1) / t``. Returns one dict per batch size with the measured ``tok_per_s``,
+    ``decode_seconds``, and ``decode_step_cost`` at the longest ``context`` reached (padded prompt + steps).
     """
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 2:
         raise ValueError(f"new_tokens must be an int >= 2 (one token is the prefill's), got {new_tokens!r}")
     if not batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batch_sizes):
         raise ValueError(f"batch_sizes must be a non-empty list of ints >= 1, got {batch_sizes!r}")
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
-    batches = {}
+    states = {}
     for b in batch_sizes:
         prompts = [torch.randint(0, model.cfg.vocab_size, (prompt_lengths[i % len(prompt_lengths)],), generator=g)
                    for i in range(b)]
-        batches[b] = [t.to(device) for t in left_pad(prompts)]
-    fns = {}
-    for b, (ids, mask) in batches.items():
-        fns[(b, new_tokens)] = lambda ids=ids, mask=mask: generate(model, ids, new_tokens, attention_mask=mask)
-        fns[(b, 1)] = lambda ids=ids, mask=mask: generate(model, ids, 1, attention_mask=mask)
-    seconds = interleaved_medians(fns, repeats=repeats, warmup=1, device=device)
+        ids, mask = (t.to(device) for t in left_pad(prompts))
+        states[b] = prefill(model, ids, ids.shape[1] + new_tokens, attention_mask=mask)
+    seconds = interleaved_medians({b: (lambda s=s: decode_steps(model, s, new_tokens - 1)) for b, s in states.items()},
+                                  repeats=repeats, warmup=1, device=device)
     rows = []
-    for b, (ids, _) in batches.items():
-        decode_s = max(seconds[(b, new_tokens)] - seconds[(b, 1)], 1e-9)
-        cost = decode_step_cost(model.cfg, b, ids.shape[1] + new_tokens, model.tok_emb.weight.element_size())
-        rows.append({"batch": b, "tok_per_s": b * (new_tokens - 1) / decode_s, "decode_seconds": decode_s,
-                     "prefill_seconds": seconds[(b, 1)], **cost})
+    for b, state in states.items():
+        cost = decode_step_cost(model.cfg, b, state.past + new_tokens - 1, model.tok_emb.weight.element_size())
+        rows.append({"batch": b, "tok_per_s": b * (new_tokens - 1) / seconds[b], "decode_seconds": seconds[b],
+                     "context": state.past + new_tokens - 1, **cost})
     return rows

@@ -1,0 +1,177 @@
+"""Chapter 07's serving measurements: the prefill and the decoding steps timed apart, each beside its roofline.
+
+Serving a prompt has two phases with different limits (the roofline model, Williams et al. 2009):
+
+* the **prefill** runs the whole prompt, ``T`` positions, through the model in one pass. Every weight is read once
+  and used ``T`` times: for ``T`` of a few dozen or more the pass is bound by arithmetic. Its time is the *time to
+  first token* (TTFT), and its floor is ``prefill_flops / matmul_flops_per_s``;
+* each **decoding step** runs one position per sequence. Every weight is read once and used once: a string of
+  matrix-vector products, bound by memory bandwidth. Its time is the *time per output token* (TPOT), and its floor
+  is ``(weight bytes + cache bytes) / matvec_bandwidth``.
+
+``prefill`` and ``decode_steps`` are the two phases for any batch (left-padded prompts as ``generate`` takes them);
+``time_to_first_token_and_per_token`` and ``cached_forward_seconds`` time them with ``timing.interleaved_medians``.
+A decoding measurement starts each repetition from the same prefilled ``StaticCache`` (its ``lengths`` are set
+back after the steps), so no prefill is inside a decoding time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..generate import decode_step
+from ..kv_cache import StaticCache
+from ..timing import interleaved_medians
+
+
+def _check_int(name: str, value, low: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def matrix_weights(cfg) -> int:
+    """Weights in the matrix products of a ``GPT`` with config ``cfg``: per layer the q/k/v projection
+    (``d x (d + 2 H_kv d_head)``), the output projection and the two feed-forward matrices, plus the head
+    (``d x V``, read once even when tied to the embedding). Biases, norms and position tables are left out."""
+    d, d_head = cfg.d_model, cfg.d_model // cfg.n_heads
+    kv_heads = cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads
+    per_layer = d * (d + 2 * kv_heads * d_head) + d * d + 2 * d * cfg.d_ff  # qkv, out, up, down
+    return cfg.n_layers * per_layer + d * cfg.vocab_size
+
+
+def prefill_flops(cfg, prompt_len: int, batch_size: int = 1) -> int:
+    """FLOPs of one forward pass over ``prompt_len`` positions without a cache: ``B (2 N T + 4 L d T^2)``, with
+    ``N = matrix_weights(cfg)`` (the head too: logits are computed at every position) and every query-key pair
+    counted (the scores and the weighted sum of the values; a causal kernel may skip the masked half)."""
+    _check_int("prompt_len", prompt_len)
+    _check_int("batch_size", batch_size)
+    return batch_size * (2 * matrix_weights(cfg) * prompt_len + 4 * cfg.n_layers * cfg.d_model * prompt_len ** 2)
+
+
+def matmul_flops_per_s(n: int = 2048, repeats: int = 5, device=None, dtype=torch.float32) -> float:
+    """Measured FLOP/s of an ``(n, n) @ (n, n)`` product (``2 n^3`` FLOPs over the median time): the arithmetic
+    ceiling a long prefill meets."""
+    _check_int("n", n)
+    a = torch.ones(n, n, device=device, dtype=dtype)
+    b = torch.ones(n, n, device=device, dtype=dtype)
+    seconds = interleaved_medians({"gemm": lambda: a @ b}, repeats=repeats, warmup=1, device=device)["gemm"]
+    return 2 * n ** 3 / seconds
+
+
+def matvec_bandwidth(n_bytes: int, in_features: int = 768, repeats: int = 5, device=None,
+                     dtype=torch.float32) -> float:
+    """Measured bytes/s that ``x (1, in) @ W (in, out)`` streams from ``W`` of about ``n_bytes``: the memory ceiling
+    a decoding step meets. Size ``W`` like the model's weights, so it is read from where they are (a matrix that
+    fits in a CPU's caches reads faster than one that streams from memory); ``in_features``: the model's width."""
+    _check_int("n_bytes", n_bytes)
+    _check_int("in_features", in_features)
+    out_features = n_bytes // (in_features * torch.finfo(dtype).bits // 8)
+    if out_features < 1:
+        raise ValueError(f"n_bytes={n_bytes} is smaller than one row of in_features={in_features} {dtype} numbers")
+    w = torch.ones(in_features, out_features, device=device, dtype=dtype)  # (in, out); the values do not matter
+    x = torch.ones(1, in_features, device=device, dtype=dtype)
+    seconds = interleaved_medians({"matvec": lambda: x @ w}, repeats=repeats, warmup=2, device=device)["matvec"]
+    return w.numel() * w.element_size() / seconds
+
+
+# ----------------------------------------------------------------------------- the two phases
+@dataclass
+class Prefilled:
+    """What a prefill leaves for decoding: the cache, each row's first new token ``(B, 1)``, the prompt length,
+    and for left-padded prompts the key mask ``(B, max_len)`` and each row's last position ``(B, 1)``."""
+    cache: StaticCache
+    token: torch.Tensor
+    past: int
+    mask: torch.Tensor | None = None
+    position: torch.Tensor | None = None
+
+
+@torch.inference_mode()
+def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor | None = None) -> Prefilled:
+    """Run the prompts ``ids: (B, T)`` once into a fresh ``StaticCache`` of ``max_len`` positions; greedy first
+    token. ``attention_mask: (B, T)``, False on left padding (each row counts positions from its first real
+    token, as ``generate`` does)."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ids must be a long tensor (B, T), got {got}")
+    B, T = ids.shape
+    _check_int("max_len", max_len, T + 1)
+    mask = position = positions = None
+    if attention_mask is not None and not attention_mask.bool().all():
+        mask = torch.ones(B, max_len, dtype=torch.bool, device=ids.device)
+        mask[:, :T] = attention_mask.bool()
+        positions = (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)  # (B, T)
+        position = positions[:, -1:]
+    cache = StaticCache.for_model(model, B, max_len)
+    logits = model(ids, cache=cache, key_padding_mask=None if mask is None else mask[:, :T],
+                   position_ids=positions)[0][:, -1]  # (B, V)
+    return Prefilled(cache, logits.argmax(-1, keepdim=True), T, mask, position)
+
+
+@torch.inference_mode()
+def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
+    """``n`` greedy decoding steps (``generate.decode_step``) after ``state``; returns the ``(B, n)`` new tokens and
+    sets the cache back to the prompt, so the same steps can run again. (``decode_step``'s default path: without the
+    transposed weight copies ``generate`` makes on CPU, which took as long here for one row.)"""
+    _check_int("n", n)
+    if state.past + n > state.cache.max_len:
+        raise ValueError(f"n={n} steps after {state.past} positions do not fit the cache's max_len="
+                         f"{state.cache.max_len}")
+    token, out = state.token, []
+    for i in range(n):
+        t = state.past + i + 1  # keys after this step
+        position = None if state.position is None else state.position + i + 1
+        mask = None if state.mask is None else state.mask[:, :t]
+        logits = decode_step(model, token, state.cache, position=position, key_padding_mask=mask)  # (B, V)
+        token = logits.argmax(-1, keepdim=True)  # (B, 1)
+        out.append(token)
+    state.cache.lengths = [state.past] * len(state.cache.lengths)  # forget the steps: the next run repeats them
+    return torch.cat(out, dim=1)
+
+
+# ----------------------------------------------------------------------------- timings
+def time_to_first_token_and_per_token(model, prompt_lens, n_new: int = 8, repeats: int = 3,
+                                      seed: int = 0) -> list[dict]:
+    """TTFT and TPOT of one sequence for each prompt length, all interleaved (``timing.interleaved_medians``).
+
+    A random prompt ``(1, T)`` per length (speed does not depend on which tokens). ``ttft_s``: the prefill and its
+    greedy token; ``tpot_s``: ``n_new`` decoding steps after it, divided by ``n_new``; ``context``: the mean number
+    of positions a step attends over; ``prefill_flops``: the closed form of the prefill.
+    """
+    if isinstance(prompt_lens, int) or not prompt_lens:
+        raise ValueError(f"prompt_lens must be a non-empty list of ints, got {prompt_lens!r}")
+    for i, T in enumerate(prompt_lens):
+        _check_int(f"prompt_lens[{i}]", T)
+    _check_int("n_new", n_new)
+    device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
+    fns = {}
+    for T in prompt_lens:
+        ids = torch.randint(0, model.cfg.vocab_size, (1, T), generator=g).to(device)
+        fns[("prefill", T)] = lambda ids=ids, T=T: prefill(model, ids, T + n_new + 1)
+        state = prefill(model, ids, T + n_new + 1)
+        fns[("decode", T)] = lambda state=state: decode_steps(model, state, n_new)
+    seconds = interleaved_medians(fns, repeats=repeats, warmup=1, device=device)
+    rows = []
+    for T in prompt_lens:
+        rows.append({"prompt_len": T, "ttft_s": seconds[("prefill", T)], "tpot_s": seconds[("decode", T)] / n_new,
+                     "context": T + (n_new + 1) // 2, "prefill_flops": prefill_flops(model.cfg, T)})
+    return rows
+
+
+def cached_forward_seconds(model, past: int, ks=(1, 4), repeats: int = 5, seed: int = 0) -> dict[int, float]:
+    """Median seconds of one forward pass of ``k`` new positions over a cache of ``past`` positions, for each ``k``
+    (interleaved): what verifying ``k`` drafted tokens in one pass costs, against one decoding step (``k = 1``)."""
+    _check_int("past", past)
+    if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+        raise ValueError(f"ks must be a non-empty list of ints >= 1, got {ks!r}")
+    device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, model.cfg.vocab_size, (1, past + max(ks)), generator=g).to(device)
+    state = prefill(model, ids[:, :past], past + max(ks))
+
+    @torch.inference_mode()
+    def forward(k):
+        model(ids[:, past:past + k], cache=state.cache)
+        state.cache.lengths = [past] * len(state.cache.lengths)
+
+    return interleaved_medians({k: (lambda k=k: forward(k)) for k in ks}, repeats=repeats, warmup=1, device=device)

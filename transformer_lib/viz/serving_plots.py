@@ -1,0 +1,38 @@
+"""Chapter 07's batching figure: decoding throughput and arithmetic intensity against the batch size.
+
+``plot_batching_roofline`` reads the rows of ``experiments.batched_decoding.decode_throughput`` (``batch``,
+``tok_per_s``, ``intensity``) and the machine's balance point (measured FLOP/s over measured bytes/s): left, the
+measured tokens per second beside the line a purely bytes-bound step would give (the batch of one's speed times
+the batch); right, the step's FLOPs per byte with the balance point drawn across.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+
+def plot_batching_roofline(rows: list[dict], balance: float, title: str = "Batched decoding"):
+    """Two panels against the batch size (log scale): measured tok/s with the bytes-bound line ``B x tok/s(1)``,
+    and the arithmetic intensity with a horizontal line at ``balance`` (FLOPs per byte). Returns the figure."""
+    if not rows or any(not {"batch", "tok_per_s", "intensity"} <= set(r) for r in rows):
+        raise ValueError("rows must be decode_throughput's dicts (batch, tok_per_s, intensity), got "
+                         f"{[sorted(r) for r in rows][:1]!r}")
+    if not balance > 0:
+        raise ValueError(f"balance must be a positive number of FLOPs per byte, got {balance!r}")
+    batch = [r["batch"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.2))
+    ax1.plot(batch, [r["tok_per_s"] for r in rows], "o-", label="measured")
+    ax1.plot(batch, [rows[0]["tok_per_s"] * b / rows[0]["batch"] for b in batch], "--", color="gray",
+             label="bytes-bound: B x batch-1 speed")
+    ax1.set_ylabel("tokens per second (all rows)")
+    ax1.set_title(title)
+    ax2.plot(batch, [r["intensity"] for r in rows], "s-", color="C1", label="decoding step")
+    ax2.axhline(balance, color="C3", linestyle=":", label=f"machine balance {balance:.1f} FLOP/B")
+    ax2.set_ylabel("FLOPs per byte moved")
+    ax2.set_title("Arithmetic intensity of one step")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batch, [str(b) for b in batch])
+        ax.set_xlabel("batch size B")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
