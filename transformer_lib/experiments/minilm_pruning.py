@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 from ..corpus import shakespeare_works
 from ..pretrained import mean_pool
-from ..pruning import head_counts, head_importance, head_mask, heads_to_prune, mask_from_heads
+from ..pruning import (head_counts, head_importance, head_mask, heads_to_prune, magnitude_importance, mask_from_heads,
+                       random_importance)
 from ..timing import interleaved_medians
 
 MAX_TOKENS = 32  # sentences are cut to 32 word pieces ([CLS] and [SEP] included)
@@ -146,26 +147,27 @@ def pruning_study(model: nn.Module, tokenizer, n_sets: int = 4, size: int = 32, 
     on one set of ``size`` lines and the pruned models judged on another.
 
     Returns ``{"ns": list(ns), "curves": {method: (n_sets, len(ns)) tensor of mean agreement},
-    "scores": {method: [(n_layers, n_heads) per set]}, "sets": [(scoring lines, evaluation lines)]}``. Methods:
+    "scores": {method: [(n_layers, n_heads) per set]}, "sets": [(scoring lines, evaluation lines)],
+    "eval": [(evaluation batch, its unpruned embeddings (size, d_model))]}``. Methods:
     ``"gradient"`` (``sensitivity_importance``, set ``s`` seeds its probes), ``"magnitude"`` (weight norms, the same
     for every set; pass ``pruning.magnitude_importance(model)``), ``"random"`` (a random order seeded by ``s``).
     """
-    from ..pruning import magnitude_importance, random_importance
     lines = sentence_sets(2 * n_sets, size, seed)
     magnitude = magnitude_importance(model) if magnitude is None else magnitude
     curves = {m: torch.zeros(n_sets, len(ns)) for m in ("gradient", "magnitude", "random")}
-    scores = {m: [] for m in curves}
+    scores, evals = {m: [] for m in curves}, []
     for s in range(n_sets):
         score_enc = tokenizer.encode(lines[2 * s], max_length=MAX_TOKENS)
         eval_enc = tokenizer.encode(lines[2 * s + 1], max_length=MAX_TOKENS)
         target = masked_embed(model, eval_enc)  # (size, D): the unpruned model's embeddings
+        evals.append((eval_enc, target))
         scores["gradient"].append(sensitivity_importance(model, score_enc, probes, seed=s))
         scores["magnitude"].append(magnitude)
         scores["random"].append(random_importance(model, seed=s))
         for m in curves:
             curves[m][s] = torch.tensor(agreement_curve(model, eval_enc, target, scores[m][s], ns))
-    return {"ns": list(ns), "curves": curves, "scores": scores, "sets": [(lines[2 * s], lines[2 * s + 1])
-                                                                        for s in range(n_sets)]}
+    return {"ns": list(ns), "curves": curves, "scores": scores, "eval": evals,
+            "sets": [(lines[2 * s], lines[2 * s + 1]) for s in range(n_sets)]}
 
 
 # ----------------------------------------------------------------------------- confidence intervals
