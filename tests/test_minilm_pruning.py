@@ -131,3 +131,20 @@ def test_sentence_sets_are_disjoint_and_reproducible():
 def test_argument_errors_name_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_pruning_study_curves_match_physically_pruned_models():
+    model, tok = load_minilm("cpu")
+    study = M.pruning_study(model, tok, n_sets=2, size=4, ns=[0, 30], probes=1, seed=1)
+    assert set(study["curves"]) == {"gradient", "magnitude", "random"}
+    for name, curves in study["curves"].items():
+        assert curves.shape == (2, 2)
+        torch.testing.assert_close(curves[:, 0], torch.ones(2), atol=1e-6, rtol=0)  # nothing removed: agreement 1
+    for s, (score_lines, eval_lines) in enumerate(study["sets"]):
+        assert not set(score_lines) & set(eval_lines)
+        full = sentence_embeddings(model, tok, eval_lines, max_length=M.MAX_TOKENS)
+        for name in ("gradient", "random"):
+            pruned = P.prune_heads(model, P.heads_to_prune(study["scores"][name][s], 30))
+            cos = (sentence_embeddings(pruned, tok, eval_lines, max_length=M.MAX_TOKENS) * full).sum(-1).mean()
+            assert study["curves"][name][s, 1].item() == pytest.approx(cos.item(), abs=1e-5)
+    assert not torch.equal(study["scores"]["random"][0], study["scores"]["random"][1])
