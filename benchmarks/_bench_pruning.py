@@ -8,6 +8,14 @@
    sparsity with and without PyTorch's mask attached): speed relative to the unpruned model;
 3. a sparse CSR matrix product vs the dense one at several sparsities.
 
+``minilm_tables(device)`` prints two more, on all-MiniLM-L6-v2 (72 heads, ``experiments.minilm_pruning``):
+
+4. agreement with the unpruned model (mean cosine of sentence embeddings, held-out Shakespeare lines) vs heads
+   removed, for gradient importance (Michel et al. 2019, random-probe loss), weight norms and random order: mean and
+   95% t interval over disjoint sentence-set pairs;
+5. the full model vs half its heads masked, removed, and one layer dropped: parameters, FLOPs, forward speed on a
+   batch of sentences, agreement.
+
 Times are interleaved medians in one run; compare the ratios, not the absolute numbers across runs.
 Decoding is greedy with ``generate``'s default static KV cache.
 """
@@ -22,7 +30,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import format_table  # noqa: E402
 
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
 from transformer_lib import pruning as P  # noqa: E402
+from transformer_lib.experiments import minilm_pruning as MP  # noqa: E402
 from transformer_lib.experiments.pruning_speed import csr_vs_dense, pruned_speeds  # noqa: E402
 from transformer_lib.train import evaluate_loss  # noqa: E402
 
@@ -88,9 +99,46 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
     return tables
 
 
+def minilm_tables(device, repeats: int = 5, quick: bool = False) -> list[str]:
+    """Tables 4 and 5 (MiniLM). ``quick``: 2 set pairs of 16 lines, 2 points, 1 probe (a smoke run)."""
+    from transformer_lib.pretrained import load_minilm
+    model, tok = load_minilm(device)
+    n_sets, size, ns, probes = (2, 16, [18, 36], 1) if quick else (5, 32, [6, 12, 18, 24, 30, 36], 4)
+    study = MP.pruning_study(model, tok, n_sets, size, ns, probes=probes, seed=0)
+    rows = [[n] + ["{:.3f} ± {:.3f}".format(*MP.t_interval(study["curves"][m][:, i]))
+                   for m in ("gradient", "magnitude", "random")] for i, n in enumerate(ns)]
+    tables = [format_table(f"MiniLM: agreement vs heads removed (of 72), mean ± 95% t interval over {n_sets} "
+                           f"sentence-set pairs of {size} lines", ["heads removed", "gradient importance",
+                                                                    "weight norms", "random order"], rows)]
+    score_enc = tok.encode(study["sets"][0][0], max_length=MP.MAX_TOKENS)
+    target = MP.masked_embed(model, score_enc)
+    plan = P.heads_to_prune(study["scores"]["gradient"][0], 36)
+    keep = [float(MP.agreement(P.drop_layers(model, [i]), score_enc, target).mean()) for i in range(len(model.layers))]
+    layer = max(range(len(keep)), key=keep.__getitem__)
+    ways = {"full": (model, None), "36 heads masked": (model, P.mask_from_heads([12] * 6, plan).to(device)),
+            "36 heads removed": (P.prune_heads(model, plan), None),
+            f"layer {layer} dropped": (P.drop_layers(model, [layer]), None)}
+    eval_enc, _ = study["eval"][0]
+    secs = MP.encoder_speeds(ways, eval_enc, repeats=repeats, device=device)
+    rows = []
+    for name, (m, mask) in ways.items():
+        with FlopCounterMode(display=False) as counter:
+            MP.masked_embed(m, eval_enc, mask)
+        agree = sum(float(MP.agreement(m, enc, tgt, mask).mean()) for enc, tgt in study["eval"]) / n_sets
+        rows.append([name, f"{P.count_parameters(m):,}", f"{counter.get_total_flops() / 1e9:.2f}",
+                     f"{secs['full'] / secs[name]:.2f}x", f"{agree:.3f}"])
+    tables.append(format_table(f"MiniLM: masking vs removing 36 heads vs dropping a layer (forward on "
+                               f"{eval_enc['input_ids'].shape[0]} sentences, {torch.get_num_threads()} threads, "
+                               f"{device})", ["model", "params", "GFLOPs", "speed vs full", "agreement"], rows))
+    for t in tables:
+        print(t, end="\n\n")
+    return tables
+
+
 if __name__ == "__main__":  # quick look: .venv/bin/python benchmarks/_bench_pruning.py
     from transformer_lib import default_device
     from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
     dev = default_device()
     gpt, tok = load_shakespeare_gpt(dev)
     pruning_tables(gpt, tok, shakespeare_val_batches(gpt.cfg.block_size, n_batches=4), dev)
+    minilm_tables(dev, quick=True)

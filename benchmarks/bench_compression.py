@@ -8,6 +8,8 @@ Every table compares against the unpruned / fp32 model measured in the same run 
 
 * pruning (``_bench_pruning.pruning_tables``, chapter 08): heads kept per layer vs validation loss and forward /
   decode speed; masking vs removing heads vs dropping a layer vs unstructured sparsity; sparse CSR vs dense matmul;
+  then MiniLM's 72 heads (``_bench_pruning.minilm_tables``): agreement vs heads removed for gradient importance,
+  weight norms and random order, with 95% intervals over sentence sets; masked vs removed heads vs a dropped layer;
 * quantization (``_bench_quantization.quantization_tables``, chapter 09): bytes on disk, validation loss and
   perplexity, top-1 agreement with fp32 and decode tokens/s for fp32, bf16, int8 per-channel, int8 W8A8, int4 g128,
   int4 g32, PyTorch's ``quantize_dynamic`` and (if installed) torchao's int8 weight-only; then decode speed of a
@@ -25,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench_pruning import pruning_tables  # noqa: E402
+from _bench_pruning import minilm_tables, pruning_tables  # noqa: E402
 from _bench_quantization import quantization_tables  # noqa: E402
 
 from transformer_lib.device import default_device  # noqa: E402
@@ -54,6 +56,7 @@ def main(argv=None) -> list[str]:
     if args.only in (None, "pruning"):
         model, tok = load_shakespeare_gpt(device)
         tables += pruning_tables(model, tok, batches, device, repeats=repeats)
+        tables += minilm_tables(device, repeats=repeats, quick=args.quick)
     if args.only in (None, "quantization"):
         model, tok = load_shakespeare_gpt(device)  # a fresh copy: pruning never touches it
         tables += quantization_tables(model, tok, batches, device, repeats=repeats, rounds=1 if args.quick else 2)

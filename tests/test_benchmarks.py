@@ -38,7 +38,8 @@ def test_bench_kv_cache_quick():
 def test_bench_compression_quick():
     out = run_benchmark("bench_compression.py", "--quick")
     titles = re.findall(r"^## (.*)$", out, flags=re.MULTILINE)
-    assert len(titles) == 5, titles  # 3 pruning tables, 2 quantization tables
+    assert len(titles) == 7, titles  # 3 pruning tables (GPT), 2 on MiniLM, 2 quantization tables
+    assert sum(t.startswith("MiniLM") for t in titles) == 2 and "36 heads removed" in out, titles
     for fmt in ("fp32", "bf16", "int8 per-channel", "int8 W8A8", "int4 g128", "int4 g32", "quantize_dynamic"):
         assert fmt in out, fmt
     size_row = next(line for line in out.splitlines() if line.strip().startswith("int8 per-channel"))

@@ -29,3 +29,29 @@ def test_pruning_frame_rejects_mismatched_shapes():
         pruning_frame(torch.rand(2, 4), torch.zeros(2, 3, dtype=torch.bool), [0.0], [1.0], 0, 1.0)
     with pytest.raises(ValueError, match="index"):
         pruning_frame(torch.rand(2, 4), torch.zeros(2, 4, dtype=torch.bool), [0.0], [1.0], 1, 1.0)
+
+
+def test_interval_curves_draws_each_mean_from_one_with_its_band():
+    from transformer_lib.viz.pruning_plots import interval_curves
+    stats = {"a": [(0.9, 0.01), (0.8, 0.02)], "b": [(0.7, 0.05), (0.5, 0.1)]}
+    fig = interval_curves([6, 12], stats, total=72)
+    ax = fig.axes[0]
+    assert [list(line.get_ydata()) for line in ax.lines] == [[1.0, 0.9, 0.8], [1.0, 0.7, 0.5]]
+    band = ax.collections[1].get_paths()[0].vertices[:, 1]  # the fill of "b": from mean - h to mean + h
+    assert band.min() == pytest.approx(0.4) and band.max() == pytest.approx(1.0)
+    assert "72" in ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="one"):
+        interval_curves([6], stats, total=72)
+
+
+def test_score_heatmaps_draws_one_map_per_entry_with_its_values():
+    from transformer_lib.viz.pruning_plots import score_heatmaps
+    maps = {"a": torch.arange(6.0).view(2, 3), "b": torch.ones(2, 3)}
+    fig = score_heatmaps(maps, "scores")
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 2 and images[0].get_array().tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["a", "b"] and fig.axes[0].get_xlabel() == "head"
+    plt.close(fig)
+    with pytest.raises(ValueError, match="maps"):
+        score_heatmaps({"a": torch.ones(3)}, "x")

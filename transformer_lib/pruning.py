@@ -30,13 +30,21 @@ from .modes import eval_mode
 
 
 # ----------------------------------------------------------------------------- the model's heads
+def _stack(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """``("blocks", model.blocks)`` for a ``GPT``, ``("layers", model.layers)`` for a ``BertEncoder``."""
+    for name in ("blocks", "layers"):
+        stack = getattr(model, name, None)
+        if isinstance(stack, nn.ModuleList) and len(stack) > 0 and all(
+                isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in stack):
+            return name, stack
+    raise ValueError(f"model must have .blocks (a GPT) or .layers (a BertEncoder) whose items have a "
+                     f"MultiHeadAttention .self_attn, got {type(model).__name__}")
+
+
 def attention_modules(model: nn.Module) -> list[MultiHeadAttention]:
-    """The self-attention module of each block of a ``GPT`` (``model.blocks[l].self_attn``)."""
-    blocks = getattr(model, "blocks", None)
-    if blocks is None or not all(isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in blocks):
-        raise ValueError(f"model must have .blocks whose items have a MultiHeadAttention .self_attn (a GPT), "
-                         f"got {type(model).__name__}")
-    return [b.self_attn for b in blocks]
+    """The self-attention module of each block: ``model.blocks[l].self_attn`` (``GPT``) or
+    ``model.layers[l].self_attn`` (``BertEncoder``)."""
+    return [b.self_attn for b in _stack(model)[1]]
 
 
 def head_counts(model: nn.Module) -> list[int]:
@@ -229,7 +237,7 @@ def prune_attention_heads(attn: MultiHeadAttention, keep: Sequence[int]) -> Mult
 
 
 def prune_heads(model: nn.Module, heads: Mapping[int, Sequence[int]]) -> nn.Module:
-    """A copy of ``model`` (a ``GPT``) with the ``heads`` ``{layer: [head, ...]}`` physically removed.
+    """A copy of ``model`` (a ``GPT`` or ``BertEncoder``) with the ``heads`` ``{layer: [head, ...]}`` removed.
 
     Head indices refer to ``model``'s current heads. Raises ``ValueError`` for a bad index or for all
     heads of a layer. The copy computes exactly what ``model`` computes under ``head_mask`` with those
@@ -240,16 +248,17 @@ def prune_heads(model: nn.Module, heads: Mapping[int, Sequence[int]]) -> nn.Modu
     if getattr(getattr(model, "cfg", None), "positional", None) == "alibi":
         raise ValueError("cannot prune heads of an ALiBi model: its per-head slopes come from cfg.n_heads")
     pruned = copy.deepcopy(model)
+    stack = _stack(pruned)[1]
     for layer, hs in heads.items():
         if hs:
-            block = pruned.blocks[layer]
+            block = stack[layer]
             block.self_attn = prune_attention_heads(block.self_attn,
                                                     [h for h in range(counts[layer]) if h not in set(hs)])
     return pruned
 
 
 def drop_layers(model: nn.Module, layers: Sequence[int]) -> nn.Module:
-    """A copy of ``model`` (a ``GPT``) without the blocks ``layers``; the others keep their order.
+    """A copy of ``model`` (a ``GPT`` or ``BertEncoder``) without the blocks ``layers``; the others keep their order.
 
     Each remaining block's ``layer_idx`` is renumbered ``0 .. n - 1`` (the KV cache indexes by it) and
     ``cfg.n_layers`` is updated.
@@ -261,11 +270,13 @@ def drop_layers(model: nn.Module, layers: Sequence[int]) -> nn.Module:
     if len(layers) == n:
         raise ValueError(f"cannot drop all {n} layers, got {sorted(layers)}")
     pruned = copy.deepcopy(model)
-    pruned.blocks = nn.ModuleList(b for i, b in enumerate(pruned.blocks) if i not in set(layers))
-    for i, block in enumerate(pruned.blocks):
+    name, stack = _stack(pruned)
+    stack = nn.ModuleList(b for i, b in enumerate(stack) if i not in set(layers))
+    setattr(pruned, name, stack)
+    for i, block in enumerate(stack):
         block.self_attn.layer_idx = i
     if dataclasses.is_dataclass(getattr(pruned, "cfg", None)) and hasattr(pruned.cfg, "n_layers"):
-        pruned.cfg = dataclasses.replace(pruned.cfg, n_layers=len(pruned.blocks))
+        pruned.cfg = dataclasses.replace(pruned.cfg, n_layers=len(stack))
     return pruned
 
 
@@ -274,7 +285,7 @@ def prunable_weights(model: nn.Module) -> list[tuple[nn.Module, str]]:
     """``(module, "weight")`` of every Linear inside the blocks (``qkv``, ``out``, FFN ``up``/``down``).
 
     The embedding (tied to the output layer) and the LayerNorms are left dense."""
-    return [(m, "weight") for block in model.blocks for m in block.modules() if isinstance(m, nn.Linear)]
+    return [(m, "weight") for block in _stack(model)[1] for m in block.modules() if isinstance(m, nn.Linear)]
 
 
 def magnitude_prune(model: nn.Module, amount: float, permanent: bool = True) -> nn.Module:

@@ -1,8 +1,9 @@
-"""Chapter 08's pruning-order figure: which heads are gone, and where that model sits on the loss curve.
+"""Chapter 08's pruning figures: which heads are gone, score heatmaps, and agreement curves with intervals.
 
 ``pruning_frame`` draws one step of a pruning order: the heads' scores as a heatmap with the removed heads
 crossed out (left), and the validation loss against the fraction of heads removed with this step marked
-(right). ``frame_slider(lambda i: pruning_frame(...), ...)`` turns the steps into a slider.
+(right). ``frame_slider(lambda i: pruning_frame(...), ...)`` turns the steps into a slider. ``score_heatmaps``
+draws head scores side by side; ``interval_curves`` draws mean curves with confidence bands (the MiniLM study).
 """
 from __future__ import annotations
 
@@ -44,3 +45,49 @@ def pruning_frame(scores: torch.Tensor, removed: torch.Tensor, fractions: Sequen
     fig.tight_layout()
     caption = f"{n_removed} heads removed: validation loss {losses[index]:.3f} (unpruned {base_loss:.3f})"
     return fig, caption
+
+
+def score_heatmaps(maps: dict, suptitle: str, figsize=(9.6, 3.1)):
+    """One heatmap per ``(n_layers, n_heads)`` score map of ``maps: {title: tensor}``, side by side; darker =
+    larger. Returns the figure."""
+    if not maps or any(m.dim() != 2 for m in maps.values()):
+        raise ValueError(f"maps must be a non-empty dict of (n_layers, n_heads) tensors, got "
+                         f"{ {k: tuple(v.shape) for k, v in maps.items()} }")
+    fig, axes = plt.subplots(1, len(maps), figsize=figsize, squeeze=False)
+    for ax, (title, m) in zip(axes[0], maps.items()):
+        im = ax.imshow(m.detach().float().cpu().numpy(), cmap="Blues")
+        ax.set_xticks(range(m.shape[1]))
+        ax.set_yticks(range(m.shape[0]))
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(title, fontsize=10)
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
+
+
+def interval_curves(ns: Sequence[int], stats: dict, total: int, ylabel: str = "agreement with the unpruned model",
+                    title: str = "Pruning orders, mean and 95% interval over sentence sets"):
+    """Mean curves with shaded intervals: ``stats: {label: [(mean, half_width) for each n of ns]}``; ``total`` heads.
+
+    Each curve starts at 0 heads removed, where a pruned model *is* the unpruned one (agreement 1). Returns the figure.
+    """
+    if any(len(v) != len(ns) for v in stats.values()):
+        raise ValueError(f"each curve in stats needs one (mean, half_width) per n of ns ({len(ns)}), got "
+                         f"{ {k: len(v) for k, v in stats.items()} }")
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    xs = [0] + list(ns)
+    for (label, rows), marker in zip(stats.items(), "os^Dv"):
+        mean = [1.0] + [m for m, _ in rows]
+        half = [0.0] + [h for _, h in rows]
+        line, = ax.plot(xs, mean, marker + "-", label=label)
+        ax.fill_between(xs, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
+                        color=line.get_color(), alpha=0.2)
+    ax.set_xlabel(f"heads removed (of {total}), least important first")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,231 @@
+"""Chapter 08 at real scale: which of MiniLM's 72 heads can go? (also ``benchmarks/_bench_pruning.py``)
+
+all-MiniLM-L6-v2 (6 layers x 12 heads, ``pretrained.load_minilm``) maps a sentence to a unit vector. Quality after
+pruning is **agreement**: the mean cosine similarity between the pruned model's embeddings and the unpruned
+model's, on held-out Shakespeare lines (``corpus_lines``, ``sentence_sets``: disjoint sets, one per seed).
+
+* **The loss is flat where Michel et al. differentiate.** ``agreement_loss`` (``1 - cos`` against the unpruned
+  embeddings) is 0 at the all-ones mask, its minimum, so its gradient there is 0 for every sentence: the
+  first-order term of its Taylor expansion vanishes and the second, ``|d e / d xi_h|^2 / 2``, says what masking
+  head ``h`` costs. ``probe_loss`` makes Michel et al.'s score measure that: it projects each sentence's
+  embedding ``e`` on a random Gaussian direction ``r``, ``L = r . e``, so ``|dL / d xi_h| = |r . (d e / d xi_h)|``,
+  whose mean over directions is ``sqrt(2 / pi) |d e / d xi_h|``: how far the embedding moves per unit of gate.
+  ``sensitivity_importance`` is ``pruning.head_importance`` with that loss.
+* ``ablation``: the measured cost of masking each head alone; ``agreement_curve``: agreement with the ``n``
+  lowest-scoring heads masked, for several ``n``; ``t_interval``: a Student-t confidence interval over sets.
+* ``keep_top_k_scores``: the source article's "head sparsification", rewritten: it zeroes score entries, it
+  removes no head and no weight.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import random
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..corpus import shakespeare_works
+from ..pretrained import mean_pool
+from ..pruning import (head_counts, head_importance, head_mask, heads_to_prune, magnitude_importance, mask_from_heads,
+                       random_importance)
+from ..timing import interleaved_medians
+
+MAX_TOKENS = 32  # sentences are cut to 32 word pieces ([CLS] and [SEP] included)
+
+
+# ----------------------------------------------------------------------------- sentences
+def corpus_lines(min_words: int = 6) -> list[str]:
+    """Verse lines of the 42 works with at least ``min_words`` words, starting with a letter, not all capitals
+    (which drops speaker names and stage headings). In the corpus' order; about 89,000 lines."""
+    if not isinstance(min_words, int) or min_words < 1:
+        raise ValueError(f"min_words must be an int >= 1, got {min_words!r}")
+    lines = (line.strip() for text in shakespeare_works().values() for line in text.splitlines())
+    return [s for s in lines if len(s.split()) >= min_words and s[0].isalpha() and not s.isupper()]
+
+
+def sentence_sets(n_sets: int, size: int, seed: int = 0, lines: Sequence[str] | None = None) -> list[list[str]]:
+    """``n_sets`` disjoint sets of ``size`` lines each, drawn at random (``seed``) from ``lines``
+    (default ``corpus_lines()``): no line appears in two sets."""
+    for name, v in (("n_sets", n_sets), ("size", size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    pool = sorted(set(corpus_lines() if lines is None else lines))  # distinct lines, in a fixed order
+    if n_sets * size > len(pool):
+        raise ValueError(f"n_sets * size = {n_sets * size} lines needed, only {len(pool)} distinct lines given")
+    random.Random(seed).shuffle(pool)
+    return [pool[i * size:(i + 1) * size] for i in range(n_sets)]
+
+
+# ----------------------------------------------------------------------------- embeddings and losses
+def embed(model: nn.Module, enc: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Unit-norm mean-pooled embeddings ``(B, d_model)`` of a tokenized batch ``enc`` (``MiniLMTokenizer.encode``),
+    differentiable (no ``no_grad``), in the model's dtype. Same as ``pretrained.sentence_embeddings``."""
+    device = next(model.parameters()).device
+    ids, am = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    return F.normalize(mean_pool(model(ids, am).last_hidden_state, am), dim=-1)
+
+
+def agreement_loss(model: nn.Module, batch) -> torch.Tensor:
+    """``batch = (input_ids, attention_mask, target)``: mean over sentences of ``1 - cos(e, target)``, where
+    ``target: (B, d_model)`` are the unpruned model's unit embeddings. 0 (its minimum) for the unpruned model."""
+    ids, am, target = batch
+    e = embed(model, {"input_ids": ids, "attention_mask": am})  # (B, D)
+    return (1 - (e * target).sum(-1)).mean()
+
+
+def probe_loss(model: nn.Module, batch) -> torch.Tensor:
+    """``batch = (input_ids, attention_mask, r)``: mean over sentences of ``r_b . e_b``, the embedding seen along
+    a direction ``r: (B, d_model)``. Its gradient with respect to a gate is that gate's embedding change along r."""
+    ids, am, r = batch
+    return (embed(model, {"input_ids": ids, "attention_mask": am}) * r).sum(-1).mean()
+
+
+def sensitivity_importance(model: nn.Module, enc: dict[str, torch.Tensor], probes: int = 4,
+                           seed: int = 0) -> torch.Tensor:
+    """Michel et al.'s ``E |dL / d xi[l, h]|`` at ``xi = 1`` with ``L = probe_loss``: ``(n_layers, n_heads)``.
+
+    Each sentence of ``enc`` is seen along ``probes`` independent standard-normal directions (seeded), in one
+    backward pass of ``probes * B`` rows. The expected score is ``sqrt(2 / pi) E_x |d e(x) / d xi[l, h]|``.
+    """
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 1:
+        raise ValueError(f"probes must be an int >= 1, got {probes!r}")
+    ids, am = enc["input_ids"].repeat(probes, 1), enc["attention_mask"].repeat(probes, 1)  # (probes * B, T)
+    r = torch.randn(ids.shape[0], _width(model), generator=torch.Generator().manual_seed(seed))  # (probes * B, D)
+    return head_importance(model, [(ids, am, r)], loss_fn=probe_loss)
+
+
+def _width(model: nn.Module) -> int:
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not hasattr(cfg, "d_model"):
+        raise ValueError(f"model must have cfg.d_model (a BertEncoder), got {type(model).__name__}")
+    return cfg.d_model
+
+
+@torch.no_grad()
+def masked_embed(model: nn.Module, enc: dict[str, torch.Tensor], mask=None) -> torch.Tensor:
+    """``embed`` without gradients, the heads gated by ``mask`` (``pruning.head_mask``; None = all heads)."""
+    if mask is None:
+        return embed(model, enc)
+    with head_mask(model, mask):
+        return embed(model, enc)
+
+
+def agreement(model: nn.Module, enc: dict[str, torch.Tensor], target: torch.Tensor, mask=None) -> torch.Tensor:
+    """Cosine similarity ``(B,)`` of each sentence's embedding to ``target: (B, d_model)`` (unit rows), with the
+    heads gated by ``mask`` (None = all heads)."""
+    return (masked_embed(model, enc, mask) * target).sum(-1)
+
+
+def ablation(model: nn.Module, enc: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+    """``(n_layers, n_heads)``: mean ``1 - cos`` to ``target`` when head ``(l, h)`` alone is masked
+    (one forward pass per head)."""
+    counts = head_counts(model)
+    cost = torch.zeros(len(counts), max(counts))
+    for layer, n in enumerate(counts):
+        for h in range(n):
+            mask = mask_from_heads(counts, {layer: [h]}).to(target.device)
+            cost[layer, h] = float((1 - agreement(model, enc, target, mask)).mean())
+    return cost
+
+
+def agreement_curve(model: nn.Module, enc: dict[str, torch.Tensor], target: torch.Tensor, scores: torch.Tensor,
+                    ns: Sequence[int]) -> list[float]:
+    """Mean agreement with the ``n`` lowest-``scores`` heads masked (``pruning.heads_to_prune``), for each ``n``
+    of ``ns``. Masking equals removing the heads (``pruning.prune_heads``), and is cheaper to set up."""
+    counts = head_counts(model)
+    return [float(agreement(model, enc, target, mask_from_heads(counts, heads_to_prune(scores, n))
+                            .to(target.device)).mean()) for n in ns]
+
+
+# ----------------------------------------------------------------------------- the study
+def pruning_study(model: nn.Module, tokenizer, n_sets: int = 4, size: int = 32, ns: Sequence[int] = (0, 36),
+                  probes: int = 4, seed: int = 0, magnitude: torch.Tensor | None = None) -> dict:
+    """The three pruning orders on ``n_sets`` pairs of disjoint sentence sets: for set ``s``, the heads are scored
+    on one set of ``size`` lines and the pruned models judged on another.
+
+    Returns ``{"ns": list(ns), "curves": {method: (n_sets, len(ns)) tensor of mean agreement},
+    "scores": {method: [(n_layers, n_heads) per set]}, "sets": [(scoring lines, evaluation lines)],
+    "eval": [(evaluation batch, its unpruned embeddings (size, d_model))]}``. Methods:
+    ``"gradient"`` (``sensitivity_importance``, set ``s`` seeds its probes), ``"magnitude"`` (weight norms, the same
+    for every set; pass ``pruning.magnitude_importance(model)``), ``"random"`` (a random order seeded by ``s``).
+    """
+    lines = sentence_sets(2 * n_sets, size, seed)
+    magnitude = magnitude_importance(model) if magnitude is None else magnitude
+    curves = {m: torch.zeros(n_sets, len(ns)) for m in ("gradient", "magnitude", "random")}
+    scores, evals = {m: [] for m in curves}, []
+    for s in range(n_sets):
+        score_enc = tokenizer.encode(lines[2 * s], max_length=MAX_TOKENS)
+        eval_enc = tokenizer.encode(lines[2 * s + 1], max_length=MAX_TOKENS)
+        target = masked_embed(model, eval_enc)  # (size, D): the unpruned model's embeddings
+        evals.append((eval_enc, target))
+        scores["gradient"].append(sensitivity_importance(model, score_enc, probes, seed=s))
+        scores["magnitude"].append(magnitude)
+        scores["random"].append(random_importance(model, seed=s))
+        for m in curves:
+            curves[m][s] = torch.tensor(agreement_curve(model, eval_enc, target, scores[m][s], ns))
+    return {"ns": list(ns), "curves": curves, "scores": scores, "eval": evals,
+            "sets": [(lines[2 * s], lines[2 * s + 1]) for s in range(n_sets)]}
+
+
+# ----------------------------------------------------------------------------- confidence intervals
+def t_cdf(x: float, df: int, steps: int = 2000) -> float:
+    """Student-t distribution function ``P(T <= x)``, ``df`` degrees of freedom: ``1/2 + integral_0^x`` of the
+    density ``Gamma((df+1)/2) / (sqrt(df pi) Gamma(df/2)) (1 + t^2/df)^(-(df+1)/2)`` (Simpson's rule)."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def pdf(t):
+        return c * (1 + t * t / df) ** (-(df + 1) / 2)
+    h = x / steps  # steps is even
+    inner = sum((4 if i % 2 else 2) * pdf(i * h) for i in range(1, steps))
+    return 0.5 + h / 3 * (pdf(0.0) + inner + pdf(x))
+
+
+@functools.lru_cache(maxsize=64)
+def t_quantile(p: float, df: int) -> float:
+    """The ``x`` with ``t_cdf(x, df) = p`` (``0.5 < p < 1``), by bisection: e.g. 2.776 for ``p=0.975, df=4``."""
+    if not 0.5 < p < 1:
+        raise ValueError(f"p must be in (0.5, 1), got {p!r}")
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"df must be an int >= 1, got {df!r}")
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        lo, hi = hi, 2 * hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def t_interval(values, level: float = 0.95) -> tuple[float, float]:
+    """``(mean, half_width)`` of the Student-t confidence interval for the mean of ``values`` (n >= 2 numbers,
+    treated as independent draws): ``half_width = t_{(1+level)/2, n-1} * sd / sqrt(n)``, sd with ``n - 1``."""
+    x = torch.as_tensor(values, dtype=torch.float64).flatten()
+    if x.numel() < 2:
+        raise ValueError(f"values must hold at least 2 numbers for an interval, got {x.numel()}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    n = x.numel()
+    return float(x.mean()), t_quantile((1 + level) / 2, n - 1) * float(x.std(correction=1)) / math.sqrt(n)
+
+
+# ----------------------------------------------------------------------------- speed, and the article's code
+def encoder_speeds(variants: dict[str, tuple[nn.Module, torch.Tensor | None]], enc: dict[str, torch.Tensor],
+                   repeats: int = 5, device=None) -> dict[str, float]:
+    """Median seconds of one forward pass over ``enc`` for ``variants: {name: (model, head mask or None)}``,
+    timed round-robin (``timing.interleaved_medians``)."""
+    def call(model, mask):
+        return lambda: masked_embed(model, enc, mask)
+    return interleaved_medians({name: call(m, mask) for name, (m, mask) in variants.items()}, repeats=repeats,
+                               warmup=1, device=device)
+
+
+def keep_top_k_scores(scores: torch.Tensor, k: int = 2) -> torch.Tensor:
+    """The source article's "head sparsification", written our way: along the last dimension of ``scores``,
+    keep the entries at least as large as the ``k``-th largest and put 0 in the others (shape unchanged)."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= scores.shape[-1]:
+        raise ValueError(f"k must be an int in [1, {scores.shape[-1]}] (the last dimension), got {k!r}")
+    kth = scores.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest of each row
+    return torch.where(scores >= kth, scores, torch.zeros_like(scores))
