@@ -25,9 +25,10 @@ from ..awq import awq_quantize_model
 from ..calibration import calibration_inputs, lm_quality
 from ..corpus import get_batch, shakespeare_split
 from ..gptq import gptq_quantize_model
+from ..int8_ops import quantize_per_token
 from ..nf4 import compare_nf4_int4
 from ..pretrained import sentence_embeddings
-from ..quant_linear import quantize_model
+from ..quant_linear import quantize_model, rtn_weight
 from ..smoothquant import smoothing_factors, smoothquant_model
 
 METHODS = ("rtn", "gptq", "awq")
@@ -151,11 +152,11 @@ def outlier_migration(x: torch.Tensor, weight: torch.Tensor, alpha: float = 0.5)
     col_x, col_w = x.abs().amax(dim=0), w.abs().amax(dim=0)  # (K,), (K,)
     j = int(col_x.argmax())
 
-    def w8a8_error(xs, ws):  # per-token int8 x, per-row int8 w: relative error of x W^T
-        xq = xs.div(xs.abs().amax(-1, keepdim=True) / 127).round() * (xs.abs().amax(-1, keepdim=True) / 127)
-        wq = ws.div(ws.abs().amax(-1, keepdim=True) / 127).round() * (ws.abs().amax(-1, keepdim=True) / 127)
-        ref = x @ w.T
-        return ((xq @ wq.T - ref).norm() / ref.norm()).item()
+    ref = x @ w.T  # (n, N): the float layer's output
+
+    def w8a8_error(xs, ws):  # per-token int8 inputs, per-row int8 weights, as QuantLinear(act_bits=8) computes
+        xq, sx = quantize_per_token(xs)  # (n, K) int8, (n, 1)
+        return (((xq.float() * sx) @ rtn_weight(ws, 8, None).T - ref).norm() / ref.norm()).item()
 
     return {"channel": j, "x_max_before": col_x[j].item(), "x_max_after": (col_x[j] / s[j]).item(),
             "x_median_before": col_x.median().item(), "x_median_after": (col_x / s).median().item(),
