@@ -15,6 +15,11 @@ int8 weight-only (only if ``torchao`` is installed). Their file sizes come from 
 hold their packed tensors); ours from the safetensors file ``train.save_weights`` writes (``torch.save`` alongside).
 Times are interleaved medians in one run (``_timing.interleaved_medians``); compare ratios, not absolute numbers.
 
+``algorithm_tables(model, tokenizer, val_data, device, quick)`` (called by ``quantization_tables``) prints four
+more: round-to-nearest vs GPTQ vs AWQ at int4 for several group sizes on the trained GPT (perplexity on held-out
+plays, calibration on training plays) and on MiniLM (embedding agreement on held-out lines, calibration on lines of
+other plays); SmoothQuant's W8A8 agreement on MiniLM by alpha; NF4 against int4 on real and N(0, 1) weights.
+
 Run alone: ``.venv/bin/python benchmarks/_bench_quantization.py [--quick]`` (the trained Shakespeare GPT).
 """
 from __future__ import annotations
@@ -32,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import format_table, interleaved_medians  # noqa: E402
 
 from transformer_lib import GPT, GPTConfig  # noqa: E402
+from transformer_lib.experiments import quant_methods as QM  # noqa: E402
 from transformer_lib.experiments.threads import torch_threads  # noqa: E402
 from transformer_lib.generate import generate  # noqa: E402
 from transformer_lib.quant_storage import saved_size  # noqa: E402
@@ -96,9 +102,77 @@ def decode_speeds(models: dict, prompt: torch.Tensor, n_new: int, device, repeat
     return {k: n_new / v for k, v in med.items()}
 
 
+def method_rows(results: dict, higher_is_better: bool) -> list[list[str]]:
+    """Rows of a ``compare_methods`` result: group, method, score, change against RTN at that group, seconds."""
+    rows = []
+    for r in results["rows"]:
+        rtn = QM.score_of(results, "rtn", r["group_size"])
+        gain = (r["score"] - rtn) if higher_is_better else (rtn - r["score"])
+        rows.append(["per-channel" if r["group_size"] is None else f"g{r['group_size']}", r["method"],
+                     f"{r['score']:.4f}", "-" if r["method"] == "rtn" else f"{gain:+.4f}", f"{r['seconds']:.2f}"])
+    return rows
+
+
+def algorithm_tables(model, tokenizer, val_data, device, quick: bool = False) -> list[str]:
+    """Print and return the four algorithm tables (RTN/GPTQ/AWQ on the GPT and MiniLM, SmoothQuant, NF4 vs int4).
+    ``quick``: fewer batches, lines and group sizes (a smoke run)."""
+    from transformer_lib.pretrained import load_minilm, sentence_embeddings
+
+    device = torch.device(device)
+    groups = (None, 32) if quick else (None, 128, 32)
+    model = copy.deepcopy(model).to(device).eval()
+    val_data = [tuple(t.to(device) for t in b) for b in val_data]
+    calib = QM.gpt_calibration_batches(tokenizer, model.cfg.block_size, n_batches=2 if quick else 8)
+    gpt = QM.compare_methods(model, calib, lambda m: QM.gpt_perplexity(m, val_data), group_sizes=groups)
+    n_tok = sum(y.numel() for _, y in val_data)
+    tables = [format_table(
+        f"Trained GPT at int4: perplexity on {n_tok:,} held-out tokens (float32: {gpt['float']:.4f}); calibration "
+        f"{sum(x.numel() for x, _ in calib):,} training tokens; gain = RTN's perplexity - the method's; seconds to "
+        f"quantize", ["scales", "method", "perplexity", "gain vs RTN", "seconds"], method_rows(gpt, False))]
+
+    minilm, mtok = load_minilm(device)
+    cal_lines = QM.shakespeare_lines("train", 16 if quick else 64, seed=0)
+    eval_lines = QM.shakespeare_lines("val", 16 if quick else 256, seed=1)
+    cal_batches = QM.sentence_batches(mtok, cal_lines)
+    ref = sentence_embeddings(minilm, mtok, eval_lines)
+    mini = QM.compare_methods(minilm, cal_batches, lambda m: QM.embedding_agreement(m, mtok, eval_lines, ref),
+                              group_sizes=groups)
+    tables.append(format_table(
+        f"MiniLM at int4: embedding agreement (mean cosine with float32) on {len(eval_lines)} held-out lines; "
+        f"calibration {len(cal_lines)} lines of other plays; gain = the method's agreement - RTN's",
+        ["scales", "method", "agreement", "gain vs RTN", "seconds"], method_rows(mini, True)))
+
+    alphas = (0.5,) if quick else (0.25, 0.5, 0.75, 0.9)
+    sq = QM.smoothquant_agreement(minilm, mtok, cal_batches, eval_lines, alphas)
+    x = QM.layer_inputs(minilm, cal_batches, "layers.0.ffn.up")
+    mig = {a: QM.outlier_migration(x, minilm.get_submodule("layers.0.ffn.up").weight, a) for a in alphas}
+    rows = [["int8 weights only", "-", f"{sq['int8 weights']:.5f}", "-", "-", "-"],
+            ["W8A8, no smoothing", "-", f"{sq['W8A8']:.5f}", f"{mig[alphas[0]]['x_max_before']:.2f}",
+             f"{mig[alphas[0]]['w_max_before']:.3f}", f"{100 * mig[alphas[0]]['error_before']:.2f}%"]]
+    rows += [["W8A8 + SmoothQuant", f"{a}", f"{sq['smooth'][a]:.5f}", f"{mig[a]['x_max_after']:.2f}",
+              f"{mig[a]['w_max_after']:.3f}", f"{100 * mig[a]['error_after']:.2f}%"] for a in alphas]
+    tables.append(format_table(
+        f"MiniLM W8A8 (per-token int8 activations): agreement on the same lines; layers.0.ffn.up, outlier channel "
+        f"{mig[alphas[0]]['channel']}: its largest |x| and weight column's largest |w|, and the layer's W8A8 "
+        f"output error", ["model", "alpha", "agreement", "max |x_j|", "max |w_j|", "ffn.up error"], rows))
+
+    weights = {"trained GPT": QM.linear_weights(model), "MiniLM": QM.linear_weights(minilm),
+               "N(0, 1)": torch.randn(2 ** 20, generator=torch.Generator().manual_seed(0))}
+    nf4 = QM.nf4_vs_int4(weights)
+    rows = [[name, f"{w.numel():,}", f"{r['nf4 rel']:.5f}", f"{r['int4_zero_point rel']:.5f}",
+             f"{r['int4_absmax rel']:.5f}", f"{r['nf4'] / r['int4_zero_point']:.3f}"]
+            for (name, w), r in zip(weights.items(), nf4.values())]
+    tables.append(format_table(
+        "NF4 vs int4, blocks of 64 weights: round-trip MSE / mean square of the weights",
+        ["weights", "values", "NF4", "int4 zero-point", "int4 absmax", "NF4 / zero-point"], rows))
+    for t in tables:
+        print(t + "\n", flush=True)
+    return tables
+
+
 def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, rounds: int = 2,
-                        thread_counts: tuple[int, ...] | None = None) -> list[str]:
-    """Print and return the two tables. ``model``: a trained ``GPT`` (not modified: every format is a copy);
+                        thread_counts: tuple[int, ...] | None = None, quick: bool = False) -> list[str]:
+    """Print and return the two tables, then ``algorithm_tables``'s four. ``model``: a trained ``GPT`` (not modified: every format is a copy);
     ``val_data``: a list of ``(x, y)`` batches, each ``(B, T)``. ``thread_counts``: CPU threads to time decoding
     with (default: 1 and the current count); one token at a time is little work to share between threads."""
     device = torch.device(device)
@@ -154,7 +228,7 @@ def quantization_tables(model, tokenizer, val_data, device, repeats: int = 5, ro
         ["format"] + columns, rows))
     for t in tables:
         print(t + "\n", flush=True)
-    return tables
+    return tables + algorithm_tables(model, tokenizer, val_data, device, quick)
 
 
 def main() -> None:
@@ -171,7 +245,7 @@ def main() -> None:
     batches = shakespeare_val_batches(model.cfg.block_size)
     print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, device={device}\n")
     quantization_tables(model, tok, batches[:4] if args.quick else batches, device,
-                        repeats=2 if args.quick else 5, rounds=1 if args.quick else 2)
+                        repeats=2 if args.quick else 5, rounds=1 if args.quick else 2, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ Every table compares against the unpruned / fp32 model measured in the same run 
 * quantization (``_bench_quantization.quantization_tables``, chapter 09): bytes on disk, validation loss and
   perplexity, top-1 agreement with fp32 and decode tokens/s for fp32, bf16, int8 per-channel, int8 W8A8, int4 g128,
   int4 g32, PyTorch's ``quantize_dynamic`` and (if installed) torchao's int8 weight-only; then decode speed of a
-  GPT-2-shaped model, where weight memory traffic, not framework overhead, sets the pace.
+  GPT-2-shaped model, where weight memory traffic, not framework overhead, sets the pace; then
+  (``_bench_quantization.algorithm_tables``) round-to-nearest vs GPTQ vs AWQ at int4 by group size on the GPT
+  (perplexity) and on MiniLM (embedding agreement), SmoothQuant W8A8 on MiniLM by alpha, and NF4 vs int4 MSE.
 
 Machines here are shared and noisy: read the ratios, not the absolute tokens/s.
 """
@@ -59,7 +61,8 @@ def main(argv=None) -> list[str]:
         tables += minilm_tables(device, repeats=repeats, quick=args.quick)
     if args.only in (None, "quantization"):
         model, tok = load_shakespeare_gpt(device)  # a fresh copy: pruning never touches it
-        tables += quantization_tables(model, tok, batches, device, repeats=repeats, rounds=1 if args.quick else 2)
+        tables += quantization_tables(model, tok, batches, device, repeats=repeats, rounds=1 if args.quick else 2,
+                                      quick=args.quick)
     print(f"{len(tables)} tables in {time.perf_counter() - t0:.0f} s")
     return tables
 

@@ -38,8 +38,12 @@ def test_bench_kv_cache_quick():
 def test_bench_compression_quick():
     out = run_benchmark("bench_compression.py", "--quick")
     titles = re.findall(r"^## (.*)$", out, flags=re.MULTILINE)
-    assert len(titles) == 7, titles  # 3 pruning tables (GPT), 2 on MiniLM, 2 quantization tables
-    assert sum(t.startswith("MiniLM") for t in titles) == 2 and "36 heads removed" in out, titles
+    assert len(titles) == 11, titles  # 3 pruning tables (GPT), 2 pruning on MiniLM, 6 quantization tables
+    assert sum(t.startswith("MiniLM:") for t in titles) == 2 and "36 heads removed" in out, titles
+    for start in ("Trained GPT at int4", "MiniLM at int4", "MiniLM W8A8", "NF4 vs int4"):
+        assert any(t.startswith(start) for t in titles), start
+    for method in ("rtn", "gptq", "awq"):
+        assert re.search(rf"^\s*(per-channel|g32)\s+{method}\s", out, flags=re.MULTILINE), method
     for fmt in ("fp32", "bf16", "int8 per-channel", "int8 W8A8", "int4 g128", "int4 g32", "quantize_dynamic"):
         assert fmt in out, fmt
     size_row = next(line for line in out.splitlines() if line.strip().startswith("int8 per-channel"))

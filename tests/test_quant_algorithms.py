@@ -67,6 +67,19 @@ def test_gptq_with_uncorrelated_inputs_is_round_to_nearest(group_size):
     torch.testing.assert_close(qt.dequantize(), rtn_weight(w, 4, group_size), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("group_size", [None, 8, 32])
+def test_gptq_lazy_block_updates_give_the_column_by_column_result(group_size):
+    # block=K: one block, every column's error spread at once (the unblocked algorithm); block=4 (or one group):
+    # errors spread inside the block, then onto the later columns in one product. Same maths, same codes.
+    gen = torch.Generator().manual_seed(5)
+    x, lin = correlated_inputs(256, 64, gen), layer(seed=5)
+    h = layer_hessian(x)
+    one_block = gptq_quantize(lin.weight, h, 4, group_size, block=64)
+    blocked = gptq_quantize(lin.weight, h, 4, group_size, block=4)
+    assert torch.equal(one_block.q, blocked.q)
+    assert torch.equal(one_block.scale, blocked.scale)
+
+
 def test_layer_hessian_is_twice_the_mean_outer_product():
     x = torch.randn(10, 5)
     expected = 2 * sum(torch.outer(r, r) for r in x.double()) / 10
@@ -95,6 +108,8 @@ def test_gptq_bad_arguments_raise():
         gptq_quantize(w, torch.eye(16), group_size=5)
     with pytest.raises(ValueError, match="bits must be one of"):
         gptq_quantize(w, torch.eye(16), bits=3)
+    with pytest.raises(ValueError, match="block must be a positive int"):
+        gptq_quantize(w, torch.eye(16), block=0)
     with pytest.raises(ValueError, match=r"x must be \(n, in_features=64\)"):
         gptq_linear(layer(), torch.randn(4, 63))
     with pytest.raises(ValueError, match="x must be a floating-point tensor"):

@@ -15,4 +15,6 @@ chapter calls and shows. Models come from the core modules, training from ``trai
 | 06 | ``padded_rows`` | padded positions as queries |
 | 07 | ``batched_decoding`` | decoding tokens per second against batch size, with its arithmetic intensity |
 | 08 | ``pruning_speed`` | forward and decoding speed of pruned models; sparse CSR vs dense products |
+| 09 | ``quant_methods`` | RTN vs GPTQ vs AWQ at int4 (GPT perplexity, MiniLM agreement), SmoothQuant, NF4 vs int4 |
+| 09 | ``model_memory`` | parameters from a published configuration, weight bytes per format |
 """

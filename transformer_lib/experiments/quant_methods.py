@@ -1,0 +1,199 @@
+"""Chapter 09: which int4 rounding wins, measured. Round-to-nearest (RTN), GPTQ (Frantar et al. 2022) and AWQ
+(Lin et al. 2024) at several group sizes on two real models, SmoothQuant (Xiao et al. 2023) for int8 activations
+on MiniLM, and NF4 (Dettmers et al. 2023) against int4 on real weights.
+
+* the book's trained GPT: perplexity on held-out plays, calibrated on windows of the training plays
+  (``gpt_calibration_batches``);
+* MiniLM (all-MiniLM-L6-v2): **embedding agreement**, the mean cosine between a quantized model's sentence embedding
+  and the float model's, on lines of the held-out plays, calibrated on lines of the other plays
+  (``shakespeare_lines``). 1 means the embeddings did not move.
+
+``compare_methods`` runs every (method, group size) on a fresh copy of the model and records the score and the
+seconds quantization took; the algorithms themselves live in ``gptq.py``, ``awq.py``, ``smoothquant.py`` and
+``nf4.py``.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from typing import Callable, Sequence
+
+import torch
+import torch.nn as nn
+
+from ..awq import awq_quantize_model
+from ..calibration import calibration_inputs, lm_quality
+from ..corpus import get_batch, shakespeare_split
+from ..gptq import gptq_quantize_model
+from ..int8_ops import quantize_per_token
+from ..nf4 import compare_nf4_int4
+from ..pretrained import sentence_embeddings
+from ..quant_linear import quantize_model, rtn_weight
+from ..smoothquant import smoothing_factors, smoothquant_model
+
+METHODS = ("rtn", "gptq", "awq")
+
+
+# ----------------------------------------------------------------------------- data
+def shakespeare_lines(split: str, n: int, seed: int = 0, min_chars: int = 30, max_chars: int = 120) -> list[str]:
+    """``n`` distinct verse or prose lines (``min_chars`` to ``max_chars`` characters) drawn at random (``seed``)
+    from the training (``"train"``) or held-out (``"val"``) plays, in a fixed order."""
+    if split not in ("train", "val"):
+        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    text = shakespeare_split()[split == "val"]
+    lines = sorted({ln.strip() for ln in text.splitlines() if min_chars <= len(ln.strip()) <= max_chars})
+    if n > len(lines):
+        raise ValueError(f"n={n} is more than the {len(lines)} lines of {min_chars}-{max_chars} characters")
+    order = torch.randperm(len(lines), generator=torch.Generator().manual_seed(seed))[:n]
+    return [lines[i] for i in order.tolist()]
+
+
+def gpt_calibration_batches(tokenizer, block_size: int, n_batches: int = 4, batch_size: int = 8, seed: int = 0,
+                            chars: int = 300_000) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Random windows ``(x, y)``, each ``(batch_size, block_size)``, of a ``chars``-long stretch of the training
+    plays starting at a seeded offset (encoding all of them takes seconds; calibration needs a few thousand
+    tokens)."""
+    train = shakespeare_split()[0]
+    gen = torch.Generator().manual_seed(seed)
+    start = int(torch.randint(0, max(1, len(train) - chars), (1,), generator=gen))
+    ids = tokenizer.encode_tensor(train[start:start + chars])  # (N,)
+    return [get_batch(ids, block_size, batch_size, gen) for _ in range(n_batches)]
+
+
+def sentence_batches(tokenizer, sentences: Sequence[str]) -> list[torch.Tensor]:
+    """One ``(1, T)`` id tensor per sentence: calibration inputs without padding (padding would enter the
+    statistics, since ``calibration_inputs`` feeds ids alone)."""
+    return [tokenizer.encode([s])["input_ids"] for s in sentences]
+
+
+# ----------------------------------------------------------------------------- scores
+def gpt_perplexity(model: nn.Module, batches) -> float:
+    """``exp`` of the mean next-token cross-entropy (nats per token) over ``batches`` of ``(x, y)``."""
+    return lm_quality(model, batches)["perplexity"]
+
+
+@torch.no_grad()
+def embedding_agreement(model: nn.Module, tokenizer, sentences: Sequence[str], reference: torch.Tensor) -> float:
+    """Mean cosine between ``model``'s sentence embeddings of ``sentences`` and ``reference: (n, d)`` (the float
+    model's, unit rows): 1.0 when nothing moved."""
+    emb = sentence_embeddings(model, tokenizer, list(sentences))  # (n, d), unit rows
+    if reference.shape != emb.shape:
+        raise ValueError(f"reference must be ({len(sentences)}, {emb.shape[1]}) embeddings of the sentences, "
+                         f"got {tuple(reference.shape)}")
+    return (emb * reference.to(emb)).sum(-1).mean().item()
+
+
+# ----------------------------------------------------------------------------- RTN vs GPTQ vs AWQ
+def quantize_copy(model: nn.Module, method: str, calib_batches, bits: int = 4, group_size: int | None = None,
+                  skip: tuple[str, ...] = (), awq_grid: int = 10) -> nn.Module:
+    """A quantized copy of ``model`` (the original is untouched): ``method`` one of ``METHODS``; GPTQ and AWQ
+    read the calibration batches, round-to-nearest ignores them. ``awq_grid``: alphas tried by AWQ."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    m = copy.deepcopy(model)
+    if method == "rtn":
+        return quantize_model(m, bits, group_size, skip=skip)
+    if method == "gptq":
+        return gptq_quantize_model(m, calib_batches, bits, group_size, skip=skip)
+    return awq_quantize_model(m, calib_batches, bits, group_size, awq_grid, skip=skip)
+
+
+def compare_methods(model: nn.Module, calib_batches, score: Callable[[nn.Module], float],
+                    methods: Sequence[str] = METHODS, group_sizes: Sequence[int | None] = (None, 128, 32),
+                    bits: int = 4, skip: tuple[str, ...] = ()) -> dict:
+    """Every ``(method, group_size)`` on a fresh copy of ``model``: ``{"float": score(model), "rows": [{"method",
+    "group_size", "score", "seconds"}]}``; ``seconds`` is the time quantization took (calibration included).
+    ``group_size=None``: one scale per output channel."""
+    bad = [m for m in methods if m not in METHODS]
+    if not methods or bad:
+        raise ValueError(f"methods must be a non-empty selection of {METHODS}, got {tuple(methods)!r}")
+    if not group_sizes:
+        raise ValueError("group_sizes must name at least one group size (None: per channel), got none")
+    rows = []
+    for g in group_sizes:
+        for method in methods:
+            t0 = time.perf_counter()
+            q = quantize_copy(model, method, calib_batches, bits, g, skip)
+            seconds = time.perf_counter() - t0
+            rows.append({"method": method, "group_size": g, "score": float(score(q)), "seconds": seconds})
+    return {"float": float(score(model)), "rows": rows}
+
+
+def score_of(results: dict, method: str, group_size: int | None) -> float:
+    """The score ``compare_methods`` recorded for ``(method, group_size)``."""
+    for row in results["rows"]:
+        if row["method"] == method and row["group_size"] == group_size:
+            return row["score"]
+    raise KeyError(f"no row for method={method!r}, group_size={group_size!r}")
+
+
+# ----------------------------------------------------------------------------- SmoothQuant (W8A8)
+def smoothquant_agreement(model: nn.Module, tokenizer, calib_batches, sentences: Sequence[str],
+                          alphas: Sequence[float] = (0.25, 0.5, 0.75)) -> dict:
+    """MiniLM's embedding agreement with int8 weights only, with W8A8 (per-token int8 activations) as is, and
+    with W8A8 after SmoothQuant at each ``alpha``: ``{"int8 weights": a, "W8A8": a, "smooth": {alpha: a}}``."""
+    reference = sentence_embeddings(model, tokenizer, list(sentences))
+    agree = lambda m: embedding_agreement(m, tokenizer, sentences, reference)  # noqa: E731
+    return {"int8 weights": agree(quantize_model(copy.deepcopy(model), 8)),
+            "W8A8": agree(quantize_model(copy.deepcopy(model), 8, act_bits=8)),
+            "smooth": {a: agree(smoothquant_model(copy.deepcopy(model), calib_batches, a)) for a in alphas}}
+
+
+@torch.no_grad()
+def outlier_migration(x: torch.Tensor, weight: torch.Tensor, alpha: float = 0.5) -> dict:
+    """What smoothing does to one layer: ``x: (n, K)`` its inputs, ``weight: (N, K)``. For the input channel with
+    the largest ``|x|`` (``channel``) and for the median channel, the largest ``|x|`` before and after dividing by
+    ``s`` (``smoothing_factors``), the largest ``|w|`` of that weight column before and after multiplying by
+    ``s``, and the int8 per-token error of the layer output (relative norm) before and after."""
+    x, w = x.detach().float(), weight.detach().float().to(x.device)
+    s = smoothing_factors(x.abs().amax(dim=0), w, alpha)  # (K,)
+    col_x, col_w = x.abs().amax(dim=0), w.abs().amax(dim=0)  # (K,), (K,)
+    j = int(col_x.argmax())
+
+    ref = x @ w.T  # (n, N): the float layer's output
+
+    def w8a8_error(xs, ws):  # per-token int8 inputs, per-row int8 weights, as QuantLinear(act_bits=8) computes
+        xq, sx = quantize_per_token(xs)  # (n, K) int8, (n, 1)
+        return (((xq.float() * sx) @ rtn_weight(ws, 8, None).T - ref).norm() / ref.norm()).item()
+
+    return {"channel": j, "x_max_before": col_x[j].item(), "x_max_after": (col_x[j] / s[j]).item(),
+            "x_median_before": col_x.median().item(), "x_median_after": (col_x / s).median().item(),
+            "w_max_before": col_w[j].item(), "w_max_after": (col_w[j] * s[j]).item(),
+            "error_before": w8a8_error(x, w), "error_after": w8a8_error(x / s, w * s)}
+
+
+def layer_inputs(model: nn.Module, calib_batches, name: str) -> torch.Tensor:
+    """What the linear layer ``name`` receives while ``model`` runs ``calib_batches``: ``(tokens, in_features)``."""
+    inputs = calibration_inputs(model, calib_batches)
+    if name not in inputs:
+        raise ValueError(f"name must be one of the model's linear layers, e.g. {sorted(inputs)[:3]}, got {name!r}")
+    return inputs[name]
+
+
+# ----------------------------------------------------------------------------- NF4 vs int4
+def linear_weights(model: nn.Module) -> torch.Tensor:
+    """Every ``nn.Linear`` weight of ``model`` flattened row by row into one ``(numel,)`` float32 CPU tensor (a
+    tied weight once): blocks of 64 consecutive values then lie within a row when ``in_features`` is a multiple
+    of 64."""
+    seen, parts = set(), []
+    for m in model.modules():
+        if isinstance(m, nn.Linear) and id(m.weight) not in seen:
+            seen.add(id(m.weight))
+            parts.append(m.weight.detach().float().cpu().reshape(-1))
+    if not parts:
+        raise ValueError(f"model must hold at least one nn.Linear, got {type(model).__name__} with none")
+    return torch.cat(parts)
+
+
+def nf4_vs_int4(weights: dict[str, torch.Tensor], block_size: int = 64) -> dict[str, dict[str, float]]:
+    """``compare_nf4_int4`` for each named weight tensor, each MSE also divided by the tensor's mean square
+    (``"<format> rel"``), so sources of different scale compare: ``{name: {"nf4", "int4_absmax",
+    "int4_zero_point", "nf4 rel", ...}}``."""
+    out = {}
+    for name, w in weights.items():
+        mse = compare_nf4_int4(w, block_size)
+        power = w.detach().float().pow(2).mean().item()
+        out[name] = {**mse, **{f"{k} rel": v / power for k, v in mse.items()}}
+    return out
