@@ -1,7 +1,8 @@
 # The commands of this project (see README.md, "The two commands"):
 #   make book      - set up .venv if needed, execute every notebook, build the HTML book into _build/html
-#   make test      - set up .venv if needed; the unit tests not marked slow/browser, and every notebook under nbval
-#                    (a few minutes; a notebook over 90 s fails it: see tests/conftest.py)
+#   make test      - set up .venv if needed; the unit tests not marked slow/browser, and every notebook under nbval,
+#                    in two worker processes, each file whole on one worker (a few minutes; a notebook over 90 s
+#                    fails it: see tests/conftest.py)
 #   make test-all  - make test plus the slow tests (checkpoint retraining, benchmarks' quick modes, a fresh venv)
 #                    and the browser tests (a headless Chromium or Chrome; skipped with a reason when none is found)
 #   make test-site - after make book: the tests that read _build/html (links, the 404 page, live figures in their pages)
@@ -37,8 +38,9 @@ book: $(STAMP) vendor
 	$(VENV)/bin/jupyter-book build . --path-output . -W -n --keep-going
 	@echo "Book built: open file://$(CURDIR)/_build/html/index.html"
 
+# two workers: a notebook's kernel mostly waits on one core while the other runs another notebook or the unit tests
 test: $(STAMP)
-	$(PYTEST) -m "not slow and not browser"; $(PYTEST_OK)
+	$(PYTEST) -m "not slow and not browser" -n 2 --dist loadfile; $(PYTEST_OK)
 
 test-all: $(STAMP)
 	$(PYTEST); $(PYTEST_OK)
