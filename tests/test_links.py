@@ -136,6 +136,18 @@ def test_pages_are_canonical_under_the_pages_address():
         assert canonical == SITE_URL + name, f"{name}: canonical {canonical!r}"
 
 
+@pytest.mark.site
+def test_markdown_tables_printed_by_cells_are_rendered_as_tables():
+    """A cell's ``display(Markdown(table))`` must become an HTML table: with myst-nb's default CommonMark renderer it
+    stayed a paragraph of pipes (its rule row typeset as dashes, ``|—|—|``)."""
+    leftovers = []
+    for page in _pages():
+        text = page.read_text(encoding="utf-8", errors="replace")
+        leftovers += [f"{page.relative_to(SITE)}: {line.strip()[:60]}" for line in text.splitlines()
+                      if line.lstrip("<p>").startswith(("|—|", "|---|", "|–|"))]
+    assert not leftovers, "Markdown tables left as text:\n" + "\n".join(leftovers)
+
+
 # ---------------------------------------------------------------- without a build: the hooks
 
 def _fake_app(outdir: Path, **config):
