@@ -152,7 +152,8 @@ class MatvecWeights:
 
     ``generate`` builds one per call unless it is given one: build it once after loading a model (as serving
     engines repack weights at load time) and pass it to every call. Each copy remembers its source weight's
-    version counter; ``check(model)`` refuses copies whose weights have changed since (training, ``load_state_dict``).
+    version counter; ``check(model)`` refuses copies whose weights have changed since (training, ``load_state_dict``,
+    any in-place op; writes through ``weight.data`` bypass the counter and are not seen).
     """
 
     def __init__(self, model):
