@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import interleaved_medians, print_table, synchronize  # noqa: E402
 
 from transformer_lib import GPT, GPTConfig, default_device  # noqa: E402
+from transformer_lib.experiments.batched_decoding import decode_step_cost  # noqa: E402
 from transformer_lib.generate import MatvecWeights, generate  # noqa: E402
-from transformer_lib.kv_cache import kv_cache_bytes  # noqa: E402
 from transformer_lib.book_models import checkpoint_info  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -143,16 +143,10 @@ def uneven_interleaved_medians(fns: dict, repeats: dict, device) -> tuple[dict, 
 
 
 def bytes_per_token(model: GPT, prompt: int, n_new: int) -> int:
-    """Bytes one new token reads: every weight once (the tied head once; of the position table only one row, so it
-    is left out) + the K and V at the average cache length, in the model's dtype."""
-    c = model.cfg
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    table = getattr(model, "pos", None)
-    if isinstance(table, torch.nn.Embedding):
-        weights -= table.weight.numel() * table.weight.element_size()
-    cache = kv_cache_bytes(c.n_layers, c.n_kv_heads or c.n_heads, c.d_model // c.n_heads, prompt + n_new // 2,
-                           bytes_per_element=model.tok_emb.weight.element_size())
-    return weights + cache
+    """Bytes one new token reads: every weight matrix once (the tied head once) + the K and V at the average cache
+    length, in the model's dtype (``experiments.batched_decoding.decode_step_cost``, chapter 07's count)."""
+    cost = decode_step_cost(model.cfg, 1, prompt + n_new // 2, model.tok_emb.weight.element_size())
+    return cost["weight_bytes"] + cost["kv_bytes"]
 
 
 def matvec_limit_calls(n_bytes: int, d_in: int, device) -> dict:
