@@ -143,3 +143,26 @@ def test_a_false_claim_fails_nbval_and_prints_its_sentence(tmp_path, threshold, 
     log = done.stdout + done.stderr
     assert (done.returncode == 0) == holds, log[-3000:]
     assert ("claim no longer holds: " + SENTENCE in log) == (not holds), log[-3000:]
+
+
+def test_claim_verdict_follows_the_timing_interval_and_quotes_it():
+    from transformer_lib.claims import claim_verdict
+    from transformer_lib.timing import ratio_from_times
+
+    faster = ratio_from_times([0.5, 0.6, 0.4, 0.5, 0.55, 0.45], [1.0] * 6)
+    claim_verdict(faster, "faster", "a is faster than b")
+    with pytest.raises(AssertionError, match=r"a is slower than b \[measured 0\.5.*faster\]"):
+        claim_verdict(faster, "slower", "a is slower than b")
+    noisy = ratio_from_times([0.9, 1.1, 1.0, 0.95, 1.05, 1.2], [1.0] * 6)
+    claim_verdict(noisy, "within_noise", "the two are within this run's noise")
+    with pytest.raises(ValueError, match="verdict must be"):
+        claim_verdict(noisy, "quicker", "a is quicker")
+
+
+def test_glue_choice_glues_the_chosen_word_and_returns_its_key():
+    from transformer_lib.claims import glue_choice
+
+    words = {"faster": "faster than", "within_noise": "within this run's noise of"}
+    assert glue_choice("speed_word", "within_noise", words) == "within_noise"
+    with pytest.raises(KeyError, match="'slower' is not one of the words given for 'speed_word'"):
+        glue_choice("speed_word", "slower", words)

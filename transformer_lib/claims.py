@@ -69,3 +69,25 @@ def glue_number(name: str, value, fmt: str | None = None):
         value = value.item()
     glue(name, format(value, fmt) if fmt is not None else value, display=False)
     return value
+
+
+def glue_choice(name: str, key: str, words: dict[str, str]) -> str:
+    """Glue the word that a measurement chose: ``words[key]`` under ``name``, and return ``key``.
+
+    The prose writes ``{glue:text}`name``` where the word goes, so the sentence follows the measurement; ``key``
+    (``"faster"``, ``"within_noise"``, ...) is what a translation maps to its own word.
+    """
+    if not isinstance(words, dict) or key not in words:
+        raise KeyError(f"key {key!r} is not one of the words given for {name!r}: {sorted(words)}")
+    from myst_nb import glue
+
+    glue(name, words[key], display=False)
+    return key
+
+
+def claim_verdict(ratio, verdict: str, sentence: str) -> None:
+    """Check a timing comparison against its interval: ``ratio.verdict()`` (a ``timing.Ratio``) must be
+    ``verdict`` (``"faster"``, ``"slower"`` or ``"within_noise"``). The interval is quoted when it fails."""
+    if verdict not in ("faster", "slower", "within_noise"):
+        raise ValueError(f"verdict must be 'faster', 'slower' or 'within_noise', got {verdict!r}")
+    claim(ratio.verdict() == verdict, f"{sentence} [measured {ratio}: {ratio.verdict()}]")

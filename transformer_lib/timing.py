@@ -3,13 +3,17 @@
 Timing A fully, then B, lets a burst of load from another process land on one of them only.
 ``interleaved_medians`` runs them round-robin (A, B, A, B, ...) so such noise hits all alike, and
 reports the median of each, which one slow run cannot move. Compare *ratios* measured in the
-same call, never absolute times from different runs. On CUDA, kernels run asynchronously, so
-the clock is read only after ``torch.cuda.synchronize()``.
+same call, never absolute times from different runs: ``ratio_with_interval`` gives the median ratio of
+two such timings with an interval, so that prose says "faster" only when the interval excludes 1
+(``claims.claim_verdict``). On CUDA, kernels run asynchronously, so the clock is read only after
+``torch.cuda.synchronize()``.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -31,11 +35,22 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int = 7, 
     then ``repeats`` timed rounds call every function once, in the dict's order. ``device``: pass the
     CUDA device the functions run on so each timing waits for its kernels to finish.
     """
+    times = interleaved_times(fns, repeats=repeats, warmup=warmup, device=device)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def interleaved_times(fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 2,
+                      device=None) -> dict[str, list[float]]:
+    """Every timed call's seconds, per function, from the same round-robin as ``interleaved_medians``.
+
+    Round ``r`` of every list was measured in the same pass over ``fns``, so ``times[a][r] / times[b][r]`` is a
+    ratio of two neighbouring calls: the pairing that ``ratio_with_interval`` needs.
+    """
     if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
         raise ValueError(f"fns must be a non-empty dict of name -> callable, got {fns!r:.80}")
-    if not isinstance(repeats, int) or repeats < 1:
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
-    if not isinstance(warmup, int) or warmup < 0:
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
         raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
     for _ in range(warmup):
         for fn in fns.values():
@@ -48,4 +63,91 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int = 7, 
             fn()
             synchronize(device)
             times[name].append(_clock() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return times
+
+
+def _median_interval_ranks(n: int, confidence: float) -> tuple[int, int]:
+    """0-based ranks (lo, hi) of the order statistics that bound the median with at least ``confidence``.
+
+    Distribution-free (the sign test): the true median lies below the k-th smallest of n samples with
+    probability P(Binomial(n, 1/2) >= k). Too few samples for the confidence: the whole range (min, max).
+    """
+    alpha = 1.0 - confidence
+    cdf, k = 0.0, 0
+    # largest k with P(Binomial(n, 1/2) < k) <= alpha / 2, so [x_(k), x_(n-k+1)] (1-based) covers the median
+    while k < n // 2:
+        cdf_next = cdf + math.comb(n, k) / 2 ** n
+        if cdf_next > alpha / 2:
+            break
+        cdf, k = cdf_next, k + 1
+    return (k - 1, n - k) if k >= 1 else (0, n - 1)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A median ratio ``a / b`` of paired, interleaved timings with a distribution-free interval.
+
+    ``low``-``high`` bound the median of the per-round ratios with at least ``confidence`` (the sign test's
+    order statistics); with too few rounds for that confidence they are the smallest and largest ratio.
+    ``ratio > 1`` means ``a`` took longer than ``b``.
+    """
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    rounds: int
+    seconds_a: float  # median seconds per call of a
+    seconds_b: float  # median seconds per call of b
+
+    def excludes_one(self) -> bool:
+        """True when the interval lies wholly above or wholly below 1: a difference this run can tell."""
+        return self.low > 1.0 or self.high < 1.0
+
+    def verdict(self) -> str:
+        """``"slower"`` (a took longer than b beyond the noise), ``"faster"``, or ``"within_noise"``: a key for
+        the prose, which each language maps to its own words."""
+        if self.low > 1.0:
+            return "slower"
+        if self.high < 1.0:
+            return "faster"
+        return "within_noise"
+
+    def __str__(self) -> str:
+        return (f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f}, "
+                f"{self.confidence:.0%} interval over {self.rounds} rounds)")
+
+
+def ratio_with_interval(fn_a: Callable[[], object], fn_b: Callable[[], object], repeats: int = 9,
+                        warmup: int = 2, device=None, confidence: float = 0.95) -> Ratio:
+    """Time ``fn_a`` and ``fn_b`` in turn (A, B, A, B, ...) and give the median of the ratios ``t_a / t_b``
+    round by round, with its interval.
+
+    Pairing each A with the B right after it lets both feel the same load, so the ratio holds where absolute
+    times drift. With ``repeats=9`` the 95% interval runs from the 2nd to the 8th smallest ratio.
+    """
+    if not isinstance(confidence, float) or not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence must be a float in [0.5, 1), got {confidence!r}")
+    times = interleaved_times({"a": fn_a, "b": fn_b}, repeats=repeats, warmup=warmup, device=device)
+    return ratio_from_times(times["a"], times["b"], confidence=confidence)
+
+
+def ratio_from_times(times_a: list[float], times_b: list[float], confidence: float = 0.95) -> Ratio:
+    """``Ratio`` of two lists of paired timings (round ``r`` of each measured side by side)."""
+    if len(times_a) != len(times_b) or not times_a:
+        raise ValueError(f"times_a and times_b must be paired non-empty lists, got lengths "
+                         f"{len(times_a)} and {len(times_b)}")
+    if min(times_a) < 0 or min(times_b) <= 0:
+        raise ValueError(f"timings must be positive seconds, got min {min(times_a)!r} and {min(times_b)!r}")
+    ratios = sorted(a / b for a, b in zip(times_a, times_b))
+    lo, hi = _median_interval_ranks(len(ratios), confidence)
+    return Ratio(ratio=statistics.median(ratios), low=ratios[lo], high=ratios[hi], confidence=confidence,
+                 rounds=len(ratios), seconds_a=statistics.median(times_a), seconds_b=statistics.median(times_b))
+
+
+def median_with_spread(times: list[float]) -> str:
+    """``"12.3 ms (11.8-13.1 ms over 9 runs)"``: a median time printed with its range, for the book's prose."""
+    if not times:
+        raise ValueError("times must be a non-empty list of seconds")
+    med, lo, hi = statistics.median(times), min(times), max(times)
+    scale, unit = (1e3, "ms") if hi < 1.0 else (1.0, "s")
+    return f"{med * scale:.3g} {unit} ({lo * scale:.3g}-{hi * scale:.3g} {unit} over {len(times)} runs)"
