@@ -166,3 +166,13 @@ def test_glue_choice_glues_the_chosen_word_and_returns_its_key():
     assert glue_choice("speed_word", "within_noise", words) == "within_noise"
     with pytest.raises(KeyError, match="'slower' is not one of the words given for 'speed_word'"):
         glue_choice("speed_word", "slower", words)
+
+
+def test_every_claim_verdict_is_logged_when_book_claims_log_is_set(tmp_path, monkeypatch):
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv("BOOK_CLAIMS_LOG", str(log))
+    claim(True, "one holds")
+    with pytest.raises(AssertionError):
+        claim(False, "two fails")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert rows == [{"sentence": "one holds", "holds": True}, {"sentence": "two fails", "holds": False}]

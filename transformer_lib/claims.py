@@ -12,7 +12,9 @@ When a retrained checkpoint or another machine makes the sentence false, the cel
 """
 from __future__ import annotations
 
+import json
 import numbers
+import os
 
 import numpy as np
 import torch
@@ -43,8 +45,19 @@ def claim(condition, sentence: str) -> None:
     """
     if not isinstance(sentence, str) or not sentence.strip():
         raise TypeError(f"sentence must be the non-empty sentence the claim guards, got {sentence!r}")
-    if not _as_bool(condition):
+    holds = _as_bool(condition)
+    _record(sentence, holds)
+    if not holds:
         raise AssertionError(PREFIX + sentence)
+
+
+def _record(sentence: str, holds: bool) -> None:
+    """Append ``{"sentence", "holds"}`` as a JSON line to the file named by ``BOOK_CLAIMS_LOG``, when it is set: the
+    perturbation tool reads every claim's verdict from it."""
+    path = os.environ.get("BOOK_CLAIMS_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"sentence": sentence, "holds": holds}) + "\n")
 
 
 def glue_number(name: str, value, fmt: str | None = None):
