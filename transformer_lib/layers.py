@@ -15,7 +15,7 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, 
 
 
 class FeedForward(nn.Module):
-    """Position-wise FFN (section 3.3): ``W_2 act(W_1 x + b_1) + b_2``, ``(B, T, d_model) -> (B, T, d_model)``."""
+    """Position-wise FFN (section 3.3): ``act(x W_1 + b_1) W_2 + b_2``, ``(B, T, d_model) -> (B, T, d_model)``."""
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias: bool = True):
         super().__init__()
