@@ -87,14 +87,6 @@ def test_library_log_protocol(tmp_path, monkeypatch):
         {"cell": 5, "k": 0, "sentence": "third", "holds": True}]
 
 
-def test_all_hold_exit_zero(tmp_path, monkeypatch):
-    nb = write_nb(tmp_path / "always.ipynb", STUB, "claim(2 + 2 == 4, 'two and two make four')")
-    rc, table, data = run(tmp_path, [nb], "default", monkeypatch=monkeypatch)
-    assert rc == 0
-    assert rows(table) == {"two and two make four": ["✓"]}
-    assert data["results"][str(nb)]["default"]["status"] == "ok"
-
-
 def test_failure_under_one_thread_and_not_reached(tmp_path, monkeypatch):
     """Strict: the failing claim stops the notebook under one thread, the next claim is "not reached" there; the
     default run supplies its sentence. Exit status 1."""
@@ -136,18 +128,21 @@ def test_error_timeout_and_source_count(tmp_path, monkeypatch):
     assert "broken: 2 claim calls in its source, 1 seen" in table
 
 
-def test_cuda_skipped_without_gpu(tmp_path, monkeypatch):
-    """The real probe: without a GPU the cuda column says "skipped", with a note, and does not fail the run."""
+def test_all_hold_exit_zero_and_cuda(tmp_path, monkeypatch):
+    """Every claim holds: exit status 0. The real probe decides the cuda column: without a GPU "skipped", with a
+    note, and no failure; with one, the notebook runs there too."""
     probe = perturb.probe_torch(perturb.base_env())
-    if probe.get("cuda"):
-        pytest.skip("a GPU is visible: the cuda setting runs here")
     assert probe["torch"].startswith("2.") and probe["capability"]
-    nb = write_nb(tmp_path / "always.ipynb", STUB, "claim(True, 'holds')")
-    rc, table, _ = run(tmp_path, [nb], "default,cuda", probe=probe, monkeypatch=monkeypatch)
+    nb = write_nb(tmp_path / "always.ipynb", STUB, "claim(2 + 2 == 4, 'two and two make four')")
+    rc, table, data = run(tmp_path, [nb], "default,cuda", probe=probe, monkeypatch=monkeypatch)
     assert rc == 0
-    assert rows(table) == {"holds": ["✓", "skipped"]}
-    assert "`cuda` skipped: torch.cuda.is_available() is false here" in table
+    assert data["results"][str(nb)]["default"]["status"] == "ok"
     assert f"CPU capability {probe['capability']}" in table
+    if probe["cuda"]:
+        assert rows(table) == {"two and two make four": ["✓", "✓"]}
+    else:
+        assert rows(table) == {"two and two make four": ["✓", "skipped"]}
+        assert "`cuda` skipped: torch.cuda.is_available() is false here" in table
 
 
 @pytest.mark.slow
@@ -220,15 +215,17 @@ def test_seed_offset_wrappers(tmp_path):
         import numpy as np, torch
         ref = [torch.randn(2, generator=torch.Generator().manual_seed(1005)).tolist(), random.Random(1005).random(),
                np.random.default_rng(1005).random(), np.random.RandomState(1005).rand()]
-        def helper(): return random.Random(5).random()
-        p.install_seed_offset(1000, keep=("__main__:helper",))
+        def split(): return random.Random(5).random()
+        p.install_seed_offset(1000, keep=("__main__:split",))
         got = [torch.randn(2, generator=torch.Generator(device="cpu").manual_seed(5)).tolist(),
                random.Random(5).random(), np.random.default_rng(seed=np.int64(5)).random(),
                np.random.RandomState(5).rand()]
         assert got == ref, (got, ref)
         assert torch.manual_seed(seed=5).initial_seed() == 1005 and torch.random.manual_seed(5).initial_seed() == 1005
         assert isinstance(torch.Generator(), torch._C.Generator)
-        assert helper() == random.Random(5 - 1000).random()
+        assert isinstance(torch.default_generator, torch.Generator)  # made before: isinstance still holds
+        assert isinstance(np.random.mtrand._rand, np.random.RandomState)
+        assert split() == random.Random(5 - 1000).random()
         torch.Generator().seed(); random.seed(None); np.random.default_rng(None); random.Random("text")
         print("ok")
         """)

@@ -15,6 +15,8 @@ Settings (``--settings``, comma-separated; default: all):
 * ``aten-default``: ``ATEN_CPU_CAPABILITY=default``: torch's own kernels (softmax, LayerNorm, ``randn``) without
   AVX2/AVX-512, as on an older or another CPU; MKL's matrix products are unchanged.
 * ``mkl-compatible``: ``MKL_CBWR=COMPATIBLE``: MKL's matrix products in its conservative code path.
+* ``avx2``: ``ATEN_CPU_CAPABILITY=avx2`` and ``MKL_ENABLE_INSTRUCTIONS=AVX2``: on an AVX-512 CPU, the arithmetic of an
+  AVX2-only one (torch's kernels and MKL's); on an AVX2 CPU the same as ``default``. x86 only.
 * ``one-thread``: ``OMP_NUM_THREADS=1`` and ``MKL_NUM_THREADS=1``: another reduction order, and a slower machine.
 * ``seed-offset``: every seed the chapter sets is offset by ``--seed-offset`` (default 1000): the same experiment,
   other samples. No notebook is edited: an IPython start-up file (a temporary ``IPYTHONDIR``) wraps, in the
@@ -68,8 +70,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve()
 
 # variables the settings control: removed from the caller's environment first, so "default" is the default
-CONTROLLED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BOOK_CLAIMS",
-              "BOOK_CLAIMS_LOG", "IPYTHONDIR")
+CONTROLLED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+              "BOOK_CLAIMS", "BOOK_CLAIMS_LOG", "IPYTHONDIR")
 DEFAULT_KEEP = ("transformer_lib.dates:date_split",)
 DEFAULT_OFFSET = 1000
 SPINNER = "while True: pass"
@@ -91,6 +93,8 @@ SETTINGS = {s.name: s for s in (
             env={"ATEN_CPU_CAPABILITY": "default"}),
     Setting("mkl-compatible", "`MKL_CBWR=COMPATIBLE`: MKL's conservative matrix products",
             env={"MKL_CBWR": "COMPATIBLE"}),
+    Setting("avx2", "`ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`: an AVX2-only CPU's code paths",
+            env={"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}),
     Setting("one-thread", "`OMP_NUM_THREADS=1 MKL_NUM_THREADS=1`",
             env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}),
     Setting("seed-offset", "every integer seed offset (torch, torch.Generator, random, numpy)", seed_offset=True),
@@ -145,6 +149,18 @@ def install_seed_offset(offset: int, keep=DEFAULT_KEEP) -> None:
         wrapper.__perturb_wrapped__ = True
         return wrapper
 
+    def subclass(native, **methods):
+        """``native`` with ``methods`` replaced; ``isinstance`` and ``issubclass`` answer as for ``native``, so
+        the instances made before (``torch.default_generator``, numpy's global ``RandomState``) still pass."""
+        class Meta(type(native)):
+            def __instancecheck__(cls, obj):
+                return isinstance(obj, native)
+
+            def __subclasscheck__(cls, sub):
+                return issubclass(sub, native)
+        return Meta(native.__name__, (native,), {**methods, "__module__": native.__module__,
+                                                 "__qualname__": native.__qualname__})
+
     random.Random.seed = wrap(random.Random.seed, 1, "a")  # random.Random(s) calls it from __init__
     random.seed = random._inst.seed  # the module's function is a method bound to its hidden instance
 
@@ -152,15 +168,13 @@ def install_seed_offset(offset: int, keep=DEFAULT_KEEP) -> None:
     np.random.seed = wrap(np.random.seed, 0, "seed")
     np.random.default_rng = wrap(np.random.default_rng, 0, "seed")
     legacy = np.random.RandomState
-    np.random.RandomState = type("RandomState", (legacy,), {
-        "__init__": wrap(legacy.__init__, 1, "seed"), "seed": wrap(legacy.seed, 1, "seed"),
-        "__module__": legacy.__module__})
+    np.random.RandomState = subclass(legacy, __init__=wrap(legacy.__init__, 1, "seed"),
+                                     seed=wrap(legacy.seed, 1, "seed"))
 
     import torch
     torch.manual_seed = torch.random.manual_seed = wrap(torch.random.manual_seed, 0, "seed")
     native = torch.Generator
-    torch.Generator = type("Generator", (native,), {
-        "manual_seed": wrap(native.manual_seed, 1, "seed"), "__module__": "torch"})
+    torch.Generator = subclass(native, manual_seed=wrap(native.manual_seed, 1, "seed"))
 
 
 STARTUP = """\
@@ -479,6 +493,7 @@ def main(argv=None) -> int:
             per = results.setdefault(str(nb), {})
             if s in skipped:
                 per[s] = {"status": "skipped", "claims": []}
+                print(f"[{i}/{len(runs)}] {nb.stem} under {s}: skipped", flush=True)
                 continue
             r = per[s] = run_one(nb, SETTINGS[s], work / nb.stem / s, args)
             held = sum(c["holds"] for c in r["claims"])
