@@ -306,7 +306,7 @@ def run_one(notebook: Path, setting: Setting, run_dir: Path, args) -> dict:
         proc = subprocess.Popen(cmd, env=env, cwd=run_dir, preexec_fn=pin, start_new_session=True,
                                 stdout=worker_log, stderr=subprocess.STDOUT)
     try:
-        proc.wait(timeout=args.timeout + 60)
+        proc.wait(timeout=args.timeout)
         result_file = run_dir / "result.json"
         result = (json.loads(result_file.read_text()) if result_file.exists() else
                   {"status": "error", "cell": None,
@@ -314,7 +314,12 @@ def run_one(notebook: Path, setting: Setting, run_dir: Path, args) -> dict:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: it and its kernel
         proc.wait()
-        result = {"status": "timeout", "cell": None, "error": f"over {args.timeout + 60:.0f} s"}
+        result = {"status": "timeout", "cell": last_cell(log),
+                  "error": f"the notebook ran over {args.timeout:.0f} s"}
+    except BaseException:  # interrupted: leave no worker or kernel behind
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     finally:
         if spinner is not None:
             spinner.kill()
@@ -322,6 +327,13 @@ def run_one(notebook: Path, setting: Setting, run_dir: Path, args) -> dict:
     result.setdefault("wall_s", time.perf_counter() - start)
     result["claims"] = read_claims(log)
     return result
+
+
+def last_cell(log: Path) -> int | None:
+    """The cell that was running when the log ended (its last cell marker)."""
+    cells = [e["cell"] for e in map(json.loads, filter(str.strip, log.read_text(encoding="utf-8").splitlines()))
+             if "cell" in e and "sentence" not in e]
+    return cells[-1] if cells else None
 
 
 def read_claims(log: Path) -> list[dict]:
