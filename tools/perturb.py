@@ -453,7 +453,8 @@ def parse(argv):
     p.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
     p.add_argument("--settings", default=",".join(SETTINGS),
                    help="comma-separated, from: " + ", ".join(SETTINGS) + " (default: all)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per notebook run (default 900)")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="seconds per notebook run, kernel start included (default 1800: a busy machine)")
     p.add_argument("--seed-offset", type=int, default=DEFAULT_OFFSET, help=f"default {DEFAULT_OFFSET}")
     p.add_argument("--seed-keep", default=",".join(DEFAULT_KEEP),
                    help="module:function whose seeds are not offset, comma-separated (default: %(default)s)")
