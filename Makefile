@@ -53,3 +53,12 @@ test-site: $(STAMP)
 
 clean:
 	rm -rf _build
+
+# every claim's verdict per setting (default, ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE, one thread, seeds
+# offset, one busy core, CUDA when present): tools/perturb.py; exit status 1 when a claim fails. Settings run one
+# after another; all of them on all notebooks take a long while. Options: PERTURB_ARGS="--settings default,seed-offset"
+NOTEBOOKS ?=
+PERTURB_ARGS ?=
+.PHONY: perturb
+perturb: $(STAMP)
+	$(PY) tools/perturb.py $(NOTEBOOKS) $(PERTURB_ARGS)
