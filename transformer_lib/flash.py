@@ -239,3 +239,35 @@ def materialised_attention(q, k, v, *, causal: bool = False, key_mask=None) -> t
     if allowed is not None:
         scores = scores.masked_fill(~allowed, -math.inf)
     return torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0) @ v
+
+
+# ----------------------------------------------------------------------------- IO: the paper's count of HBM traffic
+def hbm_elements_standard(t_q: int, t_k: int, d: int) -> int:
+    """Elements standard attention moves between HBM and the chip (Dao et al. 2022, Algorithm 0): read Q, K and
+    write S; read S, write P; read P and V, write O. ``= 2 Tq Tk`` reads + ``2 Tq Tk`` writes of the scores,
+    plus the inputs and the output."""
+    return (t_q * d + t_k * d + t_q * t_k) + (2 * t_q * t_k) + (t_q * t_k + t_k * d + t_q * d)
+
+
+def flash_block_sizes(sram_elements: int, d: int) -> tuple[int, int]:
+    """The paper's tile sizes for ``M`` elements of SRAM: ``B_c = ceil(M / 4d)`` keys, ``B_r = min(B_c, d)``
+    queries (Dao et al. 2022, Algorithm 1, line 1)."""
+    b_c = -(-sram_elements // (4 * d))
+    return min(b_c, d), b_c
+
+
+def hbm_elements_flash(t_q: int, t_k: int, d: int, sram_elements: int) -> int:
+    """Elements FlashAttention (Algorithm 1) moves: K and V once; for each of the ``T_c = ceil(Tk / B_c)`` key blocks
+    it reads and writes every query block's ``O``, ``l``, ``m`` and reads its ``Q``; plus writing the initial
+    ``O``, ``l``, ``m``. Theorem 2: ``Theta(Tq Tk d^2 / M)``."""
+    _, b_c = flash_block_sizes(sram_elements, d)
+    t_c = -(-t_k // b_c)
+    per_key_block = (2 * t_q * d + 2 * t_q) + (t_q * d + 2 * t_q)  # read Q_i, O_i, l_i, m_i; write O_i, l_i, m_i
+    return 2 * t_k * d + t_c * per_key_block + (t_q * d + 2 * t_q)
+
+
+def hbm_elements_flash2(t_q: int, t_k: int, d: int, block_q: int) -> int:
+    """Elements the FlashAttention-2 loop order (this module's, and the Triton kernel's) moves: each query block
+    reads its Q once and every K, V block once, and writes O and the log-sum-exp once: ``2 Tk d ceil(Tq / B_r)``
+    plus ``2 Tq d + Tq``."""
+    return 2 * t_k * d * -(-t_q // block_q) + 2 * t_q * d + t_q
