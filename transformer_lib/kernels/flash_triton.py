@@ -18,7 +18,7 @@ from . import interpreter_requested
 
 
 @triton.jit
-def _flash_forward(Q, K, V, O, stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
+def flash_forward_kernel(Q, K, V, O, stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
                    stride_vb, stride_vh, stride_vt, stride_ob, stride_oh, stride_ot,
                    n_heads, t_q, t_k, d_head, scale,
                    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -60,8 +60,10 @@ def _flash_forward(Q, K, V, O, stride_qb, stride_qh, stride_qt, stride_kb, strid
              out.to(O.dtype.element_ty), mask=(rows[:, None] < t_q) & (dims[None, :] < d_head))
 
 
-INTERPRETED = type(_flash_forward).__name__ == "InterpretedFunction"
-"""True when ``@triton.jit`` built an interpreted kernel (``TRITON_INTERPRET=1`` at import): it runs on the CPU."""
+INTERPRETED = all(type(f).__name__ == "InterpretedFunction" for f in (flash_forward_kernel, tl.zeros))
+"""True when this kernel *and* Triton's own library (``tl.zeros``, ...) were built interpreted: ``TRITON_INTERPRET=1``
+was set before ``triton`` was first imported, so the kernel runs on the CPU. (PyTorch may import ``triton`` itself,
+e.g. on entering a ``TorchDispatchMode``: set the variable at the start of the process.)"""
 
 
 def _is_power_of_two_at_least_16(n) -> bool:
@@ -94,14 +96,15 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         if not _is_power_of_two_at_least_16(b):
             raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's smallest tile), got {b!r}")
     if q.device.type == "cpu" and not INTERPRETED:
-        raise RuntimeError("CPU tensors run only in Triton's interpreter: set TRITON_INTERPRET=1 before importing "
-                           "transformer_lib.kernels.flash_triton, in a fresh Python process (now TRITON_INTERPRET="
-                           f"{'1' if interpreter_requested() else 'unset'}), or move q, k, v to a CUDA device")
+        raise RuntimeError("CPU tensors run only in Triton's interpreter: set TRITON_INTERPRET=1 at the start of a "
+                           "fresh Python process, before triton is first imported (PyTorch may import it itself); "
+                           f"now TRITON_INTERPRET={'1' if interpreter_requested() else 'unset'}. Or move q, k, v "
+                           "to a CUDA device")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
     B, H, t_q, d_head = q.shape
     grid = (triton.cdiv(t_q, block_m), B * H)
-    _flash_forward[grid](q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+    flash_forward_kernel[grid](q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
                          H, t_q, k.shape[2], d_head, 1.0 / math.sqrt(d_head), CAUSAL=bool(causal),
                          BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(d_head)),
                          PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
