@@ -107,5 +107,5 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     flash_forward_kernel[grid](q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
                          H, t_q, k.shape[2], d_head, 1.0 / math.sqrt(d_head), CAUSAL=bool(causal),
                          BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(d_head)),
-                         PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+                         PRECISION="ieee" if q.dtype == torch.float32 else None)  # fp32: exact products, no TF32
     return out
