@@ -12,13 +12,14 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TRITON_STAMP := $(VENV)/.triton-installed
 # OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep instead of spinning between kernels; with two processes on two
 # cores, spinning threads starve the other process (a notebook took 84 s instead of 30 s without it)
 PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider -rs
 # pytest exits 5 when it collected no test: not a failure here
 PYTEST_OK := rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
-.PHONY: book test test-all test-site venv vendor clean
+.PHONY: book test test-all test-site venv triton vendor clean
 
 venv: $(STAMP)
 
@@ -30,13 +31,22 @@ $(STAMP): requirements.txt requirements-nodeps.txt requirements-bench.txt pyproj
 	$(PY) tools/install_linters.py
 	touch $(STAMP)
 
+# Triton (optional, ~1 GB, requirements-triton.txt): chapter 10's kernel and its interpreter tests; installed where
+# a wheel exists (Linux x86_64), skipped with one line elsewhere (the chapter and the tests then say it is absent)
+triton: $(TRITON_STAMP)
+
+$(TRITON_STAMP): requirements-triton.txt $(STAMP)
+	if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ]; then $(PY) -m pip install -q -r requirements-triton.txt; \
+	else echo "no Triton wheel for $$(uname -s)-$$(uname -m): chapter 10 runs without its kernel"; fi
+	touch $(TRITON_STAMP)
+
 # require.js and the ipywidgets embed manager from the npm registry into vendor_static/ (git-ignored),
 # served by the book itself instead of CDNs; does nothing when the pinned versions are there.
 # Without npm it stops with one sentence saying what to install.
 vendor: $(STAMP)
 	$(PY) tools/vendor_static.py
 
-book: $(STAMP) vendor
+book: $(STAMP) $(TRITON_STAMP) vendor
 	$(VENV)/bin/jupyter-book build . --path-output . -W -n --keep-going
 	@echo "Book built: open file://$(CURDIR)/_build/html/index.html"
 
@@ -44,7 +54,7 @@ book: $(STAMP) vendor
 test: $(STAMP)
 	$(PYTEST) -m "not slow and not browser" -n 2 --dist loadfile; $(PYTEST_OK)
 
-test-all: $(STAMP)
+test-all: $(STAMP) $(TRITON_STAMP)
 	$(PYTEST); $(PYTEST_OK)
 
 # the tests that read the built book (links and anchors, 404 page, live figures in their pages): after make book

@@ -18,6 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
+if not torch.cuda.is_available():
+    # Triton's interpreter (tests/test_triton_kernel.py) must be chosen before triton is first imported, and PyTorch
+    # imports it itself (e.g. on entering a TorchDispatchMode): so here, before any test runs
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from devtools import BROWSER_HELP, find_browser
 
 # The tests use tiny tensors, which gain nothing from intra-op threads; on a busy 2-core machine two threads

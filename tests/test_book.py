@@ -25,7 +25,7 @@ TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 CHAPTERS = ["notebooks/00_quickstart", "notebooks/01_rnn_limits", "notebooks/02_attention",
             "notebooks/03_multi_head_attention", "notebooks/04_positional_encoding",
             "notebooks/05_encoder_decoder", "notebooks/06_masking", "notebooks/07_kv_cache",
-            "notebooks/08_pruning", "notebooks/09_quantization"]
+            "notebooks/08_pruning", "notebooks/09_quantization", "notebooks/10_flash_attention"]
 FRONT_MATTER = ["book/intro", "book/notation", "book/references"]
 REQUIRED_REFERENCES = {  # key: (first author's surname, year)
     "vaswani2017attention": ("Vaswani", 2017), "devlin2019bert": ("Devlin", 2019),

@@ -357,11 +357,64 @@ def test_browser_attention_steps_match_the_library(page):
                                    atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(q=torch.randn(4), k=torch.randn(16, 4), v=torch.randn(16, 2)), "q must be a 2-D floating-point tensor"),
+    (dict(q=torch.randn(2, 4), k=torch.randn(16, 3), v=torch.randn(16, 2)), "expected q"),
+    (dict(q=torch.randn(2, 4), k=torch.randn(8, 4), v=torch.randn(8, 2), block_k=3, block_options=(1, 4)), "block_k must be one of"),
+    (dict(q=torch.randn(2, 4), k=torch.randn(8, 4), v=torch.randn(8, 2), block_options=(4, 9)), "block_options"),
+    (dict(q=torch.full((2, 4), math.nan), k=torch.randn(16, 4), v=torch.randn(16, 2)), "q must be finite"),
+])
+def test_online_softmax_tiles_rejects_bad_input_naming_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        live.OnlineSoftmaxTiles(**kwargs)
+
+
+@pytest.mark.browser
+def test_browser_online_softmax_steps_match_the_library(page):
+    from transformer_lib.flash import trace_one_query_block
+    q, k, v = torch.randn(3, 8), torch.randn(21, 8) * 2, torch.randn(21, 5)
+    w = live.OnlineSoftmaxTiles(q, k, v, block_k=4, block_options=(1, 4, 8))
+    for block in (1, 4, 8):
+        got = json.loads(run_module(page, live.OnlineSoftmaxTiles, f"""
+          const d = (b) => m.decodeFloat32(b);
+          return m.onlineSoftmaxSteps(d({json.dumps(w.q)}), d({json.dumps(w.k)}), d({json.dumps(w.v)}),
+                                      3, 21, 8, 5, {block});"""))
+        want = trace_one_query_block(q, k, v, block_k=block)
+        assert [(s["j0"], s["j1"]) for s in got] == [(s["j0"], s["j1"]) for s in want]
+        for g, r in zip(got, want):
+            for key in ("m", "l", "out", "scores"):
+                torch.testing.assert_close(torch.tensor(g[key], dtype=torch.float64),
+                                           torch.tensor(r[key], dtype=torch.float64), atol=1e-5, rtol=1e-5)
+    out = torch.tensor(got[-1]["out"], dtype=torch.float64)  # the end of the sweep is attention itself
+    torch.testing.assert_close(out.float(), torch.softmax(q @ k.T / math.sqrt(8), -1) @ v, atol=1e-5, rtol=0)
+
+
+@pytest.mark.browser
+def test_browser_online_softmax_figure_renders_and_follows_its_controls(page):
+    w = live.OnlineSoftmaxTiles(torch.randn(2, 4), torch.randn(12, 4), torch.randn(12, 3), block_k=4,
+                                block_options=(1, 4))
+    traits = {name: getattr(w, name) for name in ("q", "k", "v", "bq", "t_k", "d", "d_v", "block_k", "block_options")}
+    shown = json.loads(run_module(page, live.OnlineSoftmaxTiles, f"""
+      const traits = {json.dumps(traits)};
+      const el = document.createElement('div'); document.body.append(el);
+      m.default.render({{ model: {{ get: (name) => traits[name], on: () => {{}} }}, el }});
+      const text = () => el.querySelector('[role=status]').textContent;
+      const range = el.querySelector('input[type=range]'), first = text();
+      range.value = range.max; range.dispatchEvent(new Event('input'));
+      const last = text(), before = range.max;
+      const box = el.querySelector('select'); box.value = '0'; box.dispatchEvent(new Event('change'));
+      return [first, last, before, range.max];"""))
+    first, last, steps_at_4, steps_at_1 = shown
+    assert first.startswith("after 1 tile(s)") and "every key seen" in last and first != last
+    assert (steps_at_4, steps_at_1) == ("3", "12")  # 12 keys: 3 tiles of 4, then 12 tiles of 1
+
+
 # ------------------------------------------------------------------------------ the built book
 
 # Chapter pages and the number of live figures each must show.
 LIVE_PAGES = {"notebooks/00_quickstart": 1, "notebooks/02_attention": 2, "notebooks/03_multi_head_attention": 1,
-              "notebooks/04_positional_encoding": 2, "notebooks/07_kv_cache": 1, "notebooks/09_quantization": 1}
+              "notebooks/04_positional_encoding": 2, "notebooks/07_kv_cache": 1, "notebooks/09_quantization": 1,
+              "notebooks/10_flash_attention": 1}
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 
 # Everything a figure shows: its canvases' pixels and its text.

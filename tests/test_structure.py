@@ -12,10 +12,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer_lib"
 # Lowest first. A module may import modules of its own layer or of a lower one, never of a higher one.
 # A package's __init__ is listed under the package's own name ("transformer_lib", "transformer_lib.viz").
 LAYERS = {
-    "foundation": ["device", "modes", "timing", "claims"],
+    "foundation": ["device", "modes", "timing", "claims", "tensor_memory"],
     "core model": ["attention", "masking", "positional", "multihead", "layers", "models", "kv_cache", "generate",
                    "paged_cache", "continuous_batching", "quantized_cache",
-                   "variants", "rnn"],
+                   "variants", "rnn", "flash", "kernels", "kernels.*"],
     "package": [""],  # transformer_lib/__init__.py re-exports the core model
     "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
     "analysis and compression": ["head_stats", "pruning", "quant_grids", "int8_ops", "quant_linear", "calibration",

@@ -311,3 +311,44 @@ class AttentionSteps(LiveWidget):
         super().__init__(tokens=list(map(str, tokens)), features=list(map(str, features)), q=encode_float32(q),
                          k=encode_float32(k), v=encode_float32(v), d=q.shape[1], d_v=v.shape[1], query=query,
                          temperature=float(temperature))
+
+
+# ----------------------------------------------------------------------- online softmax, tile by tile (chapter 10)
+
+class OnlineSoftmaxTiles(LiveWidget):
+    """One block of queries ``q: (bq, d)`` swept over keys ``k: (Tk, d)`` and values ``v: (Tk, d_v)`` tile by
+    tile: the scores folded in so far, the running max ``m``, sum ``l`` and output ``o / l`` after each tile,
+    for every tile size in ``block_options`` (``flash.trace_one_query_block`` is the Python twin).
+    """
+
+    script = "flash.js"
+    q = traitlets.Unicode().tag(sync=True)  # base64 float32, (bq, d) row by row
+    k = traitlets.Unicode().tag(sync=True)
+    v = traitlets.Unicode().tag(sync=True)
+    bq = traitlets.Int().tag(sync=True)
+    t_k = traitlets.Int().tag(sync=True)
+    d = traitlets.Int().tag(sync=True)
+    d_v = traitlets.Int().tag(sync=True)
+    block_k = traitlets.Int().tag(sync=True)
+    block_options = traitlets.List(traitlets.Int()).tag(sync=True)
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_k: int = 8,
+                 block_options: Sequence[int] = (1, 4, 8, 16)):
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
+                got = (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
+                raise ValueError(f"{name} must be a 2-D floating-point tensor, got {got}")
+            if not torch.isfinite(x).all():
+                raise ValueError(f"{name} must be finite (no NaN or inf)")
+        if q.shape[1] != k.shape[1] or k.shape[0] != v.shape[0]:
+            raise ValueError(f"expected q (bq, d), k (Tk, d), v (Tk, d_v), got q{tuple(q.shape)}, "
+                             f"k{tuple(k.shape)}, v{tuple(v.shape)}")
+        check_range("bq", q.shape[0], 1, 16)
+        check_range("Tk", k.shape[0], 1, 256)
+        for b in block_options:
+            check_range("block_options entries", b, 1, k.shape[0])
+        if block_k not in block_options:
+            raise ValueError(f"block_k must be one of block_options={tuple(block_options)}, got block_k={block_k!r}")
+        super().__init__(q=encode_float32(q), k=encode_float32(k), v=encode_float32(v), bq=q.shape[0],
+                         t_k=k.shape[0], d=q.shape[1], d_v=v.shape[1], block_k=block_k,
+                         block_options=list(block_options))
