@@ -44,6 +44,7 @@ def awq_scales(weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size:
         raise ValueError(f"x must be (n, K={K}) calibration inputs with n >= 1, got {got}")
     if isinstance(n_grid, bool) or not isinstance(n_grid, int) or n_grid < 1:
         raise ValueError(f"n_grid must be a positive int (alphas 0, 1/n_grid, ..., 1), got {n_grid!r}")
+    check_finite(weight, "weight")
     check_finite(x, "x")
     w, x = weight.detach().float(), x.detach().float().to(weight.device)
     ref = x @ w.T  # (n, N): the float layer's output

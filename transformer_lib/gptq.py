@@ -38,8 +38,12 @@ def _inverse_hessian_factor(h: torch.Tensor, damp: float) -> torch.Tensor:
     """Upper Cholesky factor ``U`` of ``(H + damp * mean(diag H) * I)^-1``: ``(K, K)`` float64."""
     h = h.clone()
     h.diagonal().add_(damp * h.diagonal().mean())
-    h_inv = torch.cholesky_inverse(torch.linalg.cholesky(h))
-    return torch.linalg.cholesky(h_inv, upper=True)
+    try:
+        h_inv = torch.cholesky_inverse(torch.linalg.cholesky(h))
+        return torch.linalg.cholesky(h_inv, upper=True)
+    except torch.linalg.LinAlgError as e:
+        raise ValueError("hessian must be symmetric positive semi-definite (2 X^T X / n, as layer_hessian makes it); "
+                         f"with damp={damp} x its mean diagonal added, the Cholesky factorization failed: {e}") from None
 
 
 @torch.no_grad()
@@ -64,6 +68,7 @@ def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, bits: int = 4, gr
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive int (columns per lazy update), got {block!r}")
     check_finite(weight, "weight")
+    check_finite(hessian, "hessian")  # a NaN calibration input makes a NaN H: say so before linalg.cholesky does
     W = weight.detach().double().clone()  # (N, K), updated in place as columns are rounded
     h = hessian.detach().double().to(W.device)
     dead = h.diagonal() == 0  # inputs that are always zero: their weights do not matter
