@@ -1,5 +1,7 @@
 """The book's two trained models: how each was trained (the recipes), and loading the committed checkpoints.
 
+Used in chapters 00, 05, 06, 07, 08 and 09.
+
 * ``shakespeare_gpt``: the library's ``GPT`` (2 layers, d_model 128, RoPE, 0.53M parameters) on the Shakespeare
   corpus of ``corpus.py``, read through a byte-level BPE of 1,024 tokens learned from the training works. Its loss is
   reported in nats per *character*, so it compares with character-level models. Trained by ``scripts/train_gpt.py``.

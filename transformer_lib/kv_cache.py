@@ -1,5 +1,7 @@
 """KV caches: keep each layer's keys and values so a new token attends without recomputing the past.
 
+Used in chapter 07.
+
 A cache is an object threaded through the layers (as Hugging Face's ``Cache`` in ``modeling_llama.py``):
 each ``MultiHeadAttention`` calls ``cache.update(k, v, layer_idx)`` with its new keys/values
 ``(B, H_kv, T_new, d_head)`` and attends over what it gets back ``(B, H_kv, past + T_new, d_head)``.

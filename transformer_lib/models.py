@@ -1,5 +1,7 @@
 """Three Transformer families built from the same layers.
 
+Used in chapters 04, 05 and 07.
+
 * ``Transformer``: the encoder-decoder of Vaswani et al. 2017 (translation), post-norm by default.
 * ``GPT``: decoder-only (Radford et al. 2018/2019), pre-norm blocks without cross-attention.
 * ``BertEncoder``: encoder-only (Devlin et al. 2019), parameter layout able to load a BERT checkpoint.

@@ -1,5 +1,7 @@
 """A paged KV cache: fixed-size blocks shared by many sequences (Kwon et al. 2023, vLLM's PagedAttention).
 
+Used in chapter 07.
+
 A contiguous cache (``kv_cache.StaticCache``) reserves ``max_len`` positions for every row of the batch, however
 short the sequence turns out to be. A paged cache cuts memory into *blocks* of ``block_size`` positions:
 

@@ -1,5 +1,7 @@
 """Pruning: remove the parts of a trained Transformer it does not need.
 
+Used in chapter 08.
+
 * **Head masks** (``head_mask``): a gate ``xi[l, h]`` multiplies head ``h``'s slice of the input to ``W_O`` in
   layer ``l``; 1 keeps the head, 0 silences it. Masking changes the function, not the work done.
 * **Head importance** (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", section 4.1):
