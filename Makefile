@@ -6,6 +6,7 @@
 #   make test-all  - make test plus the slow tests (checkpoint retraining, benchmarks' quick modes, a fresh venv)
 #                    and the browser tests (a headless Chromium or Chrome; skipped with a reason when none is found)
 #   make test-site - after make book: the tests that read _build/html (links, the 404 page, live figures in their pages)
+#   make lint      - ruff check and ruff format --check over the package, tests, tools, benchmarks, scripts, notebooks
 # Nothing here needs root: the browser and npm are yours to install (README, Requirements).
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -19,7 +20,7 @@ PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest tests notebooks --nbval-lax --
 # pytest exits 5 when it collected no test: not a failure here
 PYTEST_OK := rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
-.PHONY: book test test-all test-site venv triton vendor clean
+.PHONY: book test test-all test-site lint venv triton vendor clean
 
 venv: $(STAMP)
 
@@ -60,6 +61,12 @@ test-all: $(STAMP) $(TRITON_STAMP)
 # the tests that read the built book (links and anchors, 404 page, live figures in their pages): after make book
 test-site: $(STAMP)
 	REQUIRE_SITE=1 $(PY) -m pytest tests -m site -p no:cacheprovider -rs
+
+# ruff (pinned in requirements.txt, configured in pyproject.toml): lint findings, then the files the formatter would
+# change (it only checks: `$(PY) -m ruff format .` rewrites them)
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check --output-format concise .
 
 clean:
 	rm -rf _build

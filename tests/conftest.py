@@ -7,7 +7,7 @@
 * Torch runs on one thread (see below).
 * ``browser_path``: the Chromium or Chrome the browser tests drive (see ``devtools.find_browser``); skipped with
   one line saying how to enable them when there is none, a failure instead when ``REQUIRE_BROWSER=1`` (CI).
-* Each notebook executed by nbval (``make test``) must finish within ``NOTEBOOK_BUDGET_S`` (house rule 7): the
+* Each notebook executed by nbval (``make test``) must finish within ``NOTEBOOK_BUDGET_S`` (house rule 8): the
   durations of its cells (kernel start and stop included) are summed, printed at the end of the session, and one
   over the budget fails the session (exit status 1) with a line naming it.
 """
@@ -67,7 +67,7 @@ def browser_path() -> Path:
     return path
 
 
-# house rule 7: each notebook executes in about 90 s or less on 2 CPU cores (the variable exists to see it fail)
+# house rule 8: each notebook executes in about 90 s or less on 2 CPU cores (the variable exists to see it fail)
 NOTEBOOK_BUDGET_S = float(os.environ.get("NOTEBOOK_BUDGET_S", 90))
 
 
@@ -100,7 +100,7 @@ class NotebookBudget:
             terminalreporter.write_line(f"{s:7.1f} s  {nb}")
         for nb, s in sorted(self.over_budget().items()):
             terminalreporter.write_line(f"FAILED: {nb} took {s:.1f} s, over the {self.budget_s:.0f} s budget of a "
-                                        "notebook (house rule 7)", red=True, bold=True)
+                                        "notebook (house rule 8)", red=True, bold=True)
 
 
 def pytest_configure(config):

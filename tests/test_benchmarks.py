@@ -1,6 +1,6 @@
 """The benchmarks still run: each one's --quick mode, as a user would start it, end to end.
 
-Speed is not asserted here (house rule: benchmarks measure it, tests do not); these tests catch a benchmark broken
+Speed is not asserted here (house rule 7: benchmarks measure it, tests do not); these tests catch a benchmark broken
 by a library change, and check that its output holds the tables and the ratios it promises.
 """
 import re

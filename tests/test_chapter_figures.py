@@ -4,7 +4,6 @@ import math
 
 import matplotlib
 import pytest
-import torch
 
 matplotlib.use("Agg")
 

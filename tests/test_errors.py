@@ -1,5 +1,5 @@
 """Bad input to the public API fails early and says what is wrong: each case checks the exception's type and that its
-message names the argument and the value received (house rule 5: never a bare assert, a ZeroDivisionError or NaN)."""
+message names the argument and the value received (house rule 6: never a bare assert, a ZeroDivisionError or NaN)."""
 import re
 
 import pytest

@@ -80,7 +80,8 @@ def test_attention_check_accepts_pytorchs_builtin():
 @pytest.mark.parametrize("wrong, hint", [
     (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v, "divide the scores by sqrt(d_k)"),
     (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v, "not d_k"),
-    (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -2) @ v, "normalises over the queries"),
+    (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -2) @ v,
+     "normalises over the queries"),
 ])
 def test_attention_check_names_the_mistake(wrong, hint):
     result = check_scaled_dot_product_attention(wrong)

@@ -180,8 +180,8 @@ def test_last_position_loss_is_the_cross_entropy_of_the_last_column():
 
 
 def test_train_char_gpt_with_and_without_mask():
-    cfg = causal_leak.CausalConfig(n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=3, warmup_steps=1,
-                          eval_batches=1)
+    cfg = causal_leak.CausalConfig(n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=3,
+                                   warmup_steps=1, eval_batches=1)
     masked, hist = causal_leak.train_char_gpt(True, cfg, progress=False, device="cpu")
     unmasked, _ = causal_leak.train_char_gpt(False, cfg, progress=False, device="cpu")
     assert hist.steps_done == 3 and all(math.isfinite(v) for v in hist.val_loss)
@@ -234,8 +234,8 @@ def test_gradient_norms_by_layer_match_autograd():
 
 
 def test_run_norm_placement_trains_and_reports_divergence_without_raising():
-    cfg = norm_placement.NormConfig(n_layers=2, d_model=16, n_heads=2, block_size=8, batch_size=4, steps=4, eval_batches=1,
-                        lr=1e-3)
+    cfg = norm_placement.NormConfig(n_layers=2, d_model=16, n_heads=2, block_size=8, batch_size=4, steps=4,
+                                    eval_batches=1, lr=1e-3)
     run = norm_placement.run_norm_placement("post", 0, cfg, progress=False, device="cpu")
     assert len(run.losses) == 4 and not run.diverged and math.isfinite(run.val_loss)
     wild = norm_placement.NormConfig(**{**cfg.__dict__, "lr": 1e30, "steps": 6})
@@ -341,7 +341,8 @@ def test_moving_average_steps_below_and_largest_rise():
 
 
 def test_summarize_runs_reports_steps_below_a_level():
-    runs = [norm_placement.NormRun("pre", 0, [3.0] * 5 + [1.0] * 15, 1.0, False), norm_placement.NormRun("pre", 1, [3.0] * 20, 3.0, False),
+    runs = [norm_placement.NormRun("pre", 0, [3.0] * 5 + [1.0] * 15, 1.0, False),
+            norm_placement.NormRun("pre", 1, [3.0] * 20, 3.0, False),
             norm_placement.NormRun("pre", 2, [3.0], float("nan"), True)]
     # window of 10 ending at step 10 holds four 3.0s and six 1.0s: mean 1.8 < 2 (the one before: 2.0)
     assert norm_placement.summarize_runs(runs, level=2.0)["steps_below"] == [10, None, None]

@@ -389,6 +389,22 @@ def test_temperature_zero_is_greedy():
     assert torch.equal(sample_next(logits[:, 0], 0.0), logits[:, 0].argmax(-1))
 
 
+@pytest.mark.parametrize("temperature", [1e-45, 1e-300, 5e-324, 1e-30])
+def test_a_tiny_temperature_samples_the_greedy_token_without_overflow(temperature):
+    # softmax(l / T) tends to the argmax as T -> 0 (uniform over exact ties); l / T overflows float32 (and 1e-300
+    # is 0 in float32), so the logits must be shifted by their maximum before dividing, not fail in multinomial
+    model = toy_gpt()
+    prompt = ids((2, 4), seed=7)
+    greedy, logits = generate(model, prompt, 8, temperature=0.0, return_logits=True)
+    assert torch.equal(generate(model, prompt, 8, temperature=temperature, seed=3), greedy)
+    for kw in ({}, dict(top_k=3), dict(top_p=0.5)):
+        assert torch.equal(sample_next(logits[:, 0], temperature, **kw), logits[:, 0].argmax(-1))
+    tied = torch.tensor([[2.0, -1.0, 2.0, 1.9999999]]).expand(4000, -1)
+    draws = sample_next(tied, temperature, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=4)
+    assert counts[1] == counts[3] == 0 and 1800 < counts[0] < 2200  # only the tied maxima, about half each
+
+
 @pytest.mark.parametrize("kw", [dict(temperature=0.8), dict(temperature=1.0, top_k=5),
                                 dict(temperature=1.2, top_p=0.9)])
 def test_same_seed_same_text_with_and_without_cache(kw):

@@ -101,3 +101,50 @@ def test_static_cache_allows_one_size_per_layer():
     assert [k.shape for k in cache.keys] == [(1, 4, 5, 8), (1, 2, 5, 6)]
     with pytest.raises(ValueError, match=r"n_kv_heads must be a positive int or one per layer \(2\), got \[4\]"):
         StaticCache(2, 1, [4], max_len=5, d_head=8)
+
+
+# ----------------------------------------------------------------------------- StaticCache.crop (HF's Cache.crop)
+def _gpt():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=29, block_size=32, n_layers=2, n_heads=2, d_model=16)).eval()
+
+
+@pytest.mark.parametrize("length", [7, -5])
+def test_a_cropped_cache_decodes_what_a_cache_prefilled_with_the_kept_tokens_decodes(length):
+    # crop(7) and crop(-5) of 12 cached tokens both keep the first 7: the next token must then get the logits a
+    # fresh cache gives after a prefill of those 7 (to rounding: one prefill vs a prefill and decoding steps)
+    model, ids = _gpt(), torch.randint(0, 29, (2, 13), generator=torch.Generator().manual_seed(1))
+    cache = StaticCache.for_model(model, 2)
+    with torch.no_grad():
+        model(ids[:, :9], cache=cache)
+        for t in range(9, 12):
+            model(ids[:, t:t + 1], cache=cache)  # 12 positions now
+        kept_k = [k[:, :, :7].clone() for k in cache.keys]
+        cache.crop(length)
+        assert [cache.get_seq_length(i) for i in range(2)] == [7, 7]
+        assert all(torch.equal(k[:, :, :7], want) for k, want in zip(cache.keys, kept_k))  # the kept part untouched
+        nxt = torch.tensor([[3], [11]])
+        got = model(nxt, cache=cache)[0][:, -1]
+        fresh = StaticCache.for_model(model, 2)
+        model(ids[:, :7], cache=fresh)
+        want = model(nxt, cache=fresh)[0][:, -1]
+        uncached = model(torch.cat([ids[:, :7], nxt], dim=1))[0][:, -1]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, uncached, rtol=1e-5, atol=1e-5)
+    assert cache.get_seq_length(0) == 8
+
+
+def test_crop_past_the_length_keeps_everything_and_bad_lengths_are_refused():
+    cache = StaticCache(L, B, H_KV, 10, D)
+    for layer in range(L):
+        cache.update(torch.ones(B, H_KV, 4, D), torch.ones(B, H_KV, 4, D), layer)
+    cache.crop(9)  # longer than what is held: nothing to forget (as in Hugging Face's crop)
+    assert cache.lengths == [4, 4]
+    for bad, match in ((-5, r"length=-5 would remove more positions than the cache holds \(4\)"),
+                       (2.0, r"length must be an int \(positions to keep; negative: to remove\), got 2.0"),
+                       (True, r"length must be an int \(positions to keep; negative: to remove\), got True")):
+        with pytest.raises(ValueError, match=match):
+            cache.crop(bad)
+    assert cache.lengths == [4, 4]  # a refused crop changed nothing
+    cache.crop(0)
+    assert cache.lengths == [0, 0]

@@ -101,7 +101,8 @@ def test_rope_rotation_rejects_bad_input_naming_the_argument(kwargs, match):
 @pytest.mark.parametrize("models, kwargs, match", [
     ([], {}, "models must list at least one"),
     ([("GPT-2", 12, 12, 64, 1024)], {}, r"models\[0\] must be \(name, n_layers"),
-    ([("GPT-2", 0, 12, 64, 1024, 2)], {}, r"models\[0\] n_layers must be an int in \[1, 128\], got models\[0\] n_layers=0"),
+    ([("GPT-2", 0, 12, 64, 1024, 2)], {},
+     r"models\[0\] n_layers must be an int in \[1, 128\], got models\[0\] n_layers=0"),
     ([("GPT-2", 12, 12, 64, 1024, 3)], {}, "bytes_per_element must be 1, 2 or 4, got 3"),
     ([("GPT-2", 12, 12, 64, 4096, 2)], dict(max_length=2048), r"context_length must be an int in \[1, 2048\]"),
 ])
@@ -271,7 +272,8 @@ def rope_closed_form(x: torch.Tensor, pos: int, base: float = 10000.0) -> torch.
     """Rotate pairs (x[2i], x[2i+1]) by pos * base^(-2i/d) as complex numbers, in float64 (RoFormer eq. 34)."""
     d = x.shape[-1]
     theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    z = torch.view_as_complex(x.double().reshape(d // 2, 2).contiguous()) * torch.polar(torch.ones_like(theta), pos * theta)
+    pairs = torch.view_as_complex(x.double().reshape(d // 2, 2).contiguous())  # (d / 2,) complex
+    z = pairs * torch.polar(torch.ones_like(theta), pos * theta)
     return torch.view_as_real(z).reshape(d)
 
 
@@ -280,9 +282,8 @@ def test_browser_rope_matches_the_closed_form_and_the_library(page):
     from transformer_lib.positional import RotaryEmbedding
     x = torch.randn(16)
     positions = [0, 1, 5, 37, 64]
-    got = torch.tensor(json.loads(run_module(page, live.RopeRotation,
-                                             f"return {json.dumps(positions)}.map(p => m.ropeRotate({as_json(x)}, p));")),
-                       dtype=torch.float64)  # (5, 16)
+    script = f"return {json.dumps(positions)}.map(p => m.ropeRotate({as_json(x)}, p));"
+    got = torch.tensor(json.loads(run_module(page, live.RopeRotation, script)), dtype=torch.float64)  # (5, 16)
     exact = torch.stack([rope_closed_form(x, p) for p in positions])
     torch.testing.assert_close(got, exact, atol=1e-6, rtol=0)
     lib = torch.cat([RotaryEmbedding(16)(x.reshape(1, 1, 1, 16), offset=p).reshape(1, 16) for p in positions])
@@ -477,7 +478,8 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
                and urllib.parse.urlsplit(u).hostname not in LOCAL_HOSTS]
     assert outside == [], f"requests left the machine: {outside[:10]}"
     failed = [e["params"]["response"]["url"] for e in chrome.events if e.get("method") == "Network.responseReceived"
-              and e["params"]["response"]["status"] >= 400 and not e["params"]["response"]["url"].endswith("favicon.ico")]
+              and e["params"]["response"]["status"] >= 400
+              and not e["params"]["response"]["url"].endswith("favicon.ico")]
     assert failed == [], f"missing local files: {failed}"
     errors = [e["params"]["exceptionDetails"] for e in chrome.events if e.get("method") == "Runtime.exceptionThrown"]
     assert errors == [], [d.get("exception", {}).get("description", d.get("text", ""))[:300] for d in errors]

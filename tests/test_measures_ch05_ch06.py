@@ -4,7 +4,8 @@ from transformer_lib.experiments.causal_leak import known_word_share, word_set
 
 
 def test_word_set_lowercases_and_splits_on_non_letters():
-    assert word_set("ROMEO:\nO, she doth teach the torches!") == {"romeo", "o", "she", "doth", "teach", "the", "torches"}
+    assert word_set("ROMEO:\nO, she doth teach the torches!") == \
+        {"romeo", "o", "she", "doth", "teach", "the", "torches"}
 
 
 def test_known_word_share_counts_repeats_and_invented_words():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from transformer_lib.continuous_batching import Request, serve
-from transformer_lib.generate import generate
+from transformer_lib.generate import decode_step, generate
 from transformer_lib.kv_cache import DynamicCache, StaticCache
 from transformer_lib.models import GPT, GPTConfig, init_weights
 from transformer_lib.paged_cache import PagedKVCache, memory_held
@@ -83,6 +83,56 @@ def test_freed_blocks_are_handed_out_again_and_the_pool_never_grows():
     cache.update(*kv(2, seed=2), 0)
     assert cache.block_tables["b"][0] in a_blocks  # a freed block, handed out again
     assert cache.key_pools[0].shape[0] == 3 and cache.blocks_in_use() == 1
+
+
+def _step(model, cache, seq_ids, tokens):
+    """One batched decoding step of ``seq_ids``: logits ``(B, V)``."""
+    cache.set_active(seq_ids)
+    token = torch.tensor(tokens)[:, None]  # (B, 1)
+    return decode_step(model, token, cache, position=cache.positions(), key_padding_mask=cache.key_padding_mask(1))
+
+
+def _prefilled(model, prompts: dict) -> PagedKVCache:
+    cache = PagedKVCache.for_model(model, n_blocks=4, block_size=4)
+    for seq_id, prompt in prompts.items():
+        cache.add_sequence(seq_id)
+        cache.set_active([seq_id])
+        model(prompt[None], cache=cache)
+    return cache
+
+
+def test_an_update_the_pool_cannot_hold_leaves_every_row_as_it_was():
+    # a, b and c each fill one block of 4; one block is free: a's next token takes it, b's finds none. The failed
+    # step must not advance a (house rule 6): after c is freed, the same step gives the logits of a cache that never
+    # saw the failure.
+    model = toy_gpt()
+    g = torch.Generator().manual_seed(5)
+    prompts = {s: torch.randint(0, V, (4,), generator=g) for s in "abc"}
+    cache, never_failed = _prefilled(model, prompts), _prefilled(model, prompts)
+    before = ({s: list(t) for s, t in cache.block_tables.items()}, {s: list(n) for s, n in cache.lengths.items()},
+              list(cache.free_blocks))
+    with pytest.raises(ValueError, match=r"the block pool is full: seq_id='b' needs 1 more block\(s\)"):
+        _step(model, cache, ["a", "b"], [3, 7])
+    assert (cache.block_tables, cache.lengths, cache.free_blocks) == before
+    for c in (cache, never_failed):
+        c.free_sequence("c")
+    got, want = _step(model, cache, ["a", "b"], [3, 7]), _step(model, never_failed, ["a", "b"], [3, 7])
+    assert torch.equal(got, want)
+    with torch.no_grad():  # and what the model computes without a cache, to rounding
+        uncached = model(torch.stack([torch.cat([prompts["a"], torch.tensor([3])]),
+                                      torch.cat([prompts["b"], torch.tensor([7])])]))[0][:, -1]
+    torch.testing.assert_close(got, uncached, rtol=1e-5, atol=1e-5)
+
+
+def test_an_update_of_the_wrong_dtype_is_refused_before_any_row_is_written():
+    cache = PagedKVCache(1, H_KV, D, n_blocks=4, block_size=2)
+    cache.add_sequence("a")
+    cache.set_active(["a"])
+    k, v = kv(3, seed=1)
+    with pytest.raises(ValueError, match=r"k and v must be torch.float32 on cpu like the pools, got "
+                                         r"k torch.float32, v torch.bfloat16 on cpu"):
+        cache.update(k, v.bfloat16(), 0)
+    assert cache.lengths["a"] == [0] and cache.blocks_in_use() == 0
 
 
 def mixed_requests():

@@ -116,6 +116,24 @@ def test_gptq_bad_arguments_raise():
         layer_hessian(torch.ones(4, 3, dtype=torch.int64))
 
 
+def test_gptq_refuses_a_non_finite_hessian_naming_it():
+    # a NaN calibration input makes a NaN Hessian; GPTQ must say so, not fail in linalg.cholesky (house rule 6)
+    w, x = torch.randn(8, 16), torch.randn(32, 16)
+    x[3, 5] = float("nan")
+    nan_hessian = 2 * x.T.double() @ x.double() / x.shape[0]
+    for h in (nan_hessian, torch.eye(16).index_put((torch.tensor(2), torch.tensor(2)), torch.tensor(float("inf")))):
+        with pytest.raises(ValueError, match=r"hessian must hold only finite values"):
+            gptq_quantize(w, h)
+    with pytest.raises(ValueError, match=r"x must hold only finite values"):
+        layer_hessian(x)  # the calibration input itself, caught where it enters
+
+
+def test_gptq_refuses_a_hessian_that_is_not_positive_semi_definite_naming_it():
+    w = torch.randn(8, 16)
+    with pytest.raises(ValueError, match=r"hessian must be symmetric positive semi-definite"):
+        gptq_quantize(w, -torch.eye(16))
+
+
 # ----------------------------------------------------------------------------- channel scaling (AWQ, SmoothQuant)
 def test_scaling_columns_and_dividing_the_input_leaves_the_output_unchanged():
     lin = layer().double()
@@ -176,6 +194,15 @@ def test_awq_bad_arguments_raise():
         awq_scales(layer().weight, torch.randn(4, 64), n_grid=0)
     with pytest.raises(TypeError, match="linear must be an nn.Linear"):
         awq_linear(torch.nn.Conv1d(2, 2, 1), torch.randn(4, 64))
+
+
+def test_awq_blames_an_infinite_weight_on_the_weight():
+    w = layer().weight.detach().clone()
+    w[1, 7] = float("inf")
+    with pytest.raises(ValueError, match=r"weight must hold only finite values"):
+        awq_scales(w, torch.randn(4, 64))
+    with pytest.raises(ValueError, match=r"x must hold only finite values"):
+        awq_scales(layer().weight, torch.full((4, 64), float("nan")))
 
 
 # ----------------------------------------------------------------------------- SmoothQuant

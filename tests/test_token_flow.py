@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from transformer_lib.models import GPT, GPTConfig
-from transformer_lib.viz.token_flow import STAGES, FlowRecord, TokenFlow, trace_token_flow
+from transformer_lib.viz.token_flow import FlowRecord, TokenFlow, trace_token_flow
 
 
 def decode(b64: str) -> torch.Tensor:

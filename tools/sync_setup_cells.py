@@ -218,6 +218,7 @@ def main(argv: list[str]) -> int:
         stale.append(Path(README_PATH))
         if not check:
             readme.write_text(sync_readme(text))
+    stale += __import__("code_map").sync(ROOT, check)  # README's code table, modules' "Used in chapter" lines
     if check and stale:
         print("out of date (run: python tools/sync_setup_cells.py):", *stale, sep="\n  ")
         return 1

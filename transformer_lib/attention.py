@@ -1,5 +1,7 @@
 """Scaled dot-product attention, the teaching path and the fast path.
 
+Used in chapters 02 and 06.
+
 Vaswani et al. 2017, "Attention Is All You Need", eq. (1):
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V

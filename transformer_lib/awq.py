@@ -5,6 +5,8 @@ more of the integer grid, so their relative rounding error shrinks. ``alpha`` is
 (``alpha = 0`` is plain round-to-nearest) for the smallest output error on the calibration inputs; the scales are
 normalized by ``sqrt(max(s) min(s))`` and kept above 1e-4, as in the reference code. The quantized weight is an
 ordinary ``QuantLinear`` (absmax, float16 scales) behind ``ScaledInput``, which divides the input by ``s``.
+
+Used in chapter 09.
 """
 from __future__ import annotations
 
@@ -29,6 +31,13 @@ class AWQScales:
     errors: torch.Tensor
 
 
+def _check_finite(weight: torch.Tensor, x: torch.Tensor) -> None:
+    """The weight first: an infinite weight would otherwise surface in ``quantize``, whose argument is named x.
+    (One line in ``awq_scales``, whose lines the book shows by number.)"""
+    check_finite(weight, "weight")
+    check_finite(x, "x")
+
+
 @torch.no_grad()
 def awq_scales(weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size: int | None = None,
                n_grid: int = 20) -> AWQScales:
@@ -44,7 +53,7 @@ def awq_scales(weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size:
         raise ValueError(f"x must be (n, K={K}) calibration inputs with n >= 1, got {got}")
     if isinstance(n_grid, bool) or not isinstance(n_grid, int) or n_grid < 1:
         raise ValueError(f"n_grid must be a positive int (alphas 0, 1/n_grid, ..., 1), got {n_grid!r}")
-    check_finite(x, "x")
+    _check_finite(weight, x)
     w, x = weight.detach().float(), x.detach().float().to(weight.device)
     ref = x @ w.T  # (n, N): the float layer's output
     x_mean = x.abs().mean(dim=0)  # (K,): how large each input channel is on average

@@ -1,5 +1,7 @@
 """The book's two trained models: how each was trained (the recipes), and loading the committed checkpoints.
 
+Used in chapters 00, 05, 06, 07, 08 and 09.
+
 * ``shakespeare_gpt``: the library's ``GPT`` (2 layers, d_model 128, RoPE, 0.53M parameters) on the Shakespeare
   corpus of ``corpus.py``, read through a byte-level BPE of 1,024 tokens learned from the training works. Its loss is
   reported in nats per *character*, so it compares with character-level models. Trained by ``scripts/train_gpt.py``.
@@ -30,6 +32,7 @@ from .device import default_device
 from .losses import gpt_loss, seq2seq_loss
 from .models import GPT, GPTConfig, Transformer, TransformerConfig
 from .modes import eval_mode
+from .params import count_parameters
 from .seq2seq import exact_match, translate
 from .tokenization import BPETokenizer, CharTokenizer
 from .train import History, TrainConfig, evaluate_loss, train
@@ -175,7 +178,7 @@ def _record(model, cfg: TrainConfig, hist: History, metrics: dict, extra: dict) 
     """The json metadata of a run: what was trained, how, how long, and what it measured."""
     train_config = {k: v for k, v in asdict(cfg).items() if k != "progress"}
     return {"model_class": type(model).__name__, "model_config": asdict(model.cfg),
-            "num_params": sum(p.numel() for p in model.parameters()), "train_config": train_config, **extra,
+            "num_params": count_parameters(model), "train_config": train_config, **extra,
             "steps_done": hist.steps_done, "train_seconds": round(hist.seconds, 2), "stopped_by": hist.stopped_by,
             "steps_per_second": round(hist.steps_done / max(hist.seconds, 1e-9), 3),
             "final_train_loss": hist.train_loss[-1],

@@ -1,6 +1,9 @@
 """Measuring a model for quantization: its loss, perplexity and top-1 agreement on fixed batches (``lm_quality``)
 and the calibration inputs of its linear layers (``capture_linear_inputs``), which GPTQ, AWQ and SmoothQuant read
-(``replace_linears_calibrated`` swaps each layer for its calibrated version)."""
+(``replace_linears_calibrated`` swaps each layer for its calibrated version).
+
+Used in chapter 09.
+"""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,7 @@
 """A toy of continuous batching over a paged KV cache (Yu et al. 2022, Orca; Kwon et al. 2023, vLLM).
 
+Used in chapter 07.
+
 Static batching starts a batch together and waits for its longest sequence; continuous batching decides at every
 decoding step: finished sequences leave the batch (their cache blocks go back to the pool), waiting requests whose
 tokens fit in the free blocks join it. One step of ``serve``:

@@ -1,5 +1,7 @@
 """Dates (translation, the encoder-decoder), generated offline, and their teacher-forcing batches.
 
+Used in chapter 05.
+
 Written dates (``"the 3rd of March, 1987"``, ``"3/3/87"``, ``"Tuesday, 3 March 1987"``, ...) to ISO 8601
 (``"1987-03-03"``). Days from 1969-01-01 to 2068-12-31 (so ``'87`` is unambiguous: POSIX's two-digit-year rule);
 a seeded 10% of the *days* is held out, so test dates never occur in training.

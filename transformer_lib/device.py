@@ -1,4 +1,7 @@
-"""Where tensors live: CUDA when present, else CPU. Modules follow their inputs' device and dtype."""
+"""Where tensors live: CUDA when present, else CPU. Modules follow their inputs' device and dtype.
+
+Used in chapters 00, 01, 02, 03, 04, 05, 06, 07, 08 and 09.
+"""
 from __future__ import annotations
 
 import torch

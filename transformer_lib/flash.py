@@ -1,5 +1,7 @@
 """Attention without the T x T matrix: tiles, an online softmax, and split-K decoding.
 
+Used in chapter 10.
+
 Standard attention writes the scores ``S = Q K^T / sqrt(D)`` (``(..., Tq, Tk)``) to memory, then the weights
 ``P = softmax(S)``, then reads ``P`` back for ``P V``: memory and traffic grow with ``Tq * Tk``. The softmax can
 instead be computed in one pass over blocks of keys (Milakov & Gimelshein 2018, "Online normalizer calculation

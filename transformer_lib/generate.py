@@ -1,5 +1,7 @@
 """Text generation with a decoder-only model: greedy, temperature, top-k and top-p (nucleus) sampling.
 
+Used in chapters 00, 05, 07 and 09.
+
 With ``use_cache=True`` the prompt is run once (the *prefill*) and each new token then costs one
 forward pass over a single position, reading the past keys/values from a cache (``kv_cache.py``).
 Without a cache every step recomputes the whole sequence.
@@ -66,11 +68,20 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
 
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Pick one token per row of ``logits: (B, V)`` -> ``(B,)``; ``temperature == 0`` means greedy (argmax)."""
+    """Pick one token per row of ``logits: (B, V)`` -> ``(B,)``; ``temperature == 0`` means greedy (argmax).
+
+    Any ``temperature > 0`` samples ``softmax(logits / temperature)``, computed as ``(logits - max) / temperature``
+    (the same distribution: softmax ignores a shift) so that it never overflows: a tiny temperature such as 1e-45,
+    whose ``logits / temperature`` is ``inf`` in float32, gives the distribution's limit, the argmax (uniform over
+    exactly tied maxima), with no threshold below which it switches to greedy.
+    """
     _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
-    probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)  # (B, V)
+    x = logits.float()
+    top = x.amax(dim=-1, keepdim=True)  # (B, 1)
+    scaled = torch.where(x == top, 0.0, (x - top) / temperature)  # <= 0; the maxima exactly 0 even if T is 0 in fp32
+    probs = filter_logits(scaled, top_k, top_p).softmax(dim=-1)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
@@ -326,7 +337,8 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
     """Continue ``prompt_ids: (B, T)`` by ``max_new_tokens`` tokens; returns ``(B, T + max_new_tokens)`` ids.
 
     Args:
-        temperature: 0 = greedy; otherwise divide the logits by it before sampling.
+        temperature: 0 = greedy; otherwise divide the logits by it before sampling (``sample_next``: any
+            positive value, however small, is safe and tends to greedy).
         top_k, top_p: optional filters applied before sampling (``filter_logits``).
         use_cache: reuse past keys/values (``cache='static'`` preallocated, ``'dynamic'`` concatenating or
             ``'sliding'``, the last ``window`` positions of a sliding-window model: ``kv_cache.SlidingWindowCache``).

@@ -2,6 +2,8 @@
 rounding error onto the columns not yet rounded, weighted by the inverse Hessian of the layer's squared output
 error, so the *output* ``x W^T`` on calibration inputs moves as little as possible.
 
+Used in chapter 09.
+
 For inputs ``X: (n, K)`` the error ``||X W^T - X W_hat^T||^2`` has Hessian ``H = 2 X^T X`` (``(K, K)``, the same
 for every output row). Rounding column ``i`` by ``e_i = w_i - q_i`` is best compensated by the update
 ``W[:, i:] -= e_i / U_ii * U[i, i:]`` with ``U`` the upper Cholesky factor of ``H^-1`` (``H^-1 = U^T U``), which
@@ -34,12 +36,23 @@ def layer_hessian(x: torch.Tensor) -> torch.Tensor:
     return 2 * x.T @ x / x.shape[0]  # (K, K)
 
 
+def _check_finite(**tensors: torch.Tensor) -> None:
+    """``check_finite`` on each tensor, naming its argument (one line in ``gptq_quantize``, whose lines the book
+    shows by number)."""
+    for name, value in tensors.items():
+        check_finite(value, name)
+
+
 def _inverse_hessian_factor(h: torch.Tensor, damp: float) -> torch.Tensor:
     """Upper Cholesky factor ``U`` of ``(H + damp * mean(diag H) * I)^-1``: ``(K, K)`` float64."""
     h = h.clone()
     h.diagonal().add_(damp * h.diagonal().mean())
-    h_inv = torch.cholesky_inverse(torch.linalg.cholesky(h))
-    return torch.linalg.cholesky(h_inv, upper=True)
+    try:
+        h_inv = torch.cholesky_inverse(torch.linalg.cholesky(h))
+        return torch.linalg.cholesky(h_inv, upper=True)
+    except torch.linalg.LinAlgError as e:
+        raise ValueError("hessian must be symmetric positive semi-definite (2 X^T X / n, as layer_hessian makes it); "
+                         f"with damp={damp} x its mean diagonal added, the Cholesky factorization failed: {e}") from None
 
 
 @torch.no_grad()
@@ -63,7 +76,7 @@ def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, bits: int = 4, gr
         raise ValueError(f"group_size must be None or a positive int dividing K={K}, got {group_size!r}")
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive int (columns per lazy update), got {block!r}")
-    check_finite(weight, "weight")
+    _check_finite(weight=weight, hessian=hessian)  # a NaN calibration input makes a NaN H: say so, not cholesky
     W = weight.detach().double().clone()  # (N, K), updated in place as columns are rounded
     h = hessian.detach().double().to(W.device)
     dead = h.diagonal() == 0  # inputs that are always zero: their weights do not matter

@@ -1,5 +1,7 @@
 """Statistics of attention maps (and of any distribution): the one place the book computes them.
 
+Used in chapters 02 and 03.
+
 ``entropy_bits`` is the entropy of any distribution (an attention row, a next-token distribution); the
 rest are per-head statistics of attention maps: a few numbers that say what pattern a head draws.
 

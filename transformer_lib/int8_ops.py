@@ -1,5 +1,8 @@
 """Int8 activations (W8A8): per-token dynamic quantization, an exact int8 x int8 -> int32 product on any device,
-and LLM.int8()-style outlier columns kept in float (Dettmers et al. 2022)."""
+and LLM.int8()-style outlier columns kept in float (Dettmers et al. 2022).
+
+Used in chapter 09.
+"""
 from __future__ import annotations
 
 import torch

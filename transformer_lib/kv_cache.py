@@ -1,5 +1,7 @@
 """KV caches: keep each layer's keys and values so a new token attends without recomputing the past.
 
+Used in chapter 07.
+
 A cache is an object threaded through the layers (as Hugging Face's ``Cache`` in ``modeling_llama.py``):
 each ``MultiHeadAttention`` calls ``cache.update(k, v, layer_idx)`` with its new keys/values
 ``(B, H_kv, T_new, d_head)`` and attends over what it gets back ``(B, H_kv, past + T_new, d_head)``.
@@ -111,7 +113,8 @@ def _per_layer(value, n_layers: int, name: str) -> list[int]:
 class StaticCache:
     """Preallocated cache: fixed ``(B, H_kv, max_len, d_head)`` buffers per layer, written in place.
 
-    ``lengths[layer]`` counts the filled positions; ``update`` returns views of the filled part.
+    ``lengths[layer]`` counts the filled positions; ``update`` returns views of the filled part; ``crop(length)``
+    rewinds to the first ``length`` positions (to decode again from there, e.g. after a rejected draft).
     ``n_kv_heads`` and ``d_head`` may be one int or one per layer (a model with pruned heads).
     """
 
@@ -152,6 +155,19 @@ class StaticCache:
         buf_v.narrow(2, start, t).copy_(v)
         self.lengths[layer_idx] = start + t
         return buf_k.narrow(2, 0, start + t), buf_v.narrow(2, 0, start + t)  # (B, H_kv, past + T, d_head)
+
+    def crop(self, length: int) -> None:
+        """Forget every position from ``length`` on, in every layer, as Hugging Face's ``Cache.crop`` does: the next
+        ``update`` writes at position ``length``. A negative ``length`` removes that many positions from the end; a
+        cache that holds no more than ``length`` positions is left as it is. Nothing is copied: the slots past the
+        new length are never read again and the next update overwrites them."""
+        if isinstance(length, bool) or not isinstance(length, int):
+            raise ValueError(f"length must be an int (positions to keep; negative: to remove), got {length!r}")
+        held = self.lengths[0]
+        keep = held + length if length < 0 else length
+        if keep < 0:
+            raise ValueError(f"length={length} would remove more positions than the cache holds ({held})")
+        self.lengths[:] = [min(n, keep) for n in self.lengths]
 
     def nbytes(self) -> int:
         """Bytes allocated for keys and values (all ``max_len`` slots, filled or not)."""

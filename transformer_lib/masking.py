@@ -1,5 +1,7 @@
 """Masks: causal, padding, their combination, and boolean <-> additive conversion.
 
+Used in chapters 03, 04, 06 and 10.
+
 Convention used everywhere in the library (and by ``F.scaled_dot_product_attention``):
 a **boolean** mask is ``True`` where attention is allowed. An **additive** mask is added to the
 scores: 0 where allowed and ``torch.finfo(dtype).min`` where not. We never hard-code ``-1e9``:

@@ -1,5 +1,7 @@
 """Three Transformer families built from the same layers.
 
+Used in chapters 04, 05 and 07.
+
 * ``Transformer``: the encoder-decoder of Vaswani et al. 2017 (translation), post-norm by default.
 * ``GPT``: decoder-only (Radford et al. 2018/2019), pre-norm blocks without cross-attention.
 * ``BertEncoder``: encoder-only (Devlin et al. 2019), parameter layout able to load a BERT checkpoint.
@@ -14,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .layers import ACTIVATIONS, DecoderLayer, EncoderLayer, LayerNorm
+from .params import count_parameters
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                          alibi_bias)
 
@@ -92,8 +95,17 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 
 
 # ----------------------------------------------------------------------------- encoder-decoder
+class _HeadSize:
+    """``cfg.d_head``: each head's size, ``d_model // n_heads`` (exact: ``_check_heads`` makes ``d_model`` a multiple
+    of ``n_heads``), for the three configs below."""
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
 @dataclass
-class TransformerConfig:
+class TransformerConfig(_HeadSize):
     """The encoder-decoder's sizes. ``d_model``, ``n_heads``, ``d_ff``, the layer counts and ``dropout`` default to
     the paper's base model (Vaswani et al. 2017, table 3).
 
@@ -201,7 +213,7 @@ class Transformer(nn.Module):
 
 # ----------------------------------------------------------------------------- decoder-only
 @dataclass
-class GPTConfig:
+class GPTConfig(_HeadSize):
     """A GPT's sizes. ``vocab_size`` has no default: it comes from the tokenizer the model reads (e.g.
     ``tokenizer.vocab_size``). The other defaults are a small model that trains in minutes on a CPU; the book's
     trained checkpoint stores its own config, so its shape is read from there, never from these defaults."""
@@ -231,7 +243,7 @@ class GPTConfig:
                 raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
         if self.window is not None and (type(self.window) is not int or self.window < 1):  # bool is not int here
             raise ValueError(f"GPTConfig.window must be an int >= 1 or None (full attention), got {self.window!r}")
-        if self.positional == "rope" and (self.d_model // self.n_heads) % 2 != 0:
+        if self.positional == "rope" and self.d_head % 2 != 0:
             raise ValueError(f"positional='rope' rotates feature pairs: d_head = d_model // n_heads must be even, "
                              f"got {self.d_model} // {self.n_heads} = {self.d_model // self.n_heads}")
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
@@ -307,12 +319,13 @@ class GPT(nn.Module):
         return None if self.pos is None else self.pos.pe
 
     def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """The model's parameters, the tied head once (``count_parameters``)."""
+        return count_parameters(self)
 
 
 # ----------------------------------------------------------------------------- encoder-only
 @dataclass
-class BertConfig:
+class BertConfig(_HeadSize):
     """Defaults are all-MiniLM-L6-v2's shape."""
     vocab_size: int = 30522
     d_model: int = 384

@@ -1,5 +1,7 @@
 """A paged KV cache: fixed-size blocks shared by many sequences (Kwon et al. 2023, vLLM's PagedAttention).
 
+Used in chapter 07.
+
 A contiguous cache (``kv_cache.StaticCache``) reserves ``max_len`` positions for every row of the batch, however
 short the sequence turns out to be. A paged cache cuts memory into *blocks* of ``block_size`` positions:
 
@@ -94,16 +96,25 @@ class PagedKVCache:
     def blocks_in_use(self) -> int:
         return self.n_blocks - len(self.free_blocks)
 
-    def _reserve(self, seq_id, n_tokens: int) -> list[int]:
-        """Grow ``seq_id``'s block table to hold ``n_tokens`` positions, from the free list."""
-        table = self.block_tables[seq_id]
-        missing = self.blocks_for(n_tokens) - len(table)
-        if missing > len(self.free_blocks):
-            raise ValueError(f"the block pool is full: seq_id={seq_id!r} needs {missing} more block(s) of "
-                             f"{self.block_size} positions for {n_tokens} positions, {len(self.free_blocks)} of "
-                             f"n_blocks={self.n_blocks} are free; free finished sequences or enlarge the pool")
-        table.extend(self.free_blocks.pop() for _ in range(max(missing, 0)))
-        return table
+    def _reserve(self, new_tokens: int, layer_idx: int) -> None:
+        """Grow every active sequence's block table to hold ``new_tokens`` more positions in layer ``layer_idx``.
+
+        All or nothing: the blocks every row needs are counted first, and only when the free list holds them all
+        are any taken, so a pool that runs out for one row leaves every table (and the free list) as it was.
+        """
+        missing = {}
+        for seq_id in self.active:
+            n_tokens = self.lengths[seq_id][layer_idx] + new_tokens
+            need = max(self.blocks_for(n_tokens) - len(self.block_tables[seq_id]), 0)
+            free = len(self.free_blocks) - sum(missing.values())  # what the rows before this one leave
+            if need > free:
+                raise ValueError(f"the block pool is full: seq_id={seq_id!r} needs {need} more block(s) of "
+                                 f"{self.block_size} positions for {n_tokens} positions, {free} of "
+                                 f"n_blocks={self.n_blocks} are free; free finished sequences or enlarge the pool "
+                                 "(no row of this update was written)")
+            missing[seq_id] = need
+        for seq_id, need in missing.items():
+            self.block_tables[seq_id].extend(self.free_blocks.pop() for _ in range(need))
 
     # ------------------------------------------------------------------ the cache protocol
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -123,12 +134,20 @@ class PagedKVCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Write ``k, v: (B, H_kv, T_new, d_head)`` into the active sequences' blocks; return every active row's keys
-        and values so far, right-aligned: ``(B, H_kv, longest, d_head)`` (zeros on the left of shorter rows)."""
+        and values so far, right-aligned: ``(B, H_kv, longest, d_head)`` (zeros on the left of shorter rows).
+
+        Atomic: shapes, dtype, device and the blocks of every row are checked before any row is written, so an
+        update that raises leaves every sequence's length and blocks as they were (a retry after freeing blocks
+        decodes what a cache that never saw the failure decodes)."""
         pool = self.key_pools[layer_idx]
         if k.dim() != 4 or k.shape[0] != len(self.active) or k.shape[1] != pool.shape[1] or \
                 k.shape[3] != pool.shape[3] or v.shape != k.shape:
             raise ValueError(f"k, v must be (B={len(self.active)} active rows, H_kv={pool.shape[1]}, T_new, "
                              f"d_head={pool.shape[3]}), got k{tuple(k.shape)}, v{tuple(v.shape)}")
+        if not (k.dtype == v.dtype == pool.dtype) or not (k.device == v.device == pool.device):
+            raise ValueError(f"k and v must be {pool.dtype} on {pool.device} like the pools, got k {k.dtype}, "
+                             f"v {v.dtype} on {k.device}" + ("" if k.device == v.device else f" and {v.device}"))
+        self._reserve(k.shape[2], layer_idx)  # every row's blocks, or an error before anything is written
         for row, seq_id in enumerate(self.active):
             self._write(seq_id, layer_idx, k[row], v[row])
         return self._gather(self.key_pools[layer_idx], layer_idx), self._gather(self.value_pools[layer_idx], layer_idx)
@@ -137,7 +156,7 @@ class PagedKVCache:
         """``k, v: (H_kv, T_new, d_head)`` at the sequence's next positions, block ``pos // bs``, slot ``pos % bs``."""
         start = self.lengths[seq_id][layer_idx]
         pos = torch.arange(start, start + k.shape[1], device=k.device)  # (T_new,)
-        table = torch.tensor(self._reserve(seq_id, start + k.shape[1]), dtype=torch.long, device=k.device)
+        table = torch.tensor(self.block_tables[seq_id], dtype=torch.long, device=k.device)  # reserved by update
         blocks, slots = table[pos // self.block_size], pos % self.block_size  # (T_new,) each
         self.key_pools[layer_idx][blocks, :, slots] = k.transpose(0, 1)  # indexed view is (T_new, H_kv, d_head)
         self.value_pools[layer_idx][blocks, :, slots] = v.transpose(0, 1)

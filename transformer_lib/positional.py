@@ -1,5 +1,7 @@
 """Positional information: sinusoidal, learned, rotary (RoPE) and ALiBi.
 
+Used in chapter 04.
+
 * Sinusoidal (Vaswani et al. 2017, section 3.5): PE[pos, 2i] = sin(pos / 10000^(2i/d)),
   PE[pos, 2i+1] = cos(pos / 10000^(2i/d)); added to the token embeddings.
 * Learned absolute (GPT-2, BERT): one trained vector per position; added to the embeddings.

@@ -1,5 +1,7 @@
 """A real trained Transformer, offline: all-MiniLM-L6-v2 loaded into our ``BertEncoder``.
 
+Used in chapters 02, 03, 05, 06, 08 and 09.
+
 all-MiniLM-L6-v2 is a 6-layer BERT (d_model 384, 12 heads, d_ff 1536, 22.7M parameters). Its base is
 MiniLM (Wang et al. 2020, "MiniLM: Deep Self-Attention Distillation for Task-Agnostic Compression of
 Pre-Trained Transformers"); sentence-transformers then fine-tuned it on 1B sentence pairs so that the

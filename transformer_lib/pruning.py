@@ -1,5 +1,7 @@
 """Pruning: remove the parts of a trained Transformer it does not need.
 
+Used in chapter 08.
+
 * **Head masks** (``head_mask``): a gate ``xi[l, h]`` multiplies head ``h``'s slice of the input to ``W_O`` in
   layer ``l``; 1 keeps the head, 0 silences it. Masking changes the function, not the work done.
 * **Head importance** (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", section 4.1):
@@ -27,6 +29,7 @@ from .multihead import MultiHeadAttention
 from .device import to_device
 from .losses import gpt_loss
 from .modes import eval_mode
+from .params import count_parameters as count_parameters  # P.count_parameters: the library's one counter
 
 
 # ----------------------------------------------------------------------------- the model's heads
@@ -310,19 +313,3 @@ def sparsity(model: nn.Module) -> float:
     """Fraction of exact zeros in the ``prunable_weights``."""
     ws = [getattr(m, name) for m, name in prunable_weights(model)]
     return sum(int((w == 0).sum()) for w in ws) / sum(w.numel() for w in ws)
-
-
-def count_parameters(model: nn.Module, nonzero: bool = False) -> int:
-    """Parameters of ``model`` (tied weights once). ``nonzero=True`` counts only entries that are not 0, of the
-    weights the model computes with: under a ``torch.nn.utils.prune`` mask, ``weight`` rather than ``weight_orig``."""
-    if not nonzero:
-        return sum(p.numel() for p in model.parameters())
-    seen, total = set(), 0
-    for module in model.modules():
-        for name, p in module.named_parameters(recurse=False):
-            if name.endswith("_orig") and hasattr(module, name[:-len("_orig")] + "_mask"):
-                p = getattr(module, name[:-len("_orig")])  # the masked weight
-            if id(p) not in seen:
-                seen.add(id(p))
-                total += int((p != 0).sum())
-    return total

@@ -1,5 +1,7 @@
 """Integer grids: a float ``x`` becomes ``q = round(x / scale) + zero`` and comes back as ``(q - zero) * scale``.
 
+Used in chapter 09.
+
 * **absmax** (symmetric): ``scale = max|x| / q_max``, no zero point; int8 uses ``[-127, 127]``, int4 ``[-7, 7]``;
 * **zero-point** (asymmetric): the range ``[min(x, 0), max(x, 0)]`` is mapped onto ``[0, 2^bits - 1]``, so a
   lopsided range (e.g. after a ReLU) wastes no codes; ``zero`` is the integer that stands for 0.0.

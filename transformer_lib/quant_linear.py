@@ -1,6 +1,9 @@
 """``QuantLinear``: an ``nn.Linear`` stored as int8 or int4 codes with float16 scales, ``QuantEmbedding`` for a tied
 embedding table, and ``quantize_model``, which swaps them into a model (round-to-nearest). GPTQ and AWQ
-(``gptq.py``, ``awq.py``) choose other codes for the same storage (``QuantLinear.from_codes``)."""
+(``gptq.py``, ``awq.py``) choose other codes for the same storage (``QuantLinear.from_codes``).
+
+Used in chapter 09.
+"""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,7 @@
 """What quantized weights cost to store: bits per weight, the code plus its share of a scale.
 
+Used in chapter 09.
+
 A ``b``-bit code per weight, and one ``scale_bits``-bit scale (float16: 16 bits) per run of weights that share it:
 the whole tensor (``"tensor"``), one output row of ``K`` weights (``"channel"``) or ``group_size`` weights
 (``"group"``), the granularities of ``quantization.quantize``. Stored weights cost

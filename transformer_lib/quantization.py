@@ -1,5 +1,7 @@
 """Quantization: storing weights (and activations) as 8- or 4-bit integers plus a few float scales.
 
+Used in chapter 09.
+
 This module gathers the package's quantization tools under one name (``from transformer_lib import quantization
 as Q``); each concept lives in its own module:
 

@@ -1,5 +1,7 @@
 """An int8 KV cache: each key and value vector stored as 8-bit integers with one scale.
 
+Used in chapter 07.
+
 Per head and per token (one scale per ``(batch, head, position)`` vector of ``d_head`` numbers), symmetric absmax:
 
     scale = max_i |x_i| / 127,    q = round(x / scale) in [-127, 127],    x ~ scale * q

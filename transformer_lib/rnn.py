@@ -1,5 +1,7 @@
 """Recurrent networks written out, and how their gradients vanish or explode (chapter 01).
 
+Used in chapter 01.
+
 * ``rnn_step`` / ``ElmanRNN``: ``h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` (Elman 1990),
   with ``nn.RNN``'s parameter layout so weights copy one-to-one.
 * ``lstm_step`` / ``LSTM``: the LSTM of Hochreiter & Schmidhuber 1997 with a forget gate (Gers et al. 2000),

@@ -1,5 +1,7 @@
 """Decoding with a trained encoder-decoder ``Transformer``: greedy, beam search, and scoring the translations.
 
+Used in chapters 00 and 05.
+
 * ``greedy_decode``: the most likely next token at every step.
 * ``beam_search``: the ``beam_size`` most likely prefixes, the best finished one returned.
 * ``translate``: texts in, texts out, through a pair of tokenizers; ``exact_match`` scores the outputs.

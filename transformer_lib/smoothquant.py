@@ -2,6 +2,8 @@
 weights. A few input channels of a transformer's linear layers carry values far larger than the rest; a per-token
 int8 scale is set by them and the other channels lose their resolution. Dividing channel ``j`` by
 
+Used in chapter 09.
+
     s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)        (``W_j``: column j of the weight, alpha = 0.5 by default)
 
 and multiplying the weight's column ``j`` by ``s_j`` leaves the float output unchanged and balances the two

@@ -1,5 +1,7 @@
 """Peak memory of the tensors a computation creates, counted exactly on any device.
 
+Used in chapter 10.
+
 ``PeakTensorBytes`` is a ``TorchDispatchMode``: it sees every tensor that an operation returns, adds its storage's
 bytes when the storage first appears, and subtracts them when the last tensor on that storage is freed (a
 ``weakref`` finaliser). ``peak`` is the largest sum reached. It counts what operations hand back, not the scratch

@@ -1,5 +1,7 @@
 """Model variants the chapters build by modifying a trained or fresh model in place.
 
+Used in chapters 05, 06 and 07.
+
 * ``set_norm_placement``: where each ``Residual`` puts its LayerNorm (chapter 05).
 * ``set_causal``: a GPT with or without its causal mask (chapter 06's leak test).
 """

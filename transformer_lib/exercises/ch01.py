@@ -1,5 +1,7 @@
 """Chapter 01 exercises: one RNN step, rescaling a matrix to a spectral radius, the Jacobian across k steps.
 
+Used in chapter 01.
+
 Each ``check_*`` runs the reader's function and the library's (``transformer_lib.rnn``) on the same random
 inputs (``checking.check_against``); when they differ, it also tries a few common mistakes and, if the reader's
 function matches one, says which.

@@ -1,5 +1,7 @@
 """Chapter 02 exercises: softmax with temperature, scaled dot-product attention, entropy of a row.
 
+Used in chapter 02.
+
 Each ``check_*`` runs the reader's function and the library's on the same random inputs
 (``checking.check_against``) and, when they differ, also tries a few common mistakes: if the reader's function
 matches one of them, the message says which.

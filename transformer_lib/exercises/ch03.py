@@ -1,5 +1,7 @@
 """Chapter 03 exercises: split into heads, a whole multi-head attention, a head's previous-token score.
 
+Used in chapter 03.
+
 Each ``check_*`` runs the reader's function and the library's on the same random inputs
 (``checking.check_against``) and, when they differ, also tries a few common mistakes: if the reader's
 function matches one of them, the message says which.

@@ -1,5 +1,7 @@
 """Chapter 04 exercises: positional encoding.
 
+Used in chapter 04.
+
 1. ``check_sinusoidal_table(fn)``: ``fn(max_len, d_model) -> (max_len, d_model)``, the paper's table.
 2. ``check_rope(fn)``: ``fn(x) -> x`` rotated, ``x: (B, H, T, d_head)``, position t rotated by ``t * theta_i``.
 3. ``check_alibi_bias(fn)``: ``fn(n_heads, t) -> (n_heads, t, t)``, the causal ALiBi bias.

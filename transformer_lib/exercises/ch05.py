@@ -1,5 +1,7 @@
 """Chapter 05 exercises: layer normalization, the position-wise feed-forward network, a residual sub-layer.
 
+Used in chapter 05.
+
 Each ``check_*`` runs the reader's function and the library's module on the same random inputs
 (``checking.check_against``) and, when they differ, tries a few common mistakes to say which one it looks like.
 """

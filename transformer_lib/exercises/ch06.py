@@ -1,5 +1,7 @@
 """Chapter 06 exercises: a causal mask (also with a KV cache), a padded causal mask, a safe masked softmax.
 
+Used in chapter 06.
+
 Masks follow the library's convention: boolean, ``True`` where a query may attend to a key.
 Each ``check_*`` compares the reader's function with the library's on random cases and, when they differ,
 tries a few common mistakes to say which one it looks like.

@@ -1,6 +1,8 @@
 """Chapter 07 exercises: the size of a KV cache, a top-p (nucleus) filter, greedy decoding with a cache, and a
 predict-then-run question on the size of a real cache (``explain_cache_prediction``).
 
+Used in chapter 07.
+
 Each ``check_*`` runs the reader's function and the library's on the same random inputs
 (``checking.check_against``) and, when they differ, also tries a few common mistakes: if the reader's
 function matches one of them, the message says which.

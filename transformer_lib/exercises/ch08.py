@@ -1,6 +1,8 @@
 """Chapter 08 exercises: cut a head out of ``qkv``, score heads by weight size, a magnitude-pruning mask, and a
 predict-then-run question on the parameters a pruned model keeps (``explain_pruned_params``).
 
+Used in chapter 08.
+
 Each ``check_*`` runs the reader's function and a reference on the same random inputs (``checking.check_against``)
 and, when they differ, tries a few common mistakes: if the reader's function matches one, the message says which.
 """

@@ -1,6 +1,8 @@
 """Chapter 09 exercises: absmax int8 codes per row, group-wise int4 round trip, packing two int4 codes per byte,
 and a predict-then-run question on the bytes of a quantized layer (``explain_layer_bytes``).
 
+Used in chapter 09.
+
 Each ``check_*`` runs the reader's function and the library's (``quantization.py``) on the same random inputs
 (``checking.check_against``, which also wants the library's dtype: int8 codes, uint8 packed bytes), and when
 they differ tries the usual mistakes: if the reader's function matches one, the message names it.

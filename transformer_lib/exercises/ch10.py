@@ -2,6 +2,8 @@
 log-sum-exp (split-K decoding), and a predict-then-run question on the memory of causal attention
 (``explain_causal_peak``).
 
+Used in chapter 10.
+
 Each ``check_*`` runs the reader's function and the library's on the same random inputs
 (``checking.check_against``) and, when they differ, tries a few common mistakes and names the one that matches.
 """

@@ -1,5 +1,7 @@
 """Chapter 10's measurements: what the T x T score matrix costs (time, memory) and where one block's time goes.
 
+Used in chapter 10.
+
 ``wall_table`` times attention that writes out its scores (``flash.materialised_attention``), the library's tiled
 loop (``flash.tiled_attention``) and PyTorch's fused ``F.scaled_dot_product_attention`` on one head, round-robin
 (``timing.interleaved_times``), and counts each one's peak tensor bytes (``tensor_memory.PeakTensorBytes``).

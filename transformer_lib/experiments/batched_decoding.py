@@ -1,5 +1,7 @@
 """Chapter 07's batching experiment: decoding throughput against batch size, and why it grows.
 
+Used in chapter 07.
+
 One decoding step multiplies every weight matrix by one vector per row: about 2 FLOPs per weight per row. The
 weights are read from memory once per step whatever the batch size, while each row also reads its own cached keys
 and values. So the step's *arithmetic intensity* (FLOPs per byte moved) is, with ``N`` matrix weights of ``w``

@@ -1,7 +1,10 @@
 """Chapter 06's causal-mask experiment: the leak test (``future_sensitivity``: change the future, watch the
 past), and a tiny character GPT trained with or without its causal mask (``train_char_gpt``), scored where no
 mask can help (``last_position_loss``) and by how many of the words it writes are real words of the training
-text (``known_word_share``). The mask is switched by ``variants.set_causal``."""
+text (``known_word_share``). The mask is switched by ``variants.set_causal``.
+
+Used in chapters 05 and 06.
+"""
 from __future__ import annotations
 
 import re

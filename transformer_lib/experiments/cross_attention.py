@@ -1,5 +1,8 @@
 """Chapter 05's look inside the trained date translator: what its decoder reads in the source
-(``cross_attention_maps``), and the score beam search maximises (``sequence_log_prob``)."""
+(``cross_attention_maps``), and the score beam search maximises (``sequence_log_prob``).
+
+Used in chapter 05.
+"""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,7 @@
 """A small length-extrapolation experiment (chapter 04): train on short sequences, test on longer ones.
 
+Used in chapter 04.
+
 The task, "look back k": a sequence of random tokens; at every position ``t >= k`` the model must
 predict the token it saw ``k`` positions earlier, ``x[t - k]``. The answer depends only on the
 *relative* offset ``k``, never on the absolute position ``t``, so a model that knows relative

@@ -1,5 +1,7 @@
 """All heads in one batched call against a loop over heads (chapter 03): latency and peak memory.
 
+Used in chapter 03.
+
 Both compute the same attention of ``H`` heads on the same ``q, k, v: (B, H, T, D)``. ``batched_heads``
 makes one ``F.scaled_dot_product_attention`` call; ``looped_heads`` makes one call per head and concatenates.
 ``peak_memory_bytes`` measures the most memory the tensors created by a call occupy at once:

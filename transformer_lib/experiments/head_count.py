@@ -1,5 +1,7 @@
 """One head against several at the same width (chapter 03): a task that needs two positions at once.
 
+Used in chapter 03.
+
 The task, "flagged pair": a sequence of random values from ``[0, V)``; exactly two positions, drawn at random
 in the first half, carry a flag (the token id is ``value + V``). At every position after the second flag the
 model must output the *ordered* pair ``(first flagged value, second flagged value)`` as one class

@@ -1,6 +1,8 @@
 """Chapter 06's batched generation: prompts of different lengths padded on the **left**, so that every row's
 last position is its newest token and the next token is appended to the right of all rows at once.
 
+Used in chapter 06.
+
 ``left_pad`` builds the batch and its ``attention_mask`` (True on real tokens, False on the padding);
 ``generate_batched_and_alone`` runs ``generate.generate`` on the batch and on each prompt alone, so the chapter
 can check that padding changes nothing.

@@ -1,5 +1,7 @@
 """Chapter 06's three mask conventions on one padded batch: the same attention through three libraries.
 
+Used in chapter 06.
+
 * this library (and ``F.scaled_dot_product_attention``): a boolean mask is **True where a query may attend**;
 * ``torch.nn.MultiheadAttention``: ``key_padding_mask`` is **True where a key is ignored** (the opposite);
 * Hugging Face ``transformers``: ``attention_mask`` is **1 on the tokens to keep**, 0 on padding.

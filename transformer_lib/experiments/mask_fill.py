@@ -2,6 +2,8 @@
 bf16, replaced or added (``mask_fill_table``), and the weight a key gets when its score is *replaced* by a fixed
 value such as GPT-2's former ``-1e4`` (``masked_weight``; karpathy/minGPT#75, huggingface/transformers#17121).
 
+Used in chapter 06.
+
 The library itself never fills masks with ``-1e9`` or ``-1e4`` (see ``masking.py``); those constants appear here
 only as the pitfalls being measured.
 """

@@ -1,5 +1,7 @@
 """Chapter 08 at real scale: which of MiniLM's 72 heads can go? (also ``benchmarks/_bench_pruning.py``)
 
+Used in chapter 08.
+
 all-MiniLM-L6-v2 (6 layers x 12 heads, ``pretrained.load_minilm``) maps a sentence to a unit vector. Quality after
 pruning is **agreement**: the mean cosine similarity between the pruned model's embeddings and the unpruned
 model's, on held-out Shakespeare lines (``corpus_lines``, ``sentence_sets``: disjoint sets, one per seed).

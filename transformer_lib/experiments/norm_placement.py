@@ -2,6 +2,8 @@
 paper) and pre-norm (GPT-2), over several seeds; ``gradient_norms_by_layer`` at initialisation; and the small
 statistics the chapter reads off the loss curves (``unigram_entropy``, ``steps_below``, ``largest_rise``).
 
+Used in chapter 05.
+
 The models are rewired by ``variants.set_norm_placement``; training is ``train.train``.
 """
 from __future__ import annotations

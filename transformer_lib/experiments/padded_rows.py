@@ -1,6 +1,9 @@
 """Chapter 06's padded-rows experiment: padded positions as queries (harvardnlp/annotated-transformer#137). A
 padded batch through a few layers of residual self-attention, with the padding mask on keys only or on keys and
-queries, filled with ``-inf``, ``finfo.min`` or the library's boolean mask."""
+queries, filled with ``-inf``, ``finfo.min`` or the library's boolean mask.
+
+Used in chapter 06.
+"""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,9 @@
 """Chapter 05's parameter count: how a layer's parameters split between attention, the feed-forward network (FFN)
 and the LayerNorms, for any ``d_model`` and ``d_ff``. The layers are built on PyTorch's ``meta`` device (shapes
-only, no memory), so the paper's base model costs nothing to count."""
+only, no memory), so the paper's base model costs nothing to count.
+
+Used in chapter 05.
+"""
 from __future__ import annotations
 
 import torch

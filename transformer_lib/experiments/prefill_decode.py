@@ -1,5 +1,7 @@
 """Chapter 07's serving measurements: the prefill and the decoding steps timed apart, each beside its roofline.
 
+Used in chapter 07.
+
 Serving a prompt has two phases with different limits (the roofline model, Williams et al. 2009):
 
 * the **prefill** runs the whole prompt, ``T`` positions, through the model in one pass. Every weight is read once

@@ -1,5 +1,7 @@
 """Chapter 08's speed measurement: does a pruned model run faster? (also ``benchmarks/bench_compression.py``)
 
+Used in chapter 08.
+
 * ``pruned_speeds``: forward and greedy-decoding throughput of several variants of a model, some with heads
   masked by ``pruning.head_mask``, timed round-robin in one run.
 * ``csr_vs_dense``: a weight matrix with a share of its entries set to zero, multiplied as a sparse CSR matrix

@@ -2,6 +2,8 @@
 (Lin et al. 2024) at several group sizes on two real models, SmoothQuant (Xiao et al. 2023) for int8 activations
 on MiniLM, and NF4 (Dettmers et al. 2023) against int4 on real weights.
 
+Used in chapter 09.
+
 * the book's trained GPT: perplexity on held-out plays, calibrated on windows of the training plays
   (``gpt_calibration_batches``);
 * MiniLM (all-MiniLM-L6-v2): **embedding agreement**, the mean cosine between a quantized model's sentence embedding

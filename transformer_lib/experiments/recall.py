@@ -1,5 +1,7 @@
 """Chapter 01's long-range recall task: repeat the first token after a gap of distractors.
 
+Used in chapter 01.
+
 ``recall_batch`` makes the sequences; ``RecallLSTM`` and ``recall_gpt`` are the two contestants; ``train_recall``
 trains either with ``train.train``; ``recall_accuracy`` scores it on fresh sequences.
 """

@@ -2,6 +2,8 @@
 ``MultiHeadAttention``'s raw scores q.k, and how many of its softmax rows are nearly one-hot with and without the
 scaling?
 
+Used in chapter 02.
+
 * ``score_stats``: measured on a layer's own projections for given token vectors.
 * ``init_score_variance``: the closed form for ``nn.Linear``'s default initialisation and unit-variance inputs.
 """

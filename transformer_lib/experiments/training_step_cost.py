@@ -1,6 +1,8 @@
 """Chapter 01's clock: how long one *training step* (forward and backward) of a recurrent loop and of attention
 takes at sequence length T, and how that time grows with T.
 
+Used in chapter 01.
+
 * ``training_step_times``: interleaved median seconds of one forward + backward pass per model and length.
 * ``training_step_flops``: floating-point operations of the matrix products in one forward + backward pass.
 * ``loglog_slope``: the exponent k of ``time ~ T^k``, a least-squares line through ``(log T, log time)``.

@@ -1,5 +1,7 @@
 """The tiled attention forward pass as a Triton kernel (FlashAttention-2's loop order, Dao 2023).
 
+Used in chapter 10.
+
 One program computes one block of ``BLOCK_M`` queries of one (batch, head): it loads its queries once, walks over
 the keys and values in blocks of ``BLOCK_N``, keeps the running maximum ``m_i``, sum ``l_i`` and output ``acc`` in
 registers (on a GPU; in NumPy arrays under the interpreter), and writes its output once. The scores of a tile never

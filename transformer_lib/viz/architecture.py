@@ -1,5 +1,7 @@
 """The architecture diagram of a model, drawn from the model itself (its modules and config), not from a picture.
 
+Used in chapters 00 and 05.
+
 ``architecture_columns(model)`` reads a ``Transformer``, ``GPT`` or ``BertEncoder`` and lists, column by column,
 the boxes a diagram needs (embeddings, one repeated layer with its sub-layers in the order its ``Residual``s
 apply them, the output head). ``plot_architecture(model)`` draws those columns with matplotlib, inputs at the

@@ -1,5 +1,7 @@
 """Chapter 02's attention figures: a trained head's weights under a softmax temperature.
 
+Used in chapter 02.
+
 A head's weights are ``softmax(q k^T / (sqrt(d_head) tau))``. We take the real ``q`` and ``k`` of one
 head of a trained encoder (``head_queries_keys``), recompute the weights with the library's
 ``attention_weights`` at any temperature ``tau``, and show it as a heatmap with the entropy of every row in

@@ -1,5 +1,7 @@
 """Chapter 05's cross-attention figures: several ``(T_out, S)`` maps in a grid whose text stays readable.
 
+Used in chapter 05.
+
 The grid is at most ``width`` inches wide (the book's column shows a frame at about its natural size), its
 tick labels are 8 pt and horizontal: single characters fit side by side where rotated ones would overlap.
 """

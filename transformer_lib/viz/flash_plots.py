@@ -1,4 +1,7 @@
-"""Chapter 10's figures: the wall (time and memory against T) and the online softmax sweeping one query block."""
+"""Chapter 10's figures: the wall (time and memory against T) and the online softmax sweeping one query block.
+
+Used in chapter 10.
+"""
 from __future__ import annotations
 
 import statistics

@@ -1,6 +1,8 @@
 """Chapter 07's generation figures: a GPT writing token by token with its KV cache, and the next-token distribution
 under a temperature, top-k and top-p.
 
+Used in chapter 07.
+
 ``trace_generation`` runs the model one step at a time through the teaching path (``model(..., cache=...,
 need_weights=True)``) and records, at each step, which positions the cache holds and how the newest token's query
 attends over them. ``generation_slider`` turns the steps into precomputed frames (works in the static book);

@@ -1,5 +1,7 @@
 """Live figures: widgets whose JavaScript computes the figure in the reader's browser.
 
+Used in chapters 02, 03, 04, 07, 09 and 10.
+
 A live widget is an ``anywidget.AnyWidget`` whose front-end is one ES module: ``js/common.js`` (shared maths
 and DOM helpers) followed by the figure's own ``js/<name>.js``. Python hands over numbers only (synced
 traits, compactly encoded) and checks them; the browser recomputes the figure on every input event. It

@@ -1,4 +1,7 @@
-"""Plotting helpers shared by the chapters: attention heatmaps and positional-encoding images."""
+"""Plotting helpers shared by the chapters: attention heatmaps and positional-encoding images.
+
+Used in chapters 02, 03, 04, 05 and 06.
+"""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt

@@ -1,5 +1,7 @@
 """Chapter 04's static figure of the sinusoidal table: the wavelength of each (sin, cos) pair for a few widths.
 
+Used in chapter 04.
+
 The table itself, two positions' dot product and a RoPE rotation are live figures (``viz/live.py``).
 """
 from __future__ import annotations

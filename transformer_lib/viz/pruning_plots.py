@@ -1,5 +1,7 @@
 """Chapter 08's pruning figures: which heads are gone, score heatmaps, and agreement curves with intervals.
 
+Used in chapter 08.
+
 ``pruning_frame`` draws one step of a pruning order: the heads' scores as a heatmap with the removed heads
 crossed out (left), and the validation loss against the fraction of heads removed with this step marked
 (right). ``frame_slider(lambda i: pruning_frame(...), ...)`` turns the steps into a slider. ``score_heatmaps``

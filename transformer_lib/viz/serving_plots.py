@@ -1,5 +1,7 @@
 """Chapter 07's batching figure: decoding throughput and arithmetic intensity against the batch size.
 
+Used in chapter 07.
+
 ``plot_batching_roofline`` reads the rows of ``experiments.batched_decoding.decode_throughput`` (``batch``,
 ``tok_per_s``, ``intensity``) and the machine's balance point (measured FLOP/s over measured bytes/s): left, the
 measured tokens per second beside the line a purely bytes-bound step would give (the batch of one's speed times

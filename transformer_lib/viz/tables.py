@@ -1,4 +1,7 @@
-"""Tables for chapters: a list of row dicts as Markdown (shown with ``IPython.display.Markdown``)."""
+"""Tables for chapters: a list of row dicts as Markdown (shown with ``IPython.display.Markdown``).
+
+Used in chapters 05, 06 and 07.
+"""
 from __future__ import annotations
 
 

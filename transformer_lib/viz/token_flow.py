@@ -1,5 +1,7 @@
 """Follow one token through a GPT: ids -> embedding -> attention -> feed-forward -> next-token probabilities.
 
+Used in chapter 00.
+
 ``trace_token_flow(model, ids)`` runs one forward pass of a library ``GPT`` stage by stage (the same modules its
 ``forward`` calls, in the same order) and keeps what each stage produces. ``TokenFlow`` hands those numbers to
 the reader's browser (``js/token_flow.js``), which lets them pick a position, a layer, a head and a stage, and

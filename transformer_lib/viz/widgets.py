@@ -1,5 +1,7 @@
 """Interactive figures that work with a kernel (Jupyter, Colab) *and* in the static online book.
 
+Used in chapters 01, 03, 05, 06 and 08.
+
 The static book has no Python to run a callback, so ``frame_slider`` renders every setting
 beforehand (one PNG per value) into an ``ipywidgets.Stack`` and links the slider to the stack
 in the browser (``jslink``): moving the slider switches frames with no kernel at all.
