@@ -15,7 +15,7 @@ LAYERS = {
     "foundation": ["device", "modes", "timing", "claims"],
     "core model": ["attention", "masking", "positional", "multihead", "layers", "models", "kv_cache", "generate",
                    "paged_cache", "continuous_batching", "quantized_cache",
-                   "variants", "rnn"],
+                   "variants", "rnn", "norms", "activations", "moe", "llama", "model_family"],
     "package": [""],  # transformer_lib/__init__.py re-exports the core model
     "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
     "analysis and compression": ["head_stats", "pruning", "quant_grids", "int8_ops", "quant_linear", "calibration",
