@@ -155,6 +155,9 @@ def load_from_hf_mixtral_block(moe: MoE, block) -> MoE:
     Hugging Face stacks the experts: ``experts.gate_up_proj: (E, 2 d_ff, d_model)`` (gate rows, then up rows)
     and ``experts.down_proj: (E, d_model, d_ff)``; the router is ``gate.weight: (E, d_model)``.
     """
+    if not hasattr(block.experts, "gate_up_proj"):
+        raise ValueError("the block keeps its experts as separate modules (transformers < 5); this loader reads the "
+                         "stacked experts.gate_up_proj / down_proj of transformers 5 (the book pins 5.24.0)")
     gate_up, down = block.experts.gate_up_proj, block.experts.down_proj
     E, d_ff = gate_up.shape[0], gate_up.shape[1] // 2
     if E != moe.n_experts or tuple(down.shape[1:]) != (moe.router.in_features, moe.experts[0].down.in_features) \
