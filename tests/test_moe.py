@@ -192,3 +192,20 @@ def test_moe_errors_name_the_argument():
         MoE(8, 8, 4, 2).balance_loss()
     with pytest.raises(ValueError, match="experts"):
         load_from_hf_mixtral_block(MoE(32, 48, 8, 2), _hf_block(4, 2))
+
+
+def test_hf_reference_sets_every_weight_and_restores_loggers():
+    import logging
+    from transformer_lib.experiments import hf_reference as H
+    block = H.random_mixtral_block(hidden_size=16, intermediate_size=8, num_local_experts=4, num_experts_per_tok=2,
+                                   num_attention_heads=2, num_key_value_heads=1)
+    assert all(torch.isfinite(p).all() and p.abs().sum() > 0 for p in block.parameters())
+    lg = logging.getLogger("torchao")
+    before = lg.level
+    with H.quiet_loggers("torchao"):
+        assert lg.level == logging.ERROR
+    assert lg.level == before
+    moe = load_from_hf_mixtral_block(MoE(16, 8, 4, 2), block)
+    x = torch.randn(1, 5, 16)
+    with torch.no_grad():
+        assert (moe(x) - block(x)).abs().max() < 1e-5
