@@ -192,6 +192,7 @@ def _hf_pair(n_kv_heads=2, seed=0, **extra):
     with torch.no_grad():  # every weight away from its initial value (norms included)
         for p in hf.parameters():
             p.normal_(0, 0.1) if p.dim() > 1 else p.uniform_(0.5, 1.5)
+    hf.generation_config.eos_token_id = None  # random weights: token 2 (</s>) must not end Hugging Face's generate
     ours = Llama(config_from_hf(hc)).eval()
     ours.load_state_dict(hf_llama_to_ours(hf.state_dict(), hc.num_hidden_layers), strict=True)
     return hf, ours

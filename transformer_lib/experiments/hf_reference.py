@@ -53,7 +53,9 @@ def random_llama(seed: int = 0, **config):
     """A Hugging Face ``LlamaForCausalLM`` (eval mode) of ``LlamaConfig(**config)`` with random weights."""
     transformers = import_transformers()
     cfg = transformers.LlamaConfig(**config)
-    return randomize(transformers.LlamaForCausalLM(cfg), seed=seed).eval()
+    model = randomize(transformers.LlamaForCausalLM(cfg), seed=seed).eval()
+    model.generation_config.eos_token_id = None  # random weights: token 2 (LLaMA's </s>) must not stop generate
+    return model
 
 
 def random_mixtral_block(seed: int = 0, std: float = 0.2, **config):
