@@ -25,7 +25,8 @@ TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 CHAPTERS = ["notebooks/00_quickstart", "notebooks/01_rnn_limits", "notebooks/02_attention",
             "notebooks/03_multi_head_attention", "notebooks/04_positional_encoding",
             "notebooks/05_encoder_decoder", "notebooks/06_masking", "notebooks/07_kv_cache",
-            "notebooks/08_pruning", "notebooks/09_quantization", "notebooks/10_flash_attention"]
+            "notebooks/08_pruning", "notebooks/09_quantization", "notebooks/10_flash_attention",
+            "notebooks/11_modern_decoder"]
 FRONT_MATTER = ["book/intro", "book/notation", "book/references"]
 REQUIRED_REFERENCES = {  # key: (first author's surname, year)
     "vaswani2017attention": ("Vaswani", 2017), "devlin2019bert": ("Devlin", 2019),
@@ -37,6 +38,8 @@ REQUIRED_REFERENCES = {  # key: (first author's surname, year)
     "pascanu2013difficulty": ("Pascanu", 2013), "shazeer2019fast": ("Shazeer", 2019),
     "ainslie2023gqa": ("Ainslie", 2023), "frantar2022gptq": ("Frantar", 2022),
     "jacob2018quantization": ("Jacob", 2018), "han2015learning": ("Han", 2015),
+    "zhang2019rmsnorm": ("Zhang", 2019), "shazeer2020glu": ("Shazeer", 2020), "fedus2022switch": ("Fedus", 2022),
+    "jiang2024mixtral": ("Jiang", 2024), "shazeer2017outrageously": ("Shazeer", 2017),
 }
 
 

@@ -76,7 +76,7 @@ def _runtime_modules(path: Path) -> set[str]:
             found.add(module.__name__)
 
     for name, obj in namespace.items():
-        if name != "__builtins__":
+        if name != "__builtins__" and not isinstance(obj, (int, float, str, tuple, dict, list)):  # data: no module
             add(obj)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \

@@ -138,6 +138,33 @@ def test_attention_steps_rejects_bad_input_naming_the_argument(kwargs, match):
         live.AttentionSteps(**args)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(logits=torch.randn(2, 3, 4)), r"logits must be a finite \(n_layers, T, n_experts\) tensor with T = len\(tokens\) = 5"),
+    (dict(logits=torch.randn(2, 5, 1)), "n_experts >= 2"),
+    (dict(layer=2), r"layer must be an int in \[0, 1\], got layer=2"),
+    (dict(top_k=5), r"top_k must be an int in \[1, 4\], got top_k=5"),
+    (dict(logits=torch.full((2, 5, 4), float("nan"))), "finite"),
+])
+def test_expert_routing_rejects_bad_input_naming_the_argument(kwargs, match):
+    args = dict(tokens=list("abcde"), logits=torch.randn(2, 5, 4)) | kwargs
+    with pytest.raises(ValueError, match=match):
+        live.ExpertRouting(**args)
+
+
+def test_router_logits_are_what_each_mixture_layer_routed():
+    from transformer_lib.llama import Llama, LlamaConfig
+    from transformer_lib.moe import top_k_gating
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(vocab_size=30, n_layers=2, d_model=16, n_heads=2, n_experts=4, top_k=2)).eval()
+    ids = torch.randint(0, 30, (9,))
+    logits = live.router_logits(model, ids)
+    assert logits.shape == (2, 9, 4)
+    for block, layer_logits in zip(model.blocks, logits):
+        assert torch.equal(top_k_gating(layer_logits, 2)[1], block.ffn.experts_chosen)
+    with pytest.raises(ValueError, match="mixture"):
+        live.router_logits(Llama(LlamaConfig(vocab_size=30, n_layers=1, d_model=16, n_heads=2)), ids)
+
+
 # ------------------------------------------------------------------ a browser page for the modules
 
 def _no_browser(error: Exception):
@@ -410,12 +437,30 @@ def test_browser_online_softmax_figure_renders_and_follows_its_controls(page):
     assert (steps_at_4, steps_at_1) == ("3", "12")  # 12 keys: 3 tiles of 4, then 12 tiles of 1
 
 
+def test_browser_expert_routing_matches_top_k_gating(page):
+    from transformer_lib.moe import expert_shares, top_k_gating
+    torch.manual_seed(3)
+    logits = torch.randn(6, 5) * 2
+    for k in (1, 2, 3):
+        got = json.loads(run_module(page, live.ExpertRouting, f"""
+          const rows = {as_json(logits)};
+          const gates = rows.map((r) => m.topKGates(r, {k}));
+          return [gates, m.expertShares(gates)];"""))
+        weights, experts = top_k_gating(logits, k)
+        dense = torch.zeros_like(logits).scatter(-1, experts, weights)
+        torch.testing.assert_close(torch.tensor(got[0], dtype=torch.float32), dense, atol=1e-6, rtol=0)
+        torch.testing.assert_close(torch.tensor(got[1], dtype=torch.float32), expert_shares(experts, 5), atol=1e-6, rtol=0)
+
+
 # ------------------------------------------------------------------------------ the built book
 
 # Chapter pages and the number of live figures each must show.
 LIVE_PAGES = {"notebooks/00_quickstart": 1, "notebooks/02_attention": 2, "notebooks/03_multi_head_attention": 1,
               "notebooks/04_positional_encoding": 2, "notebooks/07_kv_cache": 1, "notebooks/09_quantization": 1,
               "notebooks/10_flash_attention": 1}
+
+
+              "notebooks/11_modern_decoder": 1}
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 
 # Everything a figure shows: its canvases' pixels and its text.

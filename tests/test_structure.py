@@ -14,7 +14,8 @@ LAYERS = {
     "foundation": ["device", "modes", "timing", "claims", "tensor_memory", "params"],
     "core model": ["attention", "masking", "positional", "multihead", "layers", "models", "kv_cache", "generate",
                    "paged_cache", "continuous_batching", "quantized_cache",
-                   "variants", "rnn", "flash", "kernels", "kernels.*"],
+                   "variants", "rnn", "flash", "kernels", "kernels.*",
+                   "norms", "activations", "moe", "llama", "model_family"],
     "package": [""],  # transformer_lib/__init__.py re-exports the core model
     "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
     "analysis and compression": ["head_stats", "pruning", "quant_grids", "int8_ops", "quant_linear", "calibration",

@@ -1,6 +1,6 @@
 """Where tensors live: CUDA when present, else CPU. Modules follow their inputs' device and dtype.
 
-Used in chapters 00, 01, 02, 03, 04, 05, 06, 07, 08 and 09.
+Used in chapters 00, 01, 02, 03, 04, 05, 06, 07, 08, 09 and 11.
 """
 from __future__ import annotations
 

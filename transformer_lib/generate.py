@@ -1,6 +1,6 @@
 """Text generation with a decoder-only model: greedy, temperature, top-k and top-p (nucleus) sampling.
 
-Used in chapters 00, 05, 07 and 09.
+Used in chapters 00, 05, 07, 09 and 11.
 
 With ``use_cache=True`` the prompt is run once (the *prefill*) and each new token then costs one
 forward pass over a single position, reading the past keys/values from a cache (``kv_cache.py``).

@@ -1,6 +1,6 @@
 """KV caches: keep each layer's keys and values so a new token attends without recomputing the past.
 
-Used in chapter 07.
+Used in chapters 07 and 11.
 
 A cache is an object threaded through the layers (as Hugging Face's ``Cache`` in ``modeling_llama.py``):
 each ``MultiHeadAttention`` calls ``cache.update(k, v, layer_idx)`` with its new keys/values

@@ -1,6 +1,6 @@
 """The pieces of a Transformer block: FFN, LayerNorm, residual sub-layers, encoder and decoder layers.
 
-Used in chapter 05.
+Used in chapters 05 and 11.
 
 Vaswani et al. 2017, section 3.1 (post-norm: ``LayerNorm(x + Sublayer(x))``); pre-norm
 (``x + Sublayer(LayerNorm(x))``, Xiong et al. 2020, used by GPT-2) is a flag.

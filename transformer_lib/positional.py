@@ -1,6 +1,6 @@
 """Positional information: sinusoidal, learned, rotary (RoPE) and ALiBi.
 
-Used in chapter 04.
+Used in chapters 04 and 11.
 
 * Sinusoidal (Vaswani et al. 2017, section 3.5): PE[pos, 2i] = sin(pos / 10000^(2i/d)),
   PE[pos, 2i+1] = cos(pos / 10000^(2i/d)); added to the token embeddings.

@@ -1,6 +1,6 @@
 """Chapter 09: how much memory a model's weights take, from its parameter count and the bits per weight of a format.
 
-Used in chapter 09.
+Used in chapters 09 and 11.
 
 ``transformer_params`` counts the parameters of a Transformer from its published configuration (checked against
 models we can load: MiniLM, the book's GPT), so a deployment table's "memory" column can be recomputed: bytes =

@@ -1,6 +1,6 @@
 """Live figures: widgets whose JavaScript computes the figure in the reader's browser.
 
-Used in chapters 02, 03, 04, 07, 09 and 10.
+Used in chapters 02, 03, 04, 07, 09, 10 and 11.
 
 A live widget is an ``anywidget.AnyWidget`` whose front-end is one ES module: ``js/common.js`` (shared maths
 and DOM helpers) followed by the figure's own ``js/<name>.js``. Python hands over numbers only (synced
@@ -354,3 +354,46 @@ class OnlineSoftmaxTiles(LiveWidget):
         super().__init__(q=encode_float32(q), k=encode_float32(k), v=encode_float32(v), bq=q.shape[0],
                          t_k=k.shape[0], d=q.shape[1], d_v=v.shape[1], block_k=block_k,
                          block_options=list(block_options))
+
+
+# ----------------------------------------------------------------------- mixture of experts (chapter 11)
+
+@torch.no_grad()
+def router_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    """Every layer's router scores ``x W_r`` of a mixture ``llama.Llama`` on one sequence ``ids: (T,)``:
+    ``(n_layers, T, n_experts)`` float32 on the CPU (the ``router_logits`` each ``moe.MoE`` keeps after a forward)."""
+    if not getattr(model.cfg, "n_experts", 0):
+        raise ValueError("router_logits needs a mixture of experts (LlamaConfig.n_experts > 0)")
+    device = next(model.parameters()).device
+    model.eval()
+    model(ids[None].to(device))
+    return torch.stack([block.ffn.router_logits.float().cpu() for block in model.blocks])  # (L, T, E)
+
+
+class ExpertRouting(LiveWidget):
+    """The experts a router picks for each token of a sentence, per layer: top-k gates recomputed in the browser.
+
+    ``tokens``: the ``T`` tokens; ``logits: (n_layers, T, n_experts)`` router scores (``router_logits``). The
+    reader picks the layer and ``k``; the figure shows each token's gate weights and each expert's share.
+    """
+
+    script = "routing.js"
+    tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    logits = traitlets.Unicode().tag(sync=True)  # base64 float32, (L, T, E) row by row
+    n_layers = traitlets.Int().tag(sync=True)
+    n_experts = traitlets.Int().tag(sync=True)
+    layer = traitlets.Int(0).tag(sync=True)
+    top_k = traitlets.Int(2).tag(sync=True)
+
+    def __init__(self, tokens: Sequence[str], logits: torch.Tensor, layer: int = 0, top_k: int = 2):
+        T = len(tokens)
+        if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or logits.shape[1] != T or T < 1 \
+                or logits.shape[2] < 2 or not torch.isfinite(logits).all():
+            got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+            raise ValueError(f"logits must be a finite (n_layers, T, n_experts) tensor with T = len(tokens) = {T} "
+                             f"and n_experts >= 2, got {got}")
+        L, _, E = logits.shape
+        check_range("layer", layer, 0, L - 1)
+        check_range("top_k", top_k, 1, E)
+        super().__init__(tokens=list(map(str, tokens)), logits=encode_float32(logits), n_layers=L, n_experts=E,
+                         layer=layer, top_k=top_k)
