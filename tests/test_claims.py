@@ -1,8 +1,12 @@
-"""``claim`` turns a false sentence into a failed build; ``glue_number`` glues a number and hands it back.
+"""``claim`` checks a sentence against its measurement; ``glue_number`` glues a number and hands it back.
 
-Fast tests check the helper against plain Python truth; the ``slow`` tests build a one-page Jupyter Book and run
-nbval on a notebook that states a claim, once true and once false, and check that the false one fails both, with
-the sentence in the output (the book's `make book` and `make test` run exactly these tools).
+Fast tests check the helper against plain Python truth, and the two modes (``BOOK_CLAIMS``): strict raises, report
+displays a box and goes on. The ``slow`` tests build a one-page Jupyter Book with the book's own Sphinx extension
+(tools/book_fixes.py) and run nbval on a notebook that states a claim, once true and once false: in strict mode the
+false one fails both, with the sentence in the output; in report mode the build passes and the page (its HTML is
+read) shows the box at the claim, a banner at the top linking to it, the provenance line, and the build's last
+lines list the claim. A cell that raises anything else fails the build in report mode too, with a banner saying
+which cell failed. The execution cache: a second build executes nothing; a change to the library re-executes.
 """
 from __future__ import annotations
 
@@ -18,10 +22,16 @@ import pytest
 import torch
 import yaml
 
+from transformer_lib import claims
 from transformer_lib.claims import claim, glue_number
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(autouse=True)
+def _strict_unless_a_test_says_otherwise(monkeypatch):
+    monkeypatch.setenv("BOOK_CLAIMS", "strict")
 
 
 @pytest.mark.parametrize("condition", [True, np.bool_(True), torch.tensor(True), np.array(True),
@@ -32,7 +42,8 @@ def test_claim_passes_silently_when_the_condition_holds(condition):
 
 @pytest.mark.parametrize("condition", [False, np.bool_(False), torch.tensor(False), 1 > 2,
                                        torch.tensor([1.0, 5.0]).lt(3).all()])
-def test_false_claim_raises_with_the_sentence_it_guards(condition):
+def test_false_claim_raises_with_the_sentence_it_guards(condition, monkeypatch):
+    monkeypatch.setenv("BOOK_CLAIMS", "strict")
     with pytest.raises(AssertionError) as err:
         claim(condition, "the cached decoder is at least 1.3x faster")
     assert str(err.value) == "claim no longer holds: the cached decoder is at least 1.3x faster"
@@ -63,6 +74,17 @@ def test_glue_number_returns_the_number_as_a_python_scalar(value, expected):
     assert got == expected and type(got) in (int, float)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), np.float32("nan"), np.float64("inf"),
+                                   torch.tensor(float("nan")), torch.tensor([-float("inf")]),
+                                   torch.tensor(float("inf"), dtype=torch.bfloat16)])
+def test_glue_number_refuses_nan_and_infinity_naming_the_key(value, monkeypatch):
+    glued = []
+    monkeypatch.setattr("myst_nb.glue", lambda *args, **kwargs: glued.append(args))
+    with pytest.raises(ValueError, match=r"value glued as 'speedup' must be a finite number, got (nan|inf|-inf)"):
+        glue_number("speedup", value)
+    assert glued == []  # nothing reached the prose
+
+
 @pytest.mark.parametrize("name, value, err, match", [
     ("n", torch.ones(2), ValueError, r"single number, got a tensor of shape \(2,\)"),
     ("n", "12", TypeError, "value must be a real number, got str"),
@@ -72,6 +94,65 @@ def test_glue_number_returns_the_number_as_a_python_scalar(value, expected):
 def test_glue_number_rejects_what_prose_cannot_show(name, value, err, match):
     with pytest.raises(err, match=match):
         glue_number(name, value)
+
+
+# ------------------------------------------------------------------------------------- the two modes
+
+@pytest.mark.parametrize("environ, expected", [
+    ({}, "report"), ({"CI": "true"}, "strict"), ({"CI": "false"}, "report"),
+    ({"BOOK_CLAIMS": "strict"}, "strict"), ({"BOOK_CLAIMS": "report", "CI": "true"}, "report"),
+    ({"BOOK_CLAIMS": " Strict "}, "strict"), ({"BOOK_CLAIMS": "", "CI": "true"}, "strict"),
+])
+def test_mode_is_book_claims_else_strict_under_ci_else_report(environ, expected):
+    assert claims.mode(environ) == expected
+
+
+def test_a_misspelt_mode_fails_every_claim_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("BOOK_CLAIMS", "strcit")
+    with pytest.raises(ValueError, match="BOOK_CLAIMS must be 'strict' or 'report', got 'strcit'"):
+        claim(True, "a sentence that holds")
+
+
+def test_report_mode_shows_the_sentence_and_the_values_glued_since_the_last_check(monkeypatch):
+    monkeypatch.setenv("BOOK_CLAIMS", "report")
+    monkeypatch.setattr("myst_nb.glue", lambda *args, **kwargs: None)
+    shown = []
+    monkeypatch.setattr(claims, "_display_failure", lambda sentence, values: shown.append((sentence, values)))
+    glue_number("before", 1.0)
+    claim(True, "an earlier check")  # what it was checked on is not the next check's
+    glue_number("ratio", 0.93)
+    glue_number("steps", 12)
+    assert claim(False, "the cache is at least 1.3x faster") is None  # no exception: the notebook runs on
+    claim(False, "an explicit check", values={"t_cached": 0.5})
+    assert shown == [("the cache is at least 1.3x faster", {"ratio": 0.93, "steps": 12}),
+                     ("an explicit check", {"t_cached": 0.5})]
+    monkeypatch.setenv("BOOK_CLAIMS", "strict")
+    with pytest.raises(AssertionError, match="claim no longer holds: the same sentence, strict"):
+        claim(False, "the same sentence, strict")
+
+
+def test_the_report_box_quotes_the_sentence_and_values_escaped():
+    box = claims.failure_html('ratio < 2 & "fast"', {"ratio": 2.345678, "name": "<b>"})
+    assert f'class="{claims.BOX_CLASS}"' in box
+    assert 'data-sentence="ratio &lt; 2 &amp; &quot;fast&quot;"' in box
+    assert "&ldquo;ratio &lt; 2 &amp; &quot;fast&quot;&rdquo;" in box
+    assert "<code>ratio</code> = 2.346" in box and "&lt;b&gt;" in box and "<b>" not in box
+    assert "ran on" in box and "stopped here" in claims.failure_html("s", {}, ran_on=False)
+
+
+def test_report_mode_displays_an_html_box_with_a_record_in_a_kernel(monkeypatch):
+    """In IPython (Jupyter, Colab, the book's kernel) the box is one display output: HTML, text and the record."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    published = []
+    monkeypatch.setattr(shell.display_pub, "publish", lambda data, metadata=None, **kw: published.append(data))
+    monkeypatch.setenv("BOOK_CLAIMS", "report")
+    claim(False, "a sentence", values={"x": 3})
+    assert len(published) == 1
+    bundle = published[0]
+    assert bundle[claims.FAILED_CLAIM_MIME] == {"sentence": "a sentence", "values": {"x": 3}}
+    assert claims.BOX_CLASS in bundle["text/html"] and "a sentence" in bundle["text/plain"]
 
 
 # ------------------------------------------------------------- a false claim fails the book and nbval
@@ -174,5 +255,8 @@ def test_every_claim_verdict_is_logged_when_book_claims_log_is_set(tmp_path, mon
     claim(True, "one holds")
     with pytest.raises(AssertionError):
         claim(False, "two fails")
+    monkeypatch.setenv("BOOK_CLAIMS", "report")
+    claim(False, "three fails, reported")
     rows = [json.loads(line) for line in log.read_text().splitlines()]
-    assert rows == [{"sentence": "one holds", "holds": True}, {"sentence": "two fails", "holds": False}]
+    assert rows == [{"sentence": "one holds", "holds": True}, {"sentence": "two fails", "holds": False},
+                    {"sentence": "three fails, reported", "holds": False}]
