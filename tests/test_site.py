@@ -258,6 +258,8 @@ def test_every_chapter_page_has_its_provenance_line():
     for notebook in chapters:
         page = (html_dir / "notebooks" / f"{notebook.stem}.html").read_text(encoding="utf-8")
         assert len(PROVENANCE.findall(page)) == 1, f"{notebook.stem}: no (or more than one) provenance line"
-        assert page.index('class="book-provenance"') < page.index("</h1>") + 2000, "not under the title"
+        at = page.index('class="book-provenance"')
+        between = page[page.rindex("</h1>", 0, at):at]  # from the chapter's title to the line: a banner at most
+        assert "<h2" not in between and "cell docutils" not in between, f"{notebook.stem}: not under the title"
     front = (html_dir / "book" / "intro.html").read_text(encoding="utf-8")
     assert "book-provenance" not in front, "only notebook pages compute numbers"
