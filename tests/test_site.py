@@ -241,10 +241,11 @@ def test_page_scripts_raise_no_errors(browser):
 
 # ------------------------------------------- every chapter page says what produced its numbers (make test-site)
 
-PROVENANCE = re.compile(r'<p class="book-provenance"[^>]*>Numbers on this page: (computed \d{4}-\d\d-\d\d \d\d:\d\d UTC|'
-                        r'not executed in this build), from (commit <a href="[^"]+/commit/[0-9a-f]{40}"><code>[0-9a-f]'
-                        r'{12}</code></a>( with uncommitted changes)?|a source tree outside git), with torch [^,]+, CPU '
-                        r'capability [A-Z0-9_]+, \d+ threads, device [^.]+\.')
+PROVENANCE = re.compile(
+    r'<p class="book-provenance"[^>]*>Numbers on this page: '
+    r"(computed \d{4}-\d\d-\d\d \d\d:\d\d UTC|not executed in this build), from "
+    r'(commit <a href="[^"]+/commit/[0-9a-f]{40}"><code>[0-9a-f]{12}</code></a>( with uncommitted changes)?'
+    r"|a source tree outside git), with torch [^,]+, CPU capability [A-Z0-9_]+, \d+ threads, device [^.]+\.")
 
 
 @pytest.mark.site
