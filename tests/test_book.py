@@ -513,3 +513,30 @@ def test_a_stale_cache_is_emptied_and_strict_mode_forces_execution(tmp_path, mon
     monkeypatch.setenv("BOOK_CLAIMS", "strict")
     fixes.prepare_execution(app)
     assert app.env.mystnb_config.execution_mode == "force"
+
+
+
+def test_a_cell_that_timed_out_is_named_as_such_in_the_banner():
+    """nbclient interrupts a cell at the build's per-cell limit, so the cell's own error is a bare
+    KeyboardInterrupt (seen in a real build under load): the banner says it timed out."""
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from docutils.utils import new_document
+
+    fixes = _book_fixes()
+    doctree = new_document("notebooks/04_x.ipynb")
+    section = nodes.section()
+    section += nodes.title(text="A chapter")
+    section += nodes.raw("", fixes._cell_mark(7, "KeyboardInterrupt: "), format="html")
+    doctree += section
+    exec_data = {"mtime": 0, "succeeded": False, "error": "CellTimeoutError", "traceback": "..."}
+    env = SimpleNamespace(docname="notebooks/04_x", doc2path=lambda d: Path(d + ".ipynb"),
+                          nb_metadata={"notebooks/04_x": {"exec_data": exec_data}},
+                          mystnb_config=SimpleNamespace(execution_timeout=240))
+    fixes.annotate_page(SimpleNamespace(env=env), doctree)
+    banner, provenance = section[1].astext(), section[2].astext()
+    assert fixes.BANNER_CLASS in banner and "This page is incomplete" in banner
+    assert "CellTimeoutError: the cell ran past the build&#x27;s per-cell limit of 240 s" in banner
+    assert 'href="#failed-cell"' in banner and "book-provenance" in provenance
+    assert env.book_failures["notebooks/04_x"]["cell"].startswith("CellTimeoutError")

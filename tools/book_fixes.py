@@ -481,6 +481,11 @@ def annotate_page(app, doctree) -> None:
         cell = {"anchor": False, "error": lines[-1].strip() if lines else str(exec_data.get("error"))}
     if cell is not None and exec_data and exec_data.get("succeeded", False):
         cell = None  # an error the notebook expected (a cell tagged raises-exception)
+    if cell is not None and exec_data and exec_data.get("error") == "CellTimeoutError":
+        # nbclient interrupts the kernel at the limit: the cell's own error is a bare KeyboardInterrupt
+        limit = getattr(getattr(env, "mystnb_config", None), "execution_timeout", None)
+        cell["error"] = ("CellTimeoutError: the cell ran past the build's per-cell limit"
+                         + (f" of {limit} s" if limit else ""))
     added = [nodes.raw("", provenance_html(exec_data), format="html")]
     if claims or cell:
         added.insert(0, nodes.raw("", _banner(claims, cell), format="html"))
