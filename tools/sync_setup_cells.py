@@ -8,6 +8,11 @@ Where ``make book``/``make test`` has installed the library it does nothing. PyT
 installed: Colab ships it (and an unpinned torch would pull a multi-GB CUDA build elsewhere).
 The environment variable TRANSFORMER_LIB_SOURCE overrides the pip source (tests use a local clone).
 
+The committed cell names the branch, since a file cannot name the commit it is part of. The book build
+(tools/book_fixes.py, ``pinned_setup_source``) rewrites the copy shown on each page and offered for download so
+that it installs ``git+<repository.url>@<commit built>``, and points the page's Colab button at that commit;
+the notebook that runs in the build (and the execution cache) keeps this cell as committed.
+
 On Colab (detected by ``google.colab`` being imported, as it is in every Colab kernel) the cell also
 calls ``google.colab.output.enable_custom_widget_manager()``, every time it runs: Colab's built-in
 widget manager serves ipywidgets 7, and this book's widgets are ipywidgets 8 (and custom widgets),

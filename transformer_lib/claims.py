@@ -9,12 +9,23 @@ comparison in its prose with ``claim`` in a hidden cell (tag ``remove-cell``) ri
     ratio = glue_number("cache_speedup", t_full / t_cached)   # markdown: {glue:text}`cache_speedup:.1f`
     claim(ratio > 1.3, "the cache decodes at least 1.3x faster")
 
-When a retrained checkpoint or another machine makes the sentence false, the cell raises, so the book build
-(``jupyter-book build -W``) and the notebook tests (``pytest --nbval-lax``) fail and print the sentence.
+What a false sentence does depends on one variable, ``BOOK_CLAIMS`` (``mode()``):
+
+* ``strict``: the cell raises ``AssertionError("claim no longer holds: <sentence>")``, so the book build
+  (``jupyter-book build -W``) and the notebook tests (``pytest --nbval-lax``) fail and print the sentence.
+  ``make test``, ``make test-all``, ``.ci/run`` and the workflows set it; it is also the default when ``CI=true``.
+* ``report`` (the default anywhere else: a reader's ``make book``, Jupyter, Colab): the notebook runs on, and the
+  cell displays a box that quotes the sentence and the values it was checked on (``values=``, or else the numbers
+  glued since the previous check). The box is an HTML output (Jupyter and Colab show it) carrying a record of
+  MIME type ``FAILED_CLAIM_MIME``; the book's Sphinx extension (tools/book_fixes.py) shows it even in a cell
+  tagged ``remove-cell``, puts a banner at the top of the page that links to it, and lists it at the end of the
+  build.
 """
 from __future__ import annotations
 
+import html
 import json
+import math
 import numbers
 import os
 
@@ -22,6 +33,24 @@ import numpy as np
 import torch
 
 PREFIX = "claim no longer holds: "
+MODE_ENV = "BOOK_CLAIMS"
+MODES = ("strict", "report")
+FAILED_CLAIM_MIME = "application/vnd.transformer-book.failed-claim+json"
+BOX_CLASS = "book-check-failed"  # tools/book_fixes.py finds the boxes on a page by this class
+
+_glued_since_check: dict[str, object] = {}  # name -> value glued since the last claim: what the next one checks
+
+
+def mode(environ=None) -> str:
+    """``"strict"`` or ``"report"``: ``BOOK_CLAIMS`` when set, else ``"strict"`` under ``CI=true`` (GitHub Actions and
+    most CI services set it) and ``"report"`` everywhere else. Any other value of ``BOOK_CLAIMS`` is an error."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(MODE_ENV, "").strip().lower()
+    if value:
+        if value not in MODES:
+            raise ValueError(f"{MODE_ENV} must be 'strict' or 'report', got {environ.get(MODE_ENV)!r}")
+        return value
+    return "strict" if environ.get("CI", "").strip().lower() in ("true", "1", "yes") else "report"
 
 
 def _as_bool(condition, name: str = "condition") -> bool:
@@ -39,18 +68,74 @@ def _as_bool(condition, name: str = "condition") -> bool:
                     f"write the comparison out, e.g. claim(bool((x > 0).all()), ...)")
 
 
-def claim(condition, sentence: str) -> None:
+def claim(condition, sentence: str, values: dict | None = None) -> None:
     """Check that the measurement still supports ``sentence`` (the prose it guards, quoted as printed).
 
-    Raises ``AssertionError("claim no longer holds: <sentence>")`` when ``condition`` is false, and
-    ``TypeError`` when it is not a single truth value (a tensor of many elements, a float, None, ...).
+    ``values`` (optional, name -> number) are the measurements the condition compares; without it, the report
+    quotes the numbers glued (``glue_number``) since the previous check. When ``condition`` is false: in strict
+    mode (``mode()``) raises ``AssertionError("claim no longer holds: <sentence>")``; in report mode displays a box
+    quoting the sentence and those values, and returns. A ``TypeError`` when ``condition`` is not a single truth
+    value (a tensor of many elements, a float, None, ...), in either mode.
     """
     if not isinstance(sentence, str) or not sentence.strip():
         raise TypeError(f"sentence must be the non-empty sentence the claim guards, got {sentence!r}")
+    if values is not None and not isinstance(values, dict):
+        raise TypeError(f"values must be a dict of name -> value, got {type(values).__name__} {values!r}")
     holds = _as_bool(condition)
+    checked = dict(_glued_since_check) if values is None else dict(values)
+    _glued_since_check.clear()
+    current = mode()  # an invalid BOOK_CLAIMS fails every claim, true or false
     _record(sentence, holds)
-    if not holds:
+    if holds:
+        return
+    if current == "strict":
         raise AssertionError(PREFIX + sentence)
+    _display_failure(sentence, checked)
+
+
+def _show(value) -> str:
+    if isinstance(value, float):
+        return format(value, ".4g")
+    return str(value)
+
+
+def failure_html(sentence: str, values: dict, ran_on: bool = True) -> str:
+    """The box a failed claim shows (inline styles: Jupyter and Colab have no book CSS). ``ran_on``: report mode
+    (the notebook went on); else strict mode stopped the notebook at the check (the book's extension shows it)."""
+    shown = "; ".join(f"<code>{html.escape(str(k))}</code> = {html.escape(_show(v))}" for k, v in values.items())
+    checked = (f"<p style=\"margin:0.3em 0\">Checked on: {shown}.</p>" if shown else "")
+    return (f'<div class="{BOX_CLASS}" data-sentence="{html.escape(sentence, quote=True)}" role="note" '
+            'style="border:2px solid #b3261e;border-left-width:8px;background:#fdecea;color:#3b0a07;'
+            'padding:0.6em 1em;margin:0.8em 0;border-radius:4px">'
+            '<p style="margin:0 0 0.3em 0"><strong>A measurement on this machine does not support this sentence:'
+            f'</strong> &ldquo;{html.escape(sentence)}&rdquo;</p>{checked}'
+            '<p style="margin:0.3em 0 0 0;font-size:90%">The check behind it failed when this page was computed; '
+            + ("the notebook ran on (report mode), so the numbers around it are this machine's, and the sentence "
+               "above them may not hold for them.</p></div>" if ran_on else
+               "the notebook stopped here (strict mode): what follows on this page is missing.</p></div>"))
+
+
+def _display_failure(sentence: str, values: dict) -> None:
+    record = {"sentence": sentence, "values": {str(k): _jsonable(v) for k, v in values.items()}}
+    text = (f"A measurement on this machine does not support this sentence: {sentence!r}"
+            + (f" (checked on: {', '.join(f'{k} = {_show(v)}' for k, v in values.items())})" if values else ""))
+    bundle = {"text/plain": text, "text/html": failure_html(sentence, values), FAILED_CLAIM_MIME: record}
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # plain Python without IPython: say it on stdout
+        print(text)
+        return
+    if get_ipython() is None:
+        print(text)
+    else:
+        display(bundle, raw=True)
+
+
+def _jsonable(value):
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value if not (isinstance(value, float) and not math.isfinite(value)) else str(value)
+    return str(value)
 
 
 def _record(sentence: str, holds: bool) -> None:
@@ -82,6 +167,9 @@ def glue_number(name: str, value, fmt: str | None = None):
         raise TypeError(f"value must be a real number, got {type(value).__name__} {value!r}")
     if isinstance(value, np.generic):
         value = value.item()
+    if not math.isfinite(value):
+        raise ValueError(f"value glued as {name!r} must be a finite number, got {value}")
+    _glued_since_check[name] = value
     glue(name, format(value, fmt) if fmt is not None else value, display=False)
     return value
 
@@ -97,6 +185,7 @@ def glue_choice(name: str, key: str, words: dict[str, str]) -> str:
     from myst_nb import glue
 
     glue(name, words[key], display=False)
+    _glued_since_check[name] = words[key]
     return key
 
 
