@@ -1,8 +1,8 @@
 # The commands of this project (see README.md, "The two commands"):
 #   make book      - set up .venv if needed, execute every notebook, build the HTML book into _build/html
 #   make test      - set up .venv if needed; the unit tests not marked slow/browser, and every notebook under nbval,
-#                    in two worker processes, each file whole on one worker (a few minutes; a notebook over 90 s
-#                    fails it: see tests/conftest.py)
+#                    in two worker processes, each file whole on one worker (a few minutes; a notebook over its
+#                    budget, in units of a calibration timed on the same machine, fails it: see tests/notebook_budget.py)
 #   make test-all  - make test plus the slow tests (checkpoint retraining, benchmarks' quick modes, a fresh venv)
 #                    and the browser tests (a headless Chromium or Chrome; skipped with a reason when none is found)
 #   make test-site - after make book: the tests that read _build/html (links, the 404 page, live figures in their pages)

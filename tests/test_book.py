@@ -351,34 +351,7 @@ def test_a_lost_wake_up_costs_at_most_one_slice(monkeypatch):
     assert channel.socket.polls == [3000] and clock.now == 3.0
 
 
-# ------------------------------------------- tests/conftest.py: each notebook within its time budget
-
-def test_a_notebook_over_its_budget_fails_the_session():
-    """The plugin that ``make test`` runs: nbval items' durations are summed per notebook (all three phases);
-    over the budget, a passing session's exit status becomes TESTS_FAILED; other files are not counted."""
-    from types import SimpleNamespace
-
-    from conftest import NotebookBudget
-
-    budget = NotebookBudget(budget_s=90)
-    reports = [("notebooks/01_a.ipynb::Cell 0", 30.0), ("notebooks/01_a.ipynb::Cell 0", 0.5),
-               ("notebooks/01_a.ipynb::Cell 1", 59.0), ("notebooks/02_b.ipynb::Cell 0", 89.0),
-               ("tests/test_x.py::test_slow", 500.0)]
-    for nodeid, seconds in reports:
-        budget.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=seconds))
-    assert budget.seconds == {"notebooks/01_a.ipynb": 89.5, "notebooks/02_b.ipynb": 89.0}
-    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
-    budget.pytest_sessionfinish(session)
-    assert session.exitstatus == pytest.ExitCode.OK  # under the budget
-
-    budget.pytest_runtest_logreport(SimpleNamespace(nodeid="notebooks/01_a.ipynb::Cell 2", duration=0.6))
-    assert budget.over_budget() == {"notebooks/01_a.ipynb": pytest.approx(90.1)}
-    budget.pytest_sessionfinish(session)
-    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
-    lines = []
-    budget.pytest_terminal_summary(SimpleNamespace(section=lambda title: lines.append(title),
-                                                   write_line=lambda line, **kw: lines.append(line)))
-    assert any(line.startswith("FAILED: notebooks/01_a.ipynb took 90.1 s") for line in lines), lines
+# tests/conftest.py's notebook budget: tests/test_notebook_budget.py
 
 
 def test_make_test_is_the_fast_loop_and_test_all_adds_the_rest():

@@ -68,3 +68,9 @@ def test_batching_roofline_draws_the_measured_and_bytes_bound_lines_and_the_bala
     plt.close(fig)
     with pytest.raises(ValueError, match="balance must be a positive number"):
         plot_batching_roofline(rows, balance=0)
+    timed = [{**r, "decode_seconds": 1.0, "decode_times": [0.5, 1.0, 2.0]} for r in rows]  # tok/s x2 .. x0.5
+    fig = plot_batching_roofline(timed, balance=3.0)
+    (bars,) = fig.axes[0].collections  # one vertical bar per batch, from the slowest round to the fastest
+    ends = [tuple(seg[:, 1]) for seg in bars.get_segments()]
+    assert ends == [pytest.approx((r["tok_per_s"] / 2, 2 * r["tok_per_s"])) for r in rows]
+    plt.close(fig)

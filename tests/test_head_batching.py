@@ -61,10 +61,15 @@ def test_cpu_loop_holds_every_head_output_and_the_concatenation():
         assert peak_memory_bytes(lambda: looped_heads(q, k, v)) == 2 * out_bytes  # H slices of 1/H, then cat
 
 
-def test_compare_reports_rounds_memory_and_agreement():
+def test_compare_reports_rounds_memory_and_agreement(monkeypatch):
+    from transformer_lib import timing
+
+    ticks = iter(range(100))  # a fake clock: every timed call lasts 1 s, so every paired ratio is exactly 1
+    monkeypatch.setattr(timing, "_clock", lambda: next(ticks))
     q, k, v = torch.randn(3, 1, 4, 8, 8).unbind(0)
-    res = compare(q, k, v, rounds=2, repeats=1)
-    assert len(res["latency"]) == 2 and set(res["latency"][0]) == {"batched", "loop"}
+    res = compare(q, k, v, repeats=3)
+    assert res["times"] == {"batched": [1, 1, 1], "loop": [1, 1, 1]}
+    assert (res["ratio"].ratio, res["ratio"].rounds) == (1.0, 3)
     assert res["memory"]["loop"] > res["memory"]["batched"] > 0
     assert res["max_abs_diff"] < 1e-6
 

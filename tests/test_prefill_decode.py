@@ -7,9 +7,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lib.experiments import batched_decoding, prefill_decode
 from transformer_lib.experiments.left_padding import left_pad
-from transformer_lib.experiments.prefill_decode import (cached_forward_seconds, decode_steps, matmul_flops_per_s,
-                                                        matrix_weights, matvec_bandwidth, prefill, prefill_flops,
-                                                        time_to_first_token_and_per_token)
+from transformer_lib.experiments.prefill_decode import (cached_forward_seconds, cached_forward_times, decode_steps,
+                                                        matmul_flops_per_s, matrix_weights, matvec_bandwidth, prefill,
+                                                        prefill_flops, time_to_first_token_and_per_token)
 from transformer_lib.generate import generate
 from transformer_lib.models import GPT, GPTConfig
 
@@ -63,7 +63,11 @@ def stub_timer(monkeypatch, module, seconds):
         for key, fn in fns.items():
             ran[key] = [fn(), fn()]
         return {key: seconds(key) for key in fns}
-    monkeypatch.setattr(module, "interleaved_medians", stub)
+
+    def stub_times(fns, repeats, warmup=1, device=None):  # every round the same: the median is that value
+        return {key: [s] * repeats for key, s in stub(fns, repeats, warmup, device).items()}
+    monkeypatch.setattr(module, "interleaved_medians", stub, raising=False)
+    monkeypatch.setattr(module, "interleaved_times", stub_times, raising=False)
     return ran
 
 
@@ -71,9 +75,14 @@ def test_ttft_is_the_prefill_and_tpot_the_decoding_time_per_token(monkeypatch):
     ran = stub_timer(monkeypatch, prefill_decode, lambda key: {"prefill": 0.2, "decode": 0.8}[key[0]])
     rows = time_to_first_token_and_per_token(gpt(), [6, 12], n_new=4)
     assert [(r["prompt_len"], r["ttft_s"], r["tpot_s"]) for r in rows] == [(6, 0.2, 0.2), (12, 0.2, 0.2)]
+    assert rows[0]["ttft_times"] == [0.2] * 3 and rows[0]["tpot_times"] == [0.2] * 3  # every round, per token
     assert rows[1]["prefill_flops"] == prefill_flops(gpt().cfg, 12) and rows[0]["context"] == 6 + 2
     assert ran[("prefill", 12)][0].past == 12 and ran[("decode", 6)][0].shape == (1, 4)
     assert torch.equal(*ran[("decode", 6)])  # the same steps each time
+    short = time_to_first_token_and_per_token(gpt(), [6], n_new=4, repeats=5, prefill_repeats=2)
+    assert len(short[0]["ttft_times"]) == 2 and len(short[0]["tpot_times"]) == 5  # decoding alone in rounds 3-5
+    with pytest.raises(ValueError, match="prefill_repeats=6 must be at most repeats=5"):
+        time_to_first_token_and_per_token(gpt(), [6], repeats=5, prefill_repeats=6)
 
 
 def test_throughput_and_roofline_rates_come_from_the_medians(monkeypatch):
@@ -81,11 +90,13 @@ def test_throughput_and_roofline_rates_come_from_the_medians(monkeypatch):
     rows = batched_decoding.decode_throughput(gpt(), [1, 4], prompt_lengths=(2, 5), new_tokens=3)
     assert [r["tok_per_s"] for r in rows] == pytest.approx([1 * 2 / 0.1, 4 * 2 / 0.4])
     assert ran[4][0].shape == (4, 2)
+    assert rows[1]["decode_times"] == [pytest.approx(0.4)] * 5  # every round's seconds, for intervals
     assert [r["context"] for r in rows] == [2 + 2, 5 + 2]  # the longest (padded) prompt + 2 steps
     stub_timer(monkeypatch, prefill_decode, lambda key: 0.5)
     assert matmul_flops_per_s(n=8) == 2 * 8 ** 3 / 0.5
     assert matvec_bandwidth(4 * 16 * 100, in_features=16) == 4 * 16 * 100 / 0.5
     assert cached_forward_seconds(gpt(), past=5, ks=[1, 3]) == {1: 0.5, 3: 0.5}
+    assert cached_forward_times(gpt(), past=5, ks=[1, 3], repeats=2) == {1: [0.5, 0.5], 3: [0.5, 0.5]}
 
 
 def test_bad_arguments_get_clear_errors():

@@ -22,7 +22,9 @@ from __future__ import annotations
 import torch
 
 from ..kv_cache import kv_cache_bytes
-from ..timing import interleaved_medians
+import statistics
+
+from ..timing import interleaved_times
 from .left_padding import left_pad
 from .prefill_decode import decode_steps, matrix_weights, prefill
 
@@ -57,9 +59,11 @@ def decode_throughput(model, batch_sizes, prompt_lengths=(4, 9, 16, 25), new_tok
 
     Row ``i`` of a batch gets a random prompt of length ``prompt_lengths[i % len(prompt_lengths)]``, left-padded.
     Each batch is prefilled once (``prefill_decode.prefill``, untimed), then its ``new_tokens - 1`` decoding steps
-    after the prefill's token are timed, interleaved with the other batches (``timing.interleaved_medians``):
-    ``tok/s = B x (new_tokens - 1) / t``. Returns one dict per batch size with the measured ``tok_per_s``,
-    ``decode_seconds``, and ``decode_step_cost`` at the longest ``context`` reached (padded prompt + steps).
+    after the prefill's token are timed, interleaved with the other batches (``timing.interleaved_times``):
+    ``tok/s = B x (new_tokens - 1) / t`` at the median ``t``. Returns one dict per batch size with the measured
+    ``tok_per_s``, ``decode_seconds`` (the median), ``decode_times`` (every round's seconds; round ``r`` of every
+    batch measured in the same pass, pairs for ``timing.ratio_from_times``), and ``decode_step_cost`` at the longest
+    ``context`` reached (padded prompt + steps).
     """
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 2:
         raise ValueError(f"new_tokens must be an int >= 2 (one token is the prefill's), got {new_tokens!r}")
@@ -72,11 +76,12 @@ def decode_throughput(model, batch_sizes, prompt_lengths=(4, 9, 16, 25), new_tok
                    for i in range(b)]
         ids, mask = (t.to(device) for t in left_pad(prompts))
         states[b] = prefill(model, ids, ids.shape[1] + new_tokens, attention_mask=mask)
-    seconds = interleaved_medians({b: (lambda s=s: decode_steps(model, s, new_tokens - 1)) for b, s in states.items()},
-                                  repeats=repeats, warmup=1, device=device)
+    times = interleaved_times({b: (lambda s=s: decode_steps(model, s, new_tokens - 1)) for b, s in states.items()},
+                              repeats=repeats, warmup=1, device=device)
     rows = []
     for b, state in states.items():
         cost = decode_step_cost(model.cfg, b, state.past + new_tokens - 1, model.tok_emb.weight.element_size())
-        rows.append({"batch": b, "tok_per_s": b * (new_tokens - 1) / seconds[b], "decode_seconds": seconds[b],
-                     "context": state.past + new_tokens - 1, **cost})
+        seconds = statistics.median(times[b])
+        rows.append({"batch": b, "tok_per_s": b * (new_tokens - 1) / seconds, "decode_seconds": seconds,
+                     "decode_times": times[b], "context": state.past + new_tokens - 1, **cost})
     return rows

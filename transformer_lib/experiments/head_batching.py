@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..timing import interleaved_medians
+from ..timing import interleaved_times, ratio_from_times
 
 
 def batched_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -80,15 +80,17 @@ def peak_memory_bytes(fn, device=None) -> int:
     return tracker.peak
 
 
-def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rounds: int = 3, repeats: int = 5) -> dict:
-    """Median latency (per round, ``interleaved_medians``) and peak memory of the loop and the batched call.
+def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, repeats: int = 9) -> dict:
+    """Latency (``repeats`` interleaved rounds, ``timing.interleaved_times``) and peak memory of the loop and the
+    batched call.
 
-    Returns ``{"latency": [{"batched": s, "loop": s} per round], "memory": {"batched": bytes, "loop": bytes},
-    "max_abs_diff": float}``.
+    Returns ``{"times": {"batched": [s per round], "loop": [...]}, "ratio": timing.Ratio (loop / batched, round by
+    round, with its interval), "memory": {"batched": bytes, "loop": bytes}, "max_abs_diff": float}``.
     """
     fns = {"batched": lambda: batched_heads(q, k, v), "loop": lambda: looped_heads(q, k, v)}
     with torch.inference_mode():
         diff = (batched_heads(q, k, v) - looped_heads(q, k, v)).abs().max().item()
-        latency = [interleaved_medians(fns, repeats=repeats, warmup=1, device=q.device) for _ in range(rounds)]
+        times = interleaved_times(fns, repeats=repeats, warmup=1, device=q.device)
         memory = {name: peak_memory_bytes(fn, q.device) for name, fn in fns.items()}
-    return {"latency": latency, "memory": memory, "max_abs_diff": diff}
+    return {"times": times, "ratio": ratio_from_times(times["loop"], times["batched"]), "memory": memory,
+            "max_abs_diff": diff}

@@ -12,7 +12,9 @@ Serving a prompt has two phases with different limits (the roofline model, Willi
   is ``(weight bytes + cache bytes) / matvec_bandwidth``.
 
 ``prefill`` and ``decode_steps`` are the two phases for any batch (left-padded prompts as ``generate`` takes them);
-``time_to_first_token_and_per_token`` and ``cached_forward_seconds`` time them with ``timing.interleaved_medians``.
+``time_to_first_token_and_per_token`` and ``cached_forward_times`` time them with ``timing.interleaved_times`` and
+return every round's seconds beside the medians, so that a page prints each time with its spread and compares two
+with ``timing.ratio_from_times``.
 A decoding measurement starts each repetition from the same prefilled ``StaticCache`` (its ``lengths`` are set
 back after the steps), so no prefill is inside a decoding time.
 """
@@ -24,7 +26,9 @@ import torch
 
 from ..generate import decode_step
 from ..kv_cache import StaticCache
-from ..timing import interleaved_medians
+import statistics
+
+from ..timing import interleaved_medians, interleaved_times
 
 
 def _check_int(name: str, value, low: int = 1) -> None:
@@ -134,18 +138,26 @@ def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- timings
 def time_to_first_token_and_per_token(model, prompt_lens, n_new: int = 8, repeats: int = 3,
-                                      seed: int = 0) -> list[dict]:
-    """TTFT and TPOT of one sequence for each prompt length, all interleaved (``timing.interleaved_medians``).
+                                      seed: int = 0, prefill_repeats: int | None = None) -> list[dict]:
+    """TTFT and TPOT of one sequence for each prompt length, all interleaved (``timing.interleaved_times``).
 
-    A random prompt ``(1, T)`` per length (speed does not depend on which tokens). ``ttft_s``: the prefill and its
-    greedy token; ``tpot_s``: ``n_new`` decoding steps after it, divided by ``n_new``; ``context``: the mean number
-    of positions a step attends over; ``prefill_flops``: the closed form of the prefill.
+    A random prompt ``(1, T)`` per length (speed does not depend on which tokens). ``ttft_s``: the median of the
+    prefill and its greedy token; ``tpot_s``: of ``n_new`` decoding steps after it, divided by ``n_new``;
+    ``ttft_times`` and ``tpot_times``: every round's seconds (round ``r`` of every list measured in the same pass);
+    ``context``: the mean number of positions a step attends over; ``prefill_flops``: the closed form of the prefill.
+    ``prefill_repeats`` (at most ``repeats``): time the prefills in only that many rounds, the first ones, and the
+    decoding steps alone in the rest (a long prefill costs many decoding steps): lists then differ in length, and
+    rounds ``0 .. prefill_repeats - 1`` are the paired ones.
     """
     if isinstance(prompt_lens, int) or not prompt_lens:
         raise ValueError(f"prompt_lens must be a non-empty list of ints, got {prompt_lens!r}")
     for i, T in enumerate(prompt_lens):
         _check_int(f"prompt_lens[{i}]", T)
     _check_int("n_new", n_new)
+    prefill_repeats = repeats if prefill_repeats is None else prefill_repeats
+    _check_int("prefill_repeats", prefill_repeats)
+    if prefill_repeats > repeats:
+        raise ValueError(f"prefill_repeats={prefill_repeats} must be at most repeats={repeats}")
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
     fns = {}
     for T in prompt_lens:
@@ -153,10 +165,20 @@ def time_to_first_token_and_per_token(model, prompt_lens, n_new: int = 8, repeat
         fns[("prefill", T)] = lambda ids=ids, T=T: prefill(model, ids, T + n_new + 1)
         state = prefill(model, ids, T + n_new + 1)
         fns[("decode", T)] = lambda state=state: decode_steps(model, state, n_new)
-    seconds = interleaved_medians(fns, repeats=repeats, warmup=1, device=device)
+    for key, fn in fns.items():  # warm-up: the decoding steps once each (making each state ran its prefill once)
+        if key[0] == "decode":
+            fn()
+    times = interleaved_times(fns, repeats=prefill_repeats, warmup=0, device=device)
+    if repeats > prefill_repeats:  # the decoding steps alone, for the remaining rounds
+        more = interleaved_times({key: fn for key, fn in fns.items() if key[0] == "decode"},
+                                 repeats=repeats - prefill_repeats, warmup=0, device=device)
+        for key, ts in more.items():
+            times[key] = times[key] + ts
     rows = []
     for T in prompt_lens:
-        rows.append({"prompt_len": T, "ttft_s": seconds[("prefill", T)], "tpot_s": seconds[("decode", T)] / n_new,
+        ttft, tpot = times[("prefill", T)], [t / n_new for t in times[("decode", T)]]
+        rows.append({"prompt_len": T, "ttft_s": statistics.median(ttft), "tpot_s": statistics.median(tpot),
+                     "ttft_times": ttft, "tpot_times": tpot,
                      "context": T + (n_new + 1) // 2, "prefill_flops": prefill_flops(model.cfg, T)})
     return rows
 
@@ -164,6 +186,13 @@ def time_to_first_token_and_per_token(model, prompt_lens, n_new: int = 8, repeat
 def cached_forward_seconds(model, past: int, ks=(1, 4), repeats: int = 5, seed: int = 0) -> dict[int, float]:
     """Median seconds of one forward pass of ``k`` new positions over a cache of ``past`` positions, for each ``k``
     (interleaved): what verifying ``k`` drafted tokens in one pass costs, against one decoding step (``k = 1``)."""
+    times = cached_forward_times(model, past, ks, repeats, seed)
+    return {k: statistics.median(ts) for k, ts in times.items()}
+
+
+def cached_forward_times(model, past: int, ks=(1, 4), repeats: int = 5, seed: int = 0) -> dict[int, list[float]]:
+    """Every round's seconds of ``cached_forward_seconds``' passes (round ``r`` of each ``k`` measured in the same
+    pass over ``ks``: pairs for ``timing.ratio_from_times``)."""
     _check_int("past", past)
     if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
         raise ValueError(f"ks must be a non-empty list of ints >= 1, got {ks!r}")
@@ -176,4 +205,4 @@ def cached_forward_seconds(model, past: int, ks=(1, 4), repeats: int = 5, seed: 
         model(ids[:, past:past + k], cache=state.cache)
         state.cache.lengths = [past] * len(state.cache.lengths)
 
-    return interleaved_medians({k: (lambda k=k: forward(k)) for k in ks}, repeats=repeats, warmup=1, device=device)
+    return interleaved_times({k: (lambda k=k: forward(k)) for k in ks}, repeats=repeats, warmup=1, device=device)

@@ -4,7 +4,8 @@ Used in chapter 07.
 
 ``plot_batching_roofline`` reads the rows of ``experiments.batched_decoding.decode_throughput`` (``batch``,
 ``tok_per_s``, ``intensity``) and the machine's balance point (measured FLOP/s over measured bytes/s): left, the
-measured tokens per second beside the line a purely bytes-bound step would give (the batch of one's speed times
+measured tokens per second (with the range over the timed rounds when the rows carry ``decode_times``) beside the
+line a purely bytes-bound step would give (the batch of one's speed times
 the batch); right, the step's FLOPs per byte with the balance point drawn across.
 """
 from __future__ import annotations
@@ -22,9 +23,16 @@ def plot_batching_roofline(rows: list[dict], balance: float, title: str = "Batch
         raise ValueError(f"balance must be a positive number of FLOPs per byte, got {balance!r}")
     batch = [r["batch"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.2))
-    ax1.plot(batch, [r["tok_per_s"] for r in rows], "o-", label="measured")
+    measured = [r["tok_per_s"] for r in rows]
+    ax1.plot(batch, measured, "o-", label="measured (median)")
     ax1.plot(batch, [rows[0]["tok_per_s"] * b / rows[0]["batch"] for b in batch], "--", color="gray",
              label="bytes-bound: B x batch-1 speed")
+    if all("decode_times" in r for r in rows):  # every round's seconds: the range of tok/s they give
+        tokens = [r["tok_per_s"] * r["decode_seconds"] for r in rows]  # tokens per timed call
+        low = [m - n / max(r["decode_times"]) for m, n, r in zip(measured, tokens, rows)]
+        high = [n / min(r["decode_times"]) - m for m, n, r in zip(measured, tokens, rows)]
+        ax1.errorbar(batch, measured, yerr=[low, high], fmt="none", ecolor="C0", capsize=3,
+                     label="range over the timed rounds")
     ax1.set_ylabel("tokens per second (all rows)")
     ax1.set_title(title)
     ax2.plot(batch, [r["intensity"] for r in rows], "s-", color="C1", label="decoding step")
