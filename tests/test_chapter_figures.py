@@ -69,3 +69,16 @@ def test_batching_roofline_draws_the_measured_and_bytes_bound_lines_and_the_bala
     plt.close(fig)
     with pytest.raises(ValueError, match="balance must be a positive number"):
         plot_batching_roofline(rows, balance=0)
+
+
+def test_rnn_vs_attention_with_rounds_draws_whiskers_and_quotes_the_range():
+    rounds = {key: [[t * 0.9, t, t * 1.2] for t in ts] for key, ts in TIMES.items()}
+    fig, caption = draw_rnn_vs_attention(16, LENGTHS, TIMES, rounds=rounds)
+    t = TIMES['RNN (Python loop)', 'cpu'][1] * 1e3
+    assert f"{t:.2f} ms ({0.9 * t:.2f}-{1.2 * t:.2f})" in caption and "fastest-slowest of 3 rounds" in caption
+    from matplotlib.container import BarContainer
+    (bars,) = [c for c in fig.axes[2].containers if isinstance(c, BarContainer)]
+    segments = bars.errorbar.lines[2][0].get_segments()  # one whisker per bar: [(low, y), (high, y)] in ms
+    assert [s[0][0] for s in segments] == pytest.approx([0.9 * ts[1] * 1e3 for ts in TIMES.values()])
+    assert [s[1][0] for s in segments] == pytest.approx([1.2 * ts[1] * 1e3 for ts in TIMES.values()])
+    plt.close(fig)
