@@ -44,7 +44,9 @@ def test_wavelengths_run_from_two_pi_to_two_pi_times_ten_thousand_to_the_last_pa
     # closed form: pair i turns once every 2 pi 10000^(2i/d) positions (Vaswani et al. 2017, sec. 3.5)
     ax = plot_wavelengths((8, 64))
     assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
-    for line, d in zip(ax.lines, (8, 64)):
+    widths = [line for line in ax.lines if line.get_label().startswith("d_model")]
+    assert len(widths) == 2
+    for line, d in zip(widths, (8, 64)):
         wavelengths = line.get_ydata()
         assert len(wavelengths) == d // 2
         assert wavelengths[0] == pytest.approx(2 * math.pi)
