@@ -43,7 +43,9 @@ def test_wavelengths_run_from_two_pi_to_two_pi_times_ten_thousand_to_the_last_pa
     # closed form: pair i turns once every 2 pi 10000^(2i/d) positions (Vaswani et al. 2017, sec. 3.5)
     ax = plot_wavelengths((8, 64))
     assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
-    for line, d in zip(ax.lines, (8, 64)):
+    widths = [line for line in ax.lines if line.get_label().startswith("d_model")]
+    assert len(widths) == 2
+    for line, d in zip(widths, (8, 64)):
         wavelengths = line.get_ydata()
         assert len(wavelengths) == d // 2
         assert wavelengths[0] == pytest.approx(2 * math.pi)
@@ -73,4 +75,16 @@ def test_batching_roofline_draws_the_measured_and_bytes_bound_lines_and_the_bala
     (bars,) = fig.axes[0].collections  # one vertical bar per batch, from the slowest round to the fastest
     ends = [tuple(seg[:, 1]) for seg in bars.get_segments()]
     assert ends == [pytest.approx((r["tok_per_s"] / 2, 2 * r["tok_per_s"])) for r in rows]
+
+
+def test_rnn_vs_attention_with_rounds_draws_whiskers_and_quotes_the_range():
+    rounds = {key: [[t * 0.9, t, t * 1.2] for t in ts] for key, ts in TIMES.items()}
+    fig, caption = draw_rnn_vs_attention(16, LENGTHS, TIMES, rounds=rounds)
+    t = TIMES['RNN (Python loop)', 'cpu'][1] * 1e3
+    assert f"{t:.2f} ms ({0.9 * t:.2f}-{1.2 * t:.2f})" in caption and "fastest-slowest of 3 rounds" in caption
+    from matplotlib.container import BarContainer
+    (bars,) = [c for c in fig.axes[2].containers if isinstance(c, BarContainer)]
+    segments = bars.errorbar.lines[2][0].get_segments()  # one whisker per bar: [(low, y), (high, y)] in ms
+    assert [s[0][0] for s in segments] == pytest.approx([0.9 * ts[1] * 1e3 for ts in TIMES.values()])
+    assert [s[1][0] for s in segments] == pytest.approx([1.2 * ts[1] * 1e3 for ts in TIMES.values()])
     plt.close(fig)

@@ -1,4 +1,5 @@
 """The length-extrapolation experiment of chapter 04: its task generator, its scoring, its training loop."""
+import dataclasses
 import math
 
 import pytest
@@ -154,3 +155,67 @@ def test_run_seeds_trains_each_seed_with_its_own_config():
     assert not torch.equal(w3, w4)  # different seeds, different initialisations
     with pytest.raises(ValueError, match="seeds must name at least one seed"):
         run_seeds(("alibi",), cfg, seeds=())
+
+
+# ----------------------------------------------------------------------------- the committed runs
+def test_committed_runs_load_with_the_default_config_and_their_initial_tables():
+    from transformer_lib.experiments import extrapolation
+
+    runs = extrapolation.load_runs("cpu")
+    assert runs["config"] == ExtrapolationConfig()
+    assert list(runs["by_seed"]) == list(extrapolation.SEEDS)
+    for seed, results in runs["by_seed"].items():
+        assert list(results) == list(extrapolation.POSITIONALS)
+        assert all(len(r["losses"]) == runs["config"].steps for r in results.values())
+        # the recorded initial table is the one make_model draws for that seed (equal up to the CPU's randn kernel)
+        init = extrapolation.make_model("learned", dataclasses.replace(runs["config"], seed=seed), "cpu").pos.weight
+        assert torch.allclose(results["learned"]["initial_table"], init, atol=1e-5)
+    assert len(runs["unscaled"]["losses"]) == runs["config"].steps
+
+
+def test_save_and_load_round_trip(tmp_path):
+    from transformer_lib.experiments import extrapolation
+
+    cfg = ExtrapolationConfig(steps=2, train_len=8, eval_batches=1, batch_size=4)
+    runs = extrapolation.train_runs(cfg, seeds=(0, 1), device="cpu", progress=False)
+    extrapolation.save_runs(runs, tmp_path / "e")
+    back = extrapolation.load_runs("cpu", tmp_path / "e")
+    assert back["config"] == cfg
+    for seed, results in runs["by_seed"].items():
+        for name, r in results.items():
+            got = back["by_seed"][seed][name]
+            assert got["losses"] == r["losses"]
+            assert got["eval"][cfg.train_len]["accuracy"] == pytest.approx(r["eval"][cfg.train_len]["accuracy"])
+
+
+@pytest.mark.slow
+def test_training_script_reproduces_the_chapters_claims():
+    """Retrain the 16 models (about 70 s of CPU) and check chapter 04's claims on the retrained ones."""
+    from transformer_lib.experiments import extrapolation
+
+    check_chapter_claims(extrapolation.train_runs(progress=False, device="cpu"))
+
+
+def check_chapter_claims(runs):
+    """The conditions of chapter 04's claims about the trained models (section 5), on ``train_runs``'s output."""
+    from transformer_lib.experiments import extrapolation
+
+    by_seed, cfg = runs["by_seed"], runs["config"]
+    first = next(iter(by_seed.values()))  # the figures show the first seed
+    final = {n: sum(first[n]["losses"][-50:]) / 50 for n in extrapolation.POSITIONALS}
+    unscaled = sum(runs["unscaled"]["losses"][-50:]) / 50
+    beyond = extrapolation.seed_summary(by_seed, cfg.eval_lens[-1], "accuracy_beyond_train")
+    at_train = extrapolation.seed_summary(by_seed, cfg.train_len)
+    positioned = ("learned", "sinusoidal", "rope", "alibi")
+    worst = max(final[n] for n in positioned)  # "bring the loss from chance to at most <worst>"
+    assert worst < 0.25 * math.log(cfg.vocab_size) and final["none"] > 3 * worst
+    assert unscaled > math.log(cfg.vocab_size) - 0.2
+    assert beyond["alibi"]["min"] > 0.9 and all(beyond[n]["max"] < 0.5 for n in ("none", "learned", "sinusoidal", "rope"))
+    assert beyond["learned"]["max"] < 2.5 / cfg.vocab_size and at_train["none"]["mean"] > 5 / cfg.vocab_size
+    T = cfg.train_len
+    for results in by_seed.values():  # none: accuracy falls with position, before T_train and after it
+        p = results["none"]["eval"][cfg.eval_lens[-1]]["by_position"]
+        assert p[1:T // 2].mean() > p[T // 2:T].mean() > p[T:].mean()
+    rope = [r["rope"]["eval"][cfg.eval_lens[-1]]["by_position"] for r in by_seed.values()]
+    assert min(p[T:T + 4].min().item() for p in rope) > 0.8  # RoPE keeps its accuracy a few positions past T_train
+    assert sum(p[T + 8:].mean().item() for p in rope) / len(rope) < 2.5 / cfg.vocab_size  # then about chance

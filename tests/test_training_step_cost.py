@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from transformer_lib import timing
 from transformer_lib.experiments.training_step_cost import (loglog_slope, per_token_seconds, training_step_flops,
-                                                            training_step_times)
+                                                            training_step_rounds, training_step_times)
 
 
 def test_loglog_slope_recovers_the_exponent_of_a_power_law():
@@ -66,3 +66,14 @@ def test_training_step_times_are_medians_of_forward_and_backward(monkeypatch):
     assert times == {"loop": [4.0, 8.0], "attention": [1.0, 2.0]}
     assert loop.grads_seen == 2 * (1 + 3)  # two lengths, one warm-up + three timed steps, each with a backward
     assert loop.w.grad is None  # gradients are cleared after every step
+
+
+def test_training_step_rounds_keep_every_round_after_the_warm_up(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(timing, "_clock", lambda: clock[0])
+    loop, attn = Costly(clock, 1.0), Costly(clock, 0.25)
+    rounds = training_step_rounds({"loop": loop, "attention": attn}, [4, 8], width=3, repeats=5, warmup=2)
+    assert rounds == {"loop": [[4.0] * 5, [8.0] * 5], "attention": [[1.0] * 5, [2.0] * 5]}
+    assert loop.grads_seen == 2 * (2 + 5)  # two lengths, two warm-up + five timed steps
+    ratio = timing.ratio_from_times(rounds["attention"][1], rounds["loop"][1])
+    assert ratio.ratio == 0.25 and ratio.verdict() == "faster"

@@ -13,10 +13,16 @@ and measure accuracy on sequences of ``train_len``, ``2 * train_len`` and ``4 * 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save
 
+from ..checkpoint_io import atomic_write_bytes, load_weights, tied_names
 from ..device import default_device
 from ..losses import gpt_loss
 from ..models import GPT, GPTConfig
@@ -26,6 +32,10 @@ from ..train import train as train_loop
 from .threads import torch_threads
 
 IGNORE = -100  # targets with this value are skipped by the loss and the accuracy
+POSITIONALS = ("none", "learned", "sinusoidal", "rope", "alibi")
+SEEDS = (0, 1, 2)
+# the chapter's trained models, written by scripts/train_extrapolation.py (``save_runs``), read by ``load_runs``
+CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "extrapolation_models"
 
 
 def lookback_batch(batch_size: int, length: int, vocab_size: int, offset: int,
@@ -180,3 +190,64 @@ def seed_summary(by_seed: dict, length: int, key: str = "accuracy") -> dict:
         out[name] = {"mean": values.mean().item(), "std": std, "min": values.min().item(),
                      "max": values.max().item(), "values": values.tolist()}
     return out
+
+
+# ----------------------------------------------------------------------------- the committed runs
+def train_runs(cfg: ExtrapolationConfig | None = None, seeds=SEEDS, device=None, progress: bool = True) -> dict:
+    """What chapter 04 shows, trained: ``run_seeds`` over ``POSITIONALS`` and one more sinusoidal model with the
+    table at full size (``sinusoidal_scale=1``, seed ``cfg.seed``). Returns ``{"by_seed": ..., "unscaled": ...,
+    "config": cfg, "seconds": float}``; ``load_runs`` gives the same structure from the committed files."""
+    cfg = cfg or ExtrapolationConfig()
+    start = time.perf_counter()
+    by_seed = run_seeds(POSITIONALS, cfg, seeds, device, progress)
+    unscaled = run_experiment(("sinusoidal",), replace(cfg, sinusoidal_scale=1.0), device, progress)["sinusoidal"]
+    return {"by_seed": by_seed, "unscaled": unscaled, "config": cfg, "seconds": time.perf_counter() - start}
+
+
+def _state(model: GPT, prefix: str) -> dict[str, torch.Tensor]:
+    tied = tied_names(model)  # GPT's lm_head.weight is tok_emb.weight: stored once
+    return {prefix + k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
+
+
+def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
+    """Write ``<stem>.safetensors`` (every model's weights, and each learned table as initialised) and
+    ``<stem>.json`` (config, seeds, every training loss, how long it took, on what)."""
+    cfg, by_seed = runs["config"], runs["by_seed"]
+    tensors = {}
+    for seed, results in by_seed.items():
+        for name, r in results.items():
+            tensors.update(_state(r["model"], f"seed{seed}.{name}."))
+        init = make_model("learned", replace(cfg, seed=seed), device="cpu").pos.weight  # same seed, same draw
+        tensors[f"seed{seed}.learned_init"] = init.detach().contiguous()
+    record = {"config": asdict(cfg), "seeds": list(by_seed), "positionals": list(next(iter(by_seed.values()))),
+              "losses": {f"{seed}/{name}": r["losses"] for seed, res in by_seed.items() for name, r in res.items()},
+              "unscaled_losses": runs["unscaled"]["losses"], "train_seconds": round(runs["seconds"], 1),
+              "torch": torch.__version__, "torch_threads": 1, "machine": platform.machine(),
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(stem.with_suffix(".safetensors"), save(tensors, metadata={"name": stem.name}))
+    atomic_write_bytes(stem.with_suffix(".json"), json.dumps(record, indent=1).encode())
+
+
+def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:
+    """The committed runs, evaluated now: ``{"by_seed": {seed: {positional: {"model", "losses", "eval",
+    "initial_table" (learned only)}}}, "unscaled": {"losses"}, "config", "record"}``, the structure of
+    ``train_runs``. Every accuracy is measured here, on this machine, by ``evaluate``."""
+    record = json.loads(stem.with_suffix(".json").read_text())
+    tensors = load_file(str(stem.with_suffix(".safetensors")), device="cpu")
+    cfg = ExtrapolationConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["config"].items()})
+    by_seed = {}
+    for seed in record["seeds"]:
+        scfg, results = replace(cfg, seed=seed), {}
+        for name in record["positionals"]:
+            prefix = f"seed{seed}.{name}."
+            model = make_model(name, scfg, device="cpu")
+            load_weights(model, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
+                         device or default_device())
+            model.eval()
+            results[name] = {"model": model, "losses": record["losses"][f"{seed}/{name}"],
+                             "eval": {n: evaluate(model, n, scfg) for n in scfg.eval_lens}}
+        results["learned"]["initial_table"] = tensors[f"seed{seed}.learned_init"]
+        by_seed[seed] = results
+    return {"by_seed": by_seed, "unscaled": {"losses": record["unscaled_losses"]}, "config": cfg, "record": record}

@@ -8,11 +8,16 @@ The models are rewired by ``variants.set_norm_placement``; training is ``train.t
 """
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
+from ..checkpoint_io import atomic_write_bytes
 from ..corpus import get_batch, shakespeare_corpus
 from ..device import default_device
 from ..losses import gpt_loss
@@ -20,6 +25,10 @@ from ..models import GPT, GPTConfig
 from ..train import TrainConfig, evaluate_loss, train
 from ..variants import PLACEMENTS, set_norm_placement
 from .threads import torch_threads
+
+
+# the chapter's training runs, written by scripts/train_norm_placement.py (``save_runs``), read by ``load_runs``
+RECORD = Path(__file__).resolve().parent.parent / "checkpoints" / "norm_placement_runs.json"
 
 
 @dataclass
@@ -88,6 +97,28 @@ def norm_placement_experiment(cfg: NormConfig = NormConfig(), placements=PLACEME
                               device=None) -> dict[str, list[NormRun]]:
     """Every placement, every seed in ``cfg.seeds``: ``{placement: [NormRun per seed]}``."""
     return {p: [run_norm_placement(p, s, cfg, progress, device) for s in cfg.seeds] for p in placements}
+
+
+def save_runs(runs: dict[str, list[NormRun]], cfg: NormConfig, seconds: float, path: Path = RECORD) -> None:
+    """Write every run of ``norm_placement_experiment`` (its loss at every step, validation loss, divergence) and the
+    configuration to a json record."""
+    record = {"config": asdict(cfg), "train_seconds": round(seconds, 1),
+              "runs": [asdict(r) for rs in runs.values() for r in rs],
+              "torch": torch.__version__, "torch_threads": 1, "machine": platform.machine(),
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, json.dumps(record, indent=1).encode())
+
+
+def load_runs(path: Path = RECORD) -> tuple[dict[str, list[NormRun]], NormConfig, dict]:
+    """The committed runs as ``norm_placement_experiment`` returns them, their ``NormConfig`` and the whole record."""
+    record = json.loads(Path(path).read_text())
+    cfg = NormConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["config"].items()})
+    runs: dict[str, list[NormRun]] = {}
+    for r in record["runs"]:
+        runs.setdefault(r["placement"], []).append(NormRun(**r))
+    return runs, cfg, record
 
 
 def unigram_entropy(ids: torch.Tensor, vocab_size: int) -> float:

@@ -3,14 +3,24 @@
 Used in chapter 01.
 
 ``recall_batch`` makes the sequences; ``RecallLSTM`` and ``recall_gpt`` are the two contestants; ``train_recall``
-trains either with ``train.train``; ``recall_accuracy`` scores it on fresh sequences.
+trains either with ``train.train``; ``recall_accuracy`` scores it on fresh sequences. ``train_runs`` trains the
+chapter's ten models (both contestants at every gap in ``GAPS``); ``save_runs`` / ``load_runs`` write and read them
+(``scripts/train_recall.py``, ``checkpoints/recall_models.*``).
 """
 from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors.torch import load_file, save
 
+from ..checkpoint_io import atomic_write_bytes, load_weights, tied_names
+from ..device import default_device, seed_everything
 from ..models import GPT, GPTConfig
 from ..modes import eval_mode
 from ..train import TrainConfig, train
@@ -87,3 +97,66 @@ def recall_accuracy(model: nn.Module, gap: int, n: int = 1000, n_symbols: int = 
     x, y = recall_batch(n, gap, n_symbols, torch.Generator().manual_seed(seed), device)
     with eval_mode(model):
         return (_last_logits(model, x).argmax(-1) == y).float().mean().item()
+
+
+GAPS = (4, 8, 16, 32, 64)
+CONTESTANTS = ("LSTM", "attention")
+# the chapter's budget: the same for both contestants at every gap
+RECIPE = {"steps": 150, "batch_size": 32, "lr": 3e-3, "n_symbols": 8, "seed": 0}
+CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "recall_models"
+
+
+def make_contestant(name: str, gap: int, n_symbols: int = 8, seed: int = 0) -> nn.Module:
+    """``RecallLSTM`` (``name="LSTM"``) or ``recall_gpt`` (``"attention"``), initialised from ``seed``."""
+    if name not in CONTESTANTS:
+        raise ValueError(f"name must be one of {CONTESTANTS}, got {name!r}")
+    seed_everything(seed)
+    return RecallLSTM(n_symbols + 1) if name == "LSTM" else recall_gpt(gap, n_symbols)
+
+
+def train_runs(gaps=GAPS, recipe: dict | None = None, device=None, progress: bool = True) -> dict:
+    """Both contestants at every gap, each with ``recipe`` (``RECIPE``): ``{"models": {(name, gap): module},
+    "losses": {(name, gap): [...]}, "recipe", "gaps", "seconds"}``."""
+    recipe = {**RECIPE, **(recipe or {})}
+    start, models, losses = time.perf_counter(), {}, {}
+    for gap in gaps:
+        for name in CONTESTANTS:
+            model = make_contestant(name, gap, recipe["n_symbols"], recipe["seed"]).to(device or default_device())
+            losses[name, gap] = train_recall(model, gap, progress=progress, desc=f"{name}, gap {gap}", **recipe)
+            models[name, gap] = model.eval()
+    return {"models": models, "losses": losses, "recipe": recipe, "gaps": list(gaps),
+            "seconds": time.perf_counter() - start}
+
+
+def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
+    """``<stem>.safetensors`` (every model's weights, keys ``<name>.gap<gap>.<parameter>``) and ``<stem>.json``
+    (recipe, gaps, every training loss, how long it took, on what)."""
+    tensors = {}
+    for (name, gap), model in runs["models"].items():
+        tied = tied_names(model)
+        tensors.update({f"{name}.gap{gap}.{k}": v.detach().contiguous().cpu()
+                        for k, v in model.state_dict().items() if k not in tied})
+    record = {"recipe": runs["recipe"], "gaps": runs["gaps"], "train_seconds": round(runs["seconds"], 1),
+              "losses": {f"{name}/{gap}": v for (name, gap), v in runs["losses"].items()},
+              "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(stem.with_suffix(".safetensors"), save(tensors, metadata={"name": stem.name}))
+    atomic_write_bytes(stem.with_suffix(".json"), json.dumps(record, indent=1).encode())
+
+
+def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:
+    """The committed runs, in ``train_runs``'s structure (models in eval mode on ``device``), plus ``"record"``."""
+    record = json.loads(stem.with_suffix(".json").read_text())
+    tensors = load_file(str(stem.with_suffix(".safetensors")), device="cpu")
+    recipe, models, losses = record["recipe"], {}, {}
+    for gap in record["gaps"]:
+        for name in CONTESTANTS:
+            prefix = f"{name}.gap{gap}."
+            model = make_contestant(name, gap, recipe["n_symbols"], recipe["seed"])
+            load_weights(model, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
+                         device or default_device())
+            models[name, gap], losses[name, gap] = model.eval(), record["losses"][f"{name}/{gap}"]
+    return {"models": models, "losses": losses, "recipe": recipe, "gaps": record["gaps"],
+            "seconds": record["train_seconds"], "record": record}

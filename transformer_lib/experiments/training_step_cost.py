@@ -3,7 +3,9 @@ takes at sequence length T, and how that time grows with T.
 
 Used in chapter 01.
 
-* ``training_step_times``: interleaved median seconds of one forward + backward pass per model and length.
+* ``training_step_rounds``: every timed round of one forward + backward pass per model and length, the models run
+  round-robin so that ratios of one round compare neighbouring calls (``timing.ratio_from_times``).
+* ``training_step_times``: the medians of those rounds.
 * ``training_step_flops``: floating-point operations of the matrix products in one forward + backward pass.
 * ``loglog_slope``: the exponent k of ``time ~ T^k``, a least-squares line through ``(log T, log time)``.
 * ``per_token_seconds``: the cost of one more token, a least-squares line through ``(T, time)``.
@@ -21,7 +23,9 @@ import torch.nn as nn
 
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..timing import interleaved_medians
+import statistics
+
+from ..timing import interleaved_times
 
 
 def _training_step(model: nn.Module, x: torch.Tensor):
@@ -37,28 +41,38 @@ def _training_step(model: nn.Module, x: torch.Tensor):
     return step
 
 
-def training_step_times(models: dict[str, nn.Module], lengths: Sequence[int], width: int, device=None,
-                        seed: int = 0, repeats: int = 5) -> dict[str, list[float]]:
-    """``{name: [median seconds of one training step at each length]}`` for ``models`` (name -> module mapping
+def training_step_rounds(models: dict[str, nn.Module], lengths: Sequence[int], width: int, device=None,
+                         seed: int = 0, repeats: int = 9, warmup: int = 2) -> dict[str, list[list[float]]]:
+    """``{name: [[seconds of each timed round] for each length]}`` for ``models`` (name -> module mapping
     ``x: (1, T, width)`` to a tensor or a tuple whose first element is the output).
 
     A training step is a forward pass, a scalar loss (mean of the squared outputs) and the backward pass to every
-    parameter. At each length the models run round-robin (``timing.interleaved_medians``, one warm-up call each),
-    ``repeats`` times. ``device``: where the models and inputs live (CUDA timings wait for the kernels).
+    parameter. At each length every model first runs ``warmup`` untimed steps, then ``repeats`` rounds call the
+    models in turn (``timing.interleaved_times``), so round ``r`` of two models was measured side by side: the
+    pairing ``timing.ratio_from_times`` needs. ``device``: where the models and inputs live (CUDA timings wait for
+    the kernels).
     """
     if not isinstance(width, int) or width < 1:
         raise ValueError(f"width must be a positive int, got {width!r}")
     if not lengths or any(not isinstance(T, int) or T < 1 for T in lengths):
         raise ValueError(f"lengths must be a non-empty list of positive ints, got {list(lengths)!r}")
     gen = torch.Generator().manual_seed(seed)
-    times = {name: [] for name in models}
+    rounds = {name: [] for name in models}
     for T in lengths:
         x = torch.randn(1, T, width, generator=gen).to(device)  # (B=1, T, width)
-        medians = interleaved_medians({name: _training_step(m, x) for name, m in models.items()},
-                                      repeats=repeats, warmup=1, device=device)
-        for name, seconds in medians.items():
-            times[name].append(seconds)
-    return times
+        times = interleaved_times({name: _training_step(m, x) for name, m in models.items()},
+                                  repeats=repeats, warmup=warmup, device=device)
+        for name, seconds in times.items():
+            rounds[name].append(seconds)
+    return rounds
+
+
+def training_step_times(models: dict[str, nn.Module], lengths: Sequence[int], width: int, device=None,
+                        seed: int = 0, repeats: int = 5, warmup: int = 1) -> dict[str, list[float]]:
+    """``{name: [median seconds of one training step at each length]}``: the medians of
+    ``training_step_rounds`` (same arguments)."""
+    rounds = training_step_rounds(models, lengths, width, device, seed, repeats, warmup)
+    return {name: [statistics.median(r) for r in per_length] for name, per_length in rounds.items()}
 
 
 def training_step_flops(fn, x: torch.Tensor) -> int:

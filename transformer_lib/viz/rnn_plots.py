@@ -39,10 +39,12 @@ def plot_step_times(lengths: Sequence[int], times: dict[tuple[str, str], list[fl
 
 
 def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
-                          what: str = "forward pass"):
+                          what: str = "forward pass", rounds: dict[tuple[str, str], list[list[float]]] | None = None):
     """Left: an RNN's ``T`` dependent steps; middle: attention's one step; right: the times measured at ``T``
     (``times`` as in ``plot_step_times``, ``T`` one of ``lengths``; ``what`` they time). The chain is drawn
-    as its first three steps, "...", and step T. Returns ``(figure, HTML caption)``."""
+    as its first three steps, "...", and step T. ``rounds`` (same keys, per length every timed round's seconds,
+    as ``training_step_rounds`` returns them): whiskers from the fastest to the slowest round, quoted in the
+    caption. Returns ``(figure, HTML caption)``."""
     fig, (ax_r, ax_a, ax_b) = plt.subplots(1, 3, figsize=(9.5, 2.6), gridspec_kw={"width_ratios": [1.3, 1, 1]})
     shown = list(range(1, T + 1)) if T <= 5 else [1, 2, 3, None, T]  # None: the steps left out
     cmap = plt.get_cmap("viridis")
@@ -76,14 +78,30 @@ def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str,
     i = list(lengths).index(T)  # right: the measured times
     names = [(name, dev) for name, dev in times]
     values = [times[key][i] * 1e3 for key in names]
-    ax_b.barh(range(len(names)), values, color=[STYLE[name] for name, _ in names])
+    err = None
+    if rounds is not None:  # whiskers: fastest to slowest round, around the median bar
+        err = [[v - min(rounds[key][i]) * 1e3 for key, v in zip(names, values)],
+               [max(rounds[key][i]) * 1e3 - v for key, v in zip(names, values)]]
+    ax_b.barh(range(len(names)), values, xerr=err, capsize=3, color=[STYLE[name] for name, _ in names])
     ax_b.set_yticks(range(len(names)), [f"{name}, {dev}" for name, dev in names], fontsize=9)
     ax_b.set_xscale("log")
-    ax_b.set_xlim(min(min(ts) for ts in times.values()) * 1e3 / 2, max(max(ts) for ts in times.values()) * 1e3 * 2)
+    every = [t for ts in times.values() for t in ts]
+    if rounds is not None:
+        every += [t for per_length in rounds.values() for r in per_length for t in r]
+    ax_b.set_xlim(min(every) * 1e3 / 2, max(every) * 1e3 * 2)
     ax_b.invert_yaxis()
-    ax_b.set(xlabel=f"time of one {what} (ms, log scale)", title=f"Measured at T = {T}")
+    ax_b.set(xlabel=f"time of one {what} (ms, log scale)" + ("\nmedian; whiskers: fastest-slowest round"
+                                                               if rounds is not None else ""),
+             title=f"Measured at T = {T}")
     plt.tight_layout()
-    caption = (f"<b>T = {T}</b>: RNN loop {times['RNN (Python loop)', 'cpu'][i] * 1e3:.2f} ms for {T} dependent "
-               f"steps; nn.LSTM {times['nn.LSTM (C++ loop)', 'cpu'][i] * 1e3:.2f} ms; attention "
-               f"{times['attention', 'cpu'][i] * 1e3:.2f} ms in 1 step (one {what} on the CPU).")
+    def quoted(name):
+        key = (name, "cpu")
+        text = f"{times[key][i] * 1e3:.2f} ms"
+        if rounds is not None:
+            text += f" ({min(rounds[key][i]) * 1e3:.2f}-{max(rounds[key][i]) * 1e3:.2f})"
+        return text
+    spread = f", median (fastest-slowest of {len(rounds[names[0]][i])} rounds)" if rounds is not None else ""
+    caption = (f"<b>T = {T}</b>: RNN loop {quoted('RNN (Python loop)')} for {T} dependent steps; nn.LSTM "
+               f"{quoted('nn.LSTM (C++ loop)')}; attention {quoted('attention')} in 1 step (one {what} on the "
+               f"CPU{spread}).")
     return fig, caption
