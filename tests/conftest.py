@@ -23,7 +23,7 @@ if not torch.cuda.is_available():
     # imports it itself (e.g. on entering a TorchDispatchMode): so here, before any test runs
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from devtools import BROWSER_HELP, find_browser
+from devtools import BROWSER_HELP, find_browser, no_built_site  # noqa: F401 (no_built_site: for the tests)
 from notebook_budget import BUDGET_UNITS, NotebookBudget
 
 # The tests use tiny tensors, which gain nothing from intra-op threads; on a busy 2-core machine two threads
@@ -46,14 +46,6 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason=f"no Chromium or Chrome found: {BROWSER_HELP}")
         for item in browser_items:
             item.add_marker(skip)
-
-
-def no_built_site(message: str):
-    """Skip a test that reads the built book when there is none; fail instead with ``REQUIRE_SITE=1`` (``make
-    test-site``, which CI runs after ``make book``)."""
-    if os.environ.get("REQUIRE_SITE") == "1":
-        pytest.fail(f"REQUIRE_SITE=1 but {message}")
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")

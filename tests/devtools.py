@@ -18,6 +18,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 BROWSER_COMMANDS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 MACOS_APPS = ("/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
               "/Applications/Chromium.app/Contents/MacOS/Chromium")
@@ -113,3 +115,11 @@ class Chromium:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def no_built_site(message: str):
+    """Skip a test that reads the built book when there is none; fail instead with ``REQUIRE_SITE=1`` (``make
+    test-site``, which CI runs after ``make book``)."""
+    if os.environ.get("REQUIRE_SITE") == "1":
+        pytest.fail(f"REQUIRE_SITE=1 but {message}")
+    pytest.skip(message)

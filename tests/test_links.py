@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from conftest import no_built_site
+from devtools import no_built_site
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

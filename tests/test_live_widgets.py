@@ -24,7 +24,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import no_built_site
+from devtools import no_built_site
 import torch
 
 from transformer_lib.viz import live
@@ -457,10 +457,7 @@ def test_browser_expert_routing_matches_top_k_gating(page):
 # Chapter pages and the number of live figures each must show.
 LIVE_PAGES = {"notebooks/00_quickstart": 1, "notebooks/02_attention": 2, "notebooks/03_multi_head_attention": 1,
               "notebooks/04_positional_encoding": 2, "notebooks/07_kv_cache": 1, "notebooks/09_quantization": 1,
-              "notebooks/10_flash_attention": 1}
-
-
-              "notebooks/11_modern_decoder": 1}
+              "notebooks/10_flash_attention": 1, "notebooks/11_modern_decoder": 1}
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 
 # Everything a figure shows: its canvases' pixels and its text.

@@ -250,7 +250,7 @@ PROVENANCE = re.compile(
 
 @pytest.mark.site
 def test_every_chapter_page_has_its_provenance_line():
-    from conftest import no_built_site
+    from devtools import no_built_site
 
     html_dir = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html"))
     chapters = sorted((ROOT / "notebooks").glob("*.ipynb"))
