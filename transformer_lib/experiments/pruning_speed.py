@@ -91,9 +91,10 @@ def csr_vs_dense(w: torch.Tensor, x: torch.Tensor, sparsities: Sequence[float] =
 
 
 def csr_dense_times(w: torch.Tensor, x: torch.Tensor, sparsities: Sequence[float] = (0.5, 0.9, 0.99),
-                    repeats: int = 15, device=None) -> list[tuple[float, list[float], list[float]]]:
+                    repeats: int = 15, calls: int = 1, device=None) -> list[tuple[float, list[float], list[float]]]:
     """``[(sparsity, dense seconds per round, CSR seconds per round)]``: ``csr_vs_dense`` with every round kept
-    (paired, for ``speed_ratio``)."""
+    (paired, for ``speed_ratio``); each timing runs the product ``calls`` times (a product of about a millisecond
+    alone is at the mercy of the scheduler on a busy machine)."""
     rows = []
     for s in sparsities:
         ws = w * (w.abs() > w.abs().flatten().quantile(s))  # (out, in), the smallest s of the weights zeroed
@@ -101,6 +102,7 @@ def csr_dense_times(w: torch.Tensor, x: torch.Tensor, sparsities: Sequence[float
             warnings.simplefilter("ignore", UserWarning)
             csr = ws.to_sparse_csr()
         with torch.inference_mode():
-            t = interleaved_times({"dense": lambda: ws @ x, "csr": lambda: csr @ x}, repeats=repeats, device=device)
+            t = interleaved_times({"dense": lambda: [ws @ x for _ in range(calls)],
+                                   "csr": lambda: [csr @ x for _ in range(calls)]}, repeats=repeats, device=device)
         rows.append((s, t["dense"], t["csr"]))
     return rows
