@@ -148,3 +148,27 @@ def test_pruning_study_curves_match_physically_pruned_models():
             cos = (sentence_embeddings(pruned, tok, eval_lines, max_length=M.MAX_TOKENS) * full).sum(-1).mean()
             assert study["curves"][name][s, 1].item() == pytest.approx(cos.item(), abs=1e-5)
     assert not torch.equal(study["scores"]["random"][0], study["scores"]["random"][1])
+
+
+def test_the_committed_study_holds_what_chapter_08_reads():
+    study = M.committed_study()
+    assert study["params"] == M.CHAPTER
+    n, k = M.CHAPTER["n_sets"], len(M.CHAPTER["ns"])
+    assert {m: tuple(c.shape) for m, c in study["curves"].items()} == {m: (n, k) for m in ("gradient", "magnitude", "random")}
+    assert len(study["gradient"]) == n and all(g.shape == (6, 12) for g in study["gradient"])
+    assert study["magnitude"].shape == study["ablation"].shape == (6, 12)
+    assert bool((study["ablation"] > 0).all()) and bool(((study["curves"]["gradient"] > 0) & (study["curves"]["gradient"] <= 1)).all())
+    # the weight norms need no data: the committed ones must be this model's, exactly
+    model, _ = load_minilm("cpu")
+    assert torch.equal(study["magnitude"], P.magnitude_importance(model).float())
+
+
+@pytest.mark.slow  # the whole study: about 15 s of CPU
+def test_rerunning_the_chapter_study_gives_the_committed_numbers():
+    model, tok = load_minilm("cpu")
+    fresh, committed = M.chapter_study(model, tok, **M.CHAPTER), M.committed_study()
+    for m, curve in fresh["curves"].items():
+        torch.testing.assert_close(torch.tensor(curve), committed["curves"][m], atol=1e-4, rtol=0)
+    for g_new, g_old in zip(fresh["gradient"], committed["gradient"]):
+        torch.testing.assert_close(torch.tensor(g_new), g_old, rtol=1e-3, atol=1e-3 * float(g_old.max()))
+    torch.testing.assert_close(torch.tensor(fresh["ablation"]), committed["ablation"], atol=1e-5, rtol=1e-3)

@@ -55,3 +55,11 @@ def test_score_heatmaps_draws_one_map_per_entry_with_its_values():
     plt.close(fig)
     with pytest.raises(ValueError, match="maps"):
         score_heatmaps({"a": torch.ones(3)}, "x")
+
+
+def test_score_heatmaps_labels_each_colour_bar_with_its_unit():
+    from transformer_lib.viz.pruning_plots import score_heatmaps
+    fig = score_heatmaps({"a": torch.ones(2, 3), "b": torch.ones(2, 3)}, "scores", units={"a": "nats per character"})
+    bars = [ax for ax in fig.axes if not ax.images]  # the colour bars' axes
+    assert [ax.get_ylabel() for ax in bars] == ["nats per character", ""]
+    plt.close(fig)

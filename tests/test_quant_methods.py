@@ -175,3 +175,36 @@ def test_memory_table_is_params_times_bits_over_eight():
     assert table == {"fp32": 4e6, "fp16": 2e6, "int8": 1e6, "int4 g32": 1e6 * 4.5 / 8}
     with pytest.raises(ValueError, match="n_params must be a non-negative int"):
         MM.weight_bytes(-1, 8)
+
+
+# ----------------------------------------------------------------------------- chapter 09's committed study
+def test_the_committed_study_holds_every_row_chapter_09_reads():
+    study = QM.committed_study()
+    for model in ("gpt", "minilm"):
+        keys = {(r["method"], r["group_size"]) for r in study[model]["rows"]}
+        assert keys == {(m, g) for m in QM.METHODS for g in (None, 32)}
+        assert all(r["cpu_seconds"] >= 0 and r["score"] > 0 for r in study[model]["rows"])
+    assert study["gpt"]["held_out_tokens"] == 4 * 32 * 128 and study["gpt"]["calibration_tokens"] == 8 * 8 * 128
+    assert study["gpt"]["gptq_half"]["calibration_tokens"] == 4 * 8 * 128
+    # the float model's perplexity in the file is the committed checkpoint's, recomputed here
+    from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
+    gpt, _ = load_shakespeare_gpt("cpu")
+    with torch.inference_mode():
+        ppl = QM.gpt_perplexity(gpt, shakespeare_val_batches(gpt.cfg.block_size, n_batches=4))
+    assert ppl == pytest.approx(study["gpt"]["float"], rel=1e-4)
+
+
+@pytest.mark.slow  # the twelve quantizations: about 30 s of CPU
+def test_rerunning_the_method_study_gives_the_committed_numbers():
+    from transformer_lib.book_models import load_shakespeare_gpt
+    from transformer_lib.pretrained import load_minilm
+    torch.manual_seed(0)
+    gpt, tok = load_shakespeare_gpt("cpu")
+    minilm, mtok = load_minilm("cpu")
+    fresh, committed = QM.method_study(gpt, tok, minilm, mtok), QM.committed_study()
+    for model in ("gpt", "minilm"):
+        assert fresh[model]["float"] == pytest.approx(committed[model]["float"], rel=1e-5)
+        old = {(r["method"], r["group_size"]): r["score"] for r in committed[model]["rows"]}
+        for r in fresh[model]["rows"]:
+            assert r["score"] == pytest.approx(old[r["method"], r["group_size"]], rel=1e-4), (model, r)
+    assert fresh["gpt"]["gptq_half"]["score"] == pytest.approx(committed["gpt"]["gptq_half"]["score"], rel=1e-4)

@@ -188,3 +188,34 @@ def test_seq2seq_loss_ignores_padding():
     one = [seq2seq_loss(model, translation_batch([p], src_tok, tgt_tok)) for p in pairs]
     # equal target lengths: the batch loss is the mean of the single-pair losses
     assert float(both.detach()) == pytest.approx(float(sum(one).detach() / 2), rel=1e-5)
+
+
+def test_the_progress_bar_shows_its_last_step_before_it_closes(monkeypatch):
+    """tqdm rate-limits its display: a bar closed right after its last update kept "141/150" in a built page."""
+    import tqdm.auto
+
+    shown = []
+
+    class Recording:
+        def __init__(self, total, **kw):
+            self.total, self.n, self.displayed = total, 0, 0
+
+        def update(self, k):
+            self.n += k  # like tqdm, the display lags behind n
+
+        def set_postfix(self, **kw):
+            pass
+
+        def refresh(self):
+            self.displayed = self.n
+
+        def close(self):
+            shown.append((self.displayed, self.total))
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recording)
+    tok = CharTokenizer.from_text(TEXT)
+    data = tok.encode_tensor(TEXT)
+    gen = torch.Generator().manual_seed(0)
+    train(_tiny_gpt(0, tok.vocab_size), lambda step: get_batch(data, 4, 8, gen), TrainConfig(steps=7, lr=1e-3),
+          gpt_loss, device="cpu")
+    assert shown == [(7, 7)]

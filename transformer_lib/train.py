@@ -161,6 +161,7 @@ def train(model: nn.Module, batch_fn: Callable[[int], object], cfg: TrainConfig,
             bar.set_postfix(loss=f"{loss.item():.3f}")
     if eval_fn is not None and hist.stopped_by != "nonfinite":
         evaluate(hist.steps_done)
+    bar.refresh()  # the last update may have been rate-limited: without this, a built page keeps "141/150"
     bar.close()
     hist.seconds = time.perf_counter() - start
     model.eval()

@@ -17,12 +17,18 @@ model's, on held-out Shakespeare lines (``corpus_lines``, ``sentence_sets``: dis
   lowest-scoring heads masked, for several ``n``; ``t_interval``: a Student-t confidence interval over sets.
 * ``keep_top_k_scores``: the source article's "head sparsification", rewritten: it zeroes score entries, it
   removes no head and no weight.
+* ``chapter_study``: chapter 08's run of ``pruning_study`` and ``ablation`` (about 15 s of CPU, too long for the
+  page): ``python -m transformer_lib.experiments.minilm_pruning`` writes it to ``checkpoints/minilm_pruning.json``
+  (``STUDY_PATH``), the chapter reads it with ``committed_study``, and a slow test recomputes it and compares.
 """
 from __future__ import annotations
 
 import functools
+import json
 import math
 import random
+import time
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -33,9 +39,11 @@ from ..corpus import shakespeare_works
 from ..pretrained import mean_pool
 from ..pruning import (head_counts, head_importance, head_mask, heads_to_prune, magnitude_importance, mask_from_heads,
                        random_importance)
-from ..timing import interleaved_medians
+from ..timing import interleaved_medians, interleaved_times
 
 MAX_TOKENS = 32  # sentences are cut to 32 word pieces ([CLS] and [SEP] included)
+STUDY_PATH = Path(__file__).resolve().parents[1] / "checkpoints" / "minilm_pruning.json"
+CHAPTER = {"n_sets": 4, "size": 24, "ns": [9, 18, 27, 36], "probes": 2, "seed": 0, "ablation_lines": 8}
 
 
 # ----------------------------------------------------------------------------- sentences
@@ -224,6 +232,16 @@ def encoder_speeds(variants: dict[str, tuple[nn.Module, torch.Tensor | None]], e
                                warmup=1, device=device)
 
 
+def encoder_times(variants: dict[str, tuple[nn.Module, torch.Tensor | None]], enc: dict[str, torch.Tensor],
+                  repeats: int = 9, device=None) -> dict[str, list[float]]:
+    """Every round's seconds of one forward pass over ``enc`` per variant (``timing.interleaved_times``; round
+    ``r`` of every list timed in the same pass): ``encoder_speeds`` with the rounds kept, for intervals."""
+    def call(model, mask):
+        return lambda: masked_embed(model, enc, mask)
+    return interleaved_times({name: call(m, mask) for name, (m, mask) in variants.items()}, repeats=repeats,
+                             warmup=1, device=device)
+
+
 def keep_top_k_scores(scores: torch.Tensor, k: int = 2) -> torch.Tensor:
     """The source article's "head sparsification", written our way: along the last dimension of ``scores``,
     keep the entries at least as large as the ``k``-th largest and put 0 in the others (shape unchanged)."""
@@ -231,3 +249,48 @@ def keep_top_k_scores(scores: torch.Tensor, k: int = 2) -> torch.Tensor:
         raise ValueError(f"k must be an int in [1, {scores.shape[-1]}] (the last dimension), got {k!r}")
     kth = scores.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest of each row
     return torch.where(scores >= kth, scores, torch.zeros_like(scores))
+
+
+# ----------------------------------------------------------------------------- chapter 08's committed run
+def chapter_study(model: nn.Module, tokenizer, n_sets: int = 4, size: int = 24, ns: Sequence[int] = (9, 18, 27, 36),
+                  probes: int = 2, seed: int = 0, ablation_lines: int = 8) -> dict:
+    """Chapter 08's MiniLM study as plain lists: ``pruning_study``'s curves (``{method: n_sets x len(ns)}``), the
+    gradient scores of every scoring set and the weight norms (``(n_layers, n_heads)`` each), and the ``ablation``
+    of each head on the first ``ablation_lines`` lines of the first evaluation set."""
+    study = pruning_study(model, tokenizer, n_sets, size, ns, probes=probes, seed=seed)
+    abl_enc = tokenizer.encode(study["sets"][0][1][:ablation_lines], max_length=MAX_TOKENS)
+    abl = ablation(model, abl_enc, masked_embed(model, abl_enc))
+    return {"params": {"n_sets": n_sets, "size": size, "ns": list(ns), "probes": probes, "seed": seed,
+                       "ablation_lines": ablation_lines},
+            "curves": {m: c.tolist() for m, c in study["curves"].items()},
+            "gradient": [g.tolist() for g in study["scores"]["gradient"]],
+            "magnitude": study["scores"]["magnitude"][0].tolist(), "ablation": abl.tolist()}
+
+
+def committed_study(path: Path | str = STUDY_PATH) -> dict:
+    """``chapter_study``'s results as written by ``python -m transformer_lib.experiments.minilm_pruning``, lists
+    turned back into tensors: ``curves[method]: (n_sets, len(ns))``, ``gradient: [(n_layers, n_heads)]``,
+    ``magnitude`` and ``ablation: (n_layers, n_heads)``, and ``"produced"`` (date, torch, CPU capability)."""
+    data = json.loads(Path(path).read_text())
+    data["curves"] = {m: torch.tensor(c) for m, c in data["curves"].items()}
+    data["gradient"] = [torch.tensor(g) for g in data["gradient"]]
+    data["magnitude"], data["ablation"] = torch.tensor(data["magnitude"]), torch.tensor(data["ablation"])
+    return data
+
+
+def _write_study(path: Path | str = STUDY_PATH) -> dict:
+    from ..pretrained import load_minilm
+    model, tokenizer = load_minilm("cpu")
+    t0 = time.process_time()
+    study = chapter_study(model, tokenizer, **CHAPTER)
+    study["produced"] = {"by": "python -m transformer_lib.experiments.minilm_pruning",
+                         "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                         "threads": torch.get_num_threads(), "cpu_seconds": round(time.process_time() - t0, 1)}
+    Path(path).write_text(json.dumps(study) + "\n")
+    return study
+
+
+if __name__ == "__main__":  # recompute chapter 08's MiniLM study and write it where the chapter reads it
+    torch.set_num_threads(1)
+    print(json.dumps(_write_study()["produced"]))

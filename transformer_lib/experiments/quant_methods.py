@@ -13,27 +13,37 @@ Used in chapter 09.
 ``compare_methods`` runs every (method, group size) on a fresh copy of the model and records the score and the
 seconds quantization took; the algorithms themselves live in ``gptq.py``, ``awq.py``, ``smoothquant.py`` and
 ``nf4.py``.
+
+``method_study`` is chapter 09's whole comparison (both models, per channel and groups of 32, and GPTQ with half the
+calibration): about half a minute of CPU, too long for the page, so ``python -m
+transformer_lib.experiments.quant_methods`` writes it to ``checkpoints/quant_methods.json`` (``STUDY_PATH``), the
+chapter reads it with ``committed_study``, and a slow test recomputes it and compares.
 """
 from __future__ import annotations
 
 import copy
+import json
+import platform
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
 
 from ..awq import awq_quantize_model
+from ..book_models import load_shakespeare_gpt, shakespeare_val_batches
 from ..calibration import calibration_inputs, lm_quality
 from ..corpus import get_batch, shakespeare_split
 from ..gptq import gptq_quantize_model
 from ..int8_ops import quantize_per_token
 from ..nf4 import compare_nf4_int4
-from ..pretrained import sentence_embeddings
+from ..pretrained import load_minilm, sentence_embeddings
 from ..quant_linear import quantize_model, rtn_weight
 from ..smoothquant import smoothing_factors, smoothquant_model
 
 METHODS = ("rtn", "gptq", "awq")
+STUDY_PATH = Path(__file__).resolve().parents[1] / "checkpoints" / "quant_methods.json"
 
 
 # ----------------------------------------------------------------------------- data
@@ -106,7 +116,8 @@ def compare_methods(model: nn.Module, calib_batches, score: Callable[[nn.Module]
                     methods: Sequence[str] = METHODS, group_sizes: Sequence[int | None] = (None, 128, 32),
                     bits: int = 4, skip: tuple[str, ...] = ()) -> dict:
     """Every ``(method, group_size)`` on a fresh copy of ``model``: ``{"float": score(model), "rows": [{"method",
-    "group_size", "score", "seconds"}]}``; ``seconds`` is the time quantization took (calibration included).
+    "group_size", "score", "seconds", "cpu_seconds"}]}``; ``seconds`` is the wall-clock time quantization took
+    (calibration included), ``cpu_seconds`` this process's CPU time for it (what a busy machine does not inflate).
     ``group_size=None``: one scale per output channel."""
     bad = [m for m in methods if m not in METHODS]
     if not methods or bad:
@@ -116,11 +127,58 @@ def compare_methods(model: nn.Module, calib_batches, score: Callable[[nn.Module]
     rows = []
     for g in group_sizes:
         for method in methods:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             q = quantize_copy(model, method, calib_batches, bits, g, skip)
-            seconds = time.perf_counter() - t0
-            rows.append({"method": method, "group_size": g, "score": float(score(q)), "seconds": seconds})
+            seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+            rows.append({"method": method, "group_size": g, "score": float(score(q)), "seconds": seconds,
+                         "cpu_seconds": cpu_seconds})
     return {"float": float(score(model)), "rows": rows}
+
+
+def method_study(gpt: nn.Module, tokenizer, minilm: nn.Module, mtok, group_sizes: Sequence[int | None] = (None, 32),
+                 gpt_cal_batches: int = 8, n_lines: int = 32) -> dict:
+    """Chapter 09's comparison of round-to-nearest, GPTQ and AWQ at int4 (``compare_methods`` on both models).
+
+    The GPT: calibrated on ``gpt_cal_batches`` windows of 8 x 128 tokens of the training plays
+    (``gpt_calibration_batches``), scored by perplexity on the first 4 of the chapter's held-out batches
+    (``shakespeare_val_batches``); then GPTQ per channel again with half the calibration windows. MiniLM: calibrated
+    on ``n_lines`` lines of the training plays (seed 0), scored by embedding agreement on ``n_lines`` held-out lines
+    (seed 1). Returns plain numbers: ``{"gpt": {"float", "rows", "calibration_tokens", "held_out_tokens",
+    "gptq_half": {"score", "calibration_tokens"}}, "minilm": {"float", "rows", "calibration_lines", "eval_lines"}}``.
+    """
+    calib = gpt_calibration_batches(tokenizer, gpt.cfg.block_size, n_batches=gpt_cal_batches, batch_size=8)
+    held_out = shakespeare_val_batches(gpt.cfg.block_size, n_batches=4)  # the chapter's val_batches[:4]
+    gpt_res = compare_methods(gpt, calib, lambda m: gpt_perplexity(m, held_out), group_sizes=group_sizes)
+    half = calib[:gpt_cal_batches // 2]  # the same seeded windows as gpt_calibration_batches(n_batches=half)
+    gpt_res["gptq_half"] = {"score": gpt_perplexity(quantize_copy(gpt, "gptq", half), held_out),
+                            "calibration_tokens": sum(x.numel() for x, _ in half)}
+    gpt_res["calibration_tokens"] = sum(x.numel() for x, _ in calib)
+    gpt_res["held_out_tokens"] = sum(y.numel() for _, y in held_out)
+    cal_lines, eval_lines = shakespeare_lines("train", n_lines, seed=0), shakespeare_lines("val", n_lines, seed=1)
+    ref = sentence_embeddings(minilm, mtok, eval_lines)
+    mini_res = compare_methods(minilm, sentence_batches(mtok, cal_lines),
+                               lambda m: embedding_agreement(m, mtok, eval_lines, ref), group_sizes=group_sizes)
+    mini_res.update(calibration_lines=len(cal_lines), eval_lines=len(eval_lines))
+    return {"gpt": gpt_res, "minilm": mini_res}
+
+
+def committed_study(path: Path | str = STUDY_PATH) -> dict:
+    """The ``method_study`` results written by ``python -m transformer_lib.experiments.quant_methods``, with a
+    ``"produced"`` record (date, torch, CPU capability, threads) of the run that computed them."""
+    return json.loads(Path(path).read_text())  # a per-channel row's group_size: null -> None
+
+
+def _write_study(path: Path | str = STUDY_PATH) -> dict:
+    torch.manual_seed(0)
+    gpt, tokenizer = load_shakespeare_gpt("cpu")
+    minilm, mtok = load_minilm("cpu")
+    study = method_study(gpt, tokenizer, minilm, mtok)
+    study["produced"] = {"by": "python -m transformer_lib.experiments.quant_methods",
+                         "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                         "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
+                         "threads": torch.get_num_threads()}
+    Path(path).write_text(json.dumps(study, indent=1) + "\n")
+    return study
 
 
 def score_of(results: dict, method: str, group_size: int | None) -> float:
@@ -199,3 +257,8 @@ def nf4_vs_int4(weights: dict[str, torch.Tensor], block_size: int = 64) -> dict[
         power = w.detach().float().pow(2).mean().item()
         out[name] = {**mse, **{f"{k} rel": v / power for k, v in mse.items()}}
     return out
+
+
+if __name__ == "__main__":  # recompute chapter 09's method comparison and write it where the chapter reads it
+    torch.set_num_threads(1)
+    print(json.dumps(_write_study()["produced"]))

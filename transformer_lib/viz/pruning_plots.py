@@ -49,9 +49,9 @@ def pruning_frame(scores: torch.Tensor, removed: torch.Tensor, fractions: Sequen
     return fig, caption
 
 
-def score_heatmaps(maps: dict, suptitle: str, figsize=(9.6, 3.1)):
+def score_heatmaps(maps: dict, suptitle: str, figsize=(9.6, 3.1), units: dict | None = None):
     """One heatmap per ``(n_layers, n_heads)`` score map of ``maps: {title: tensor}``, side by side; darker =
-    larger. Returns the figure."""
+    larger. ``units: {title: label}`` names each colour bar's unit. Returns the figure."""
     if not maps or any(m.dim() != 2 for m in maps.values()):
         raise ValueError(f"maps must be a non-empty dict of (n_layers, n_heads) tensors, got "
                          f"{ {k: tuple(v.shape) for k, v in maps.items()} }")
@@ -64,7 +64,9 @@ def score_heatmaps(maps: dict, suptitle: str, figsize=(9.6, 3.1)):
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_title(title, fontsize=10)
-        fig.colorbar(im, ax=ax, shrink=0.8)
+        bar = fig.colorbar(im, ax=ax, shrink=0.8)
+        if units and title in units:
+            bar.set_label(units[title], fontsize=8)
     fig.suptitle(suptitle)
     fig.tight_layout()
     return fig
