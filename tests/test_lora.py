@@ -307,6 +307,9 @@ def test_errors_name_the_problem_and_leave_the_model_as_it_was():
     assert all(p.requires_grad for p in model.parameters()) and not lora_layers(model)  # unchanged
     with pytest.raises(TypeError, match="config"):
         apply_lora(model, {"r": 4})
+    with pytest.raises(TypeError, match="generator"):
+        apply_lora(model, LoRAConfig(target_modules=["0", "2"]), generator=0)
+    assert all(p.requires_grad for p in model.parameters()) and not lora_layers(model)  # unchanged
     with pytest.raises(ValueError, match="no LoRALinear"):
         merge_lora(model)
     apply_lora(model, LoRAConfig(r=2, target_modules=["0", "2"]))

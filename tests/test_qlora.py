@@ -166,6 +166,12 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="multiple of block_size"):
         apply_qlora(model, LoRAConfig(target_modules=["0", "1"]))
     assert isinstance(model[0], nn.Linear) and model[0].weight.requires_grad  # nothing changed
+    model = nn.Sequential(nn.Linear(64, 8), nn.Linear(64, 64))
+    with torch.no_grad():
+        model[1].weight[3, 3] = float("inf")
+    with pytest.raises(ValueError, match="not finite.*'1'"):
+        apply_qlora(model, LoRAConfig(target_modules=["0", "1"]))
+    assert isinstance(model[0], nn.Linear) and model[0].weight.requires_grad  # the first layer was not replaced
 
 
 @pytest.mark.cuda

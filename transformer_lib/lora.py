@@ -96,18 +96,14 @@ class LoRALinear(nn.Module):
         if not isinstance(base, nn.Module) or not isinstance(in_f, int) or not isinstance(out_f, int):
             raise TypeError(f"base must be an nn.Linear (or a module with int in_features and out_features), "
                             f"got {type(base).__name__}")
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        device = _device_of(base)
+        check_generator(generator, [device])
         self.base = base
         self.base.requires_grad_(False)
         self.in_features, self.out_features = in_f, out_f
         self.r, self.alpha, self.scaling = r, alpha, cfg.scaling
-        device = _device_of(base)
         self.lora_A = nn.Parameter(torch.empty(r, in_f, device=device))  # (r, in)
         self.lora_B = nn.Parameter(torch.zeros(out_f, r, device=device))  # (out, r): zero, so the update starts at 0
-        if generator is not None and generator.device != self.lora_A.device:
-            raise ValueError(f"generator is on {generator.device}, the adapter on {self.lora_A.device}: "
-                             f"they must match")
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5), generator=generator)  # peft's init of lora_A
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.merged = False
@@ -165,6 +161,17 @@ def _set_module(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, child, new)
 
 
+def check_generator(generator, devices) -> None:
+    """Raise unless ``generator`` is None or a ``torch.Generator`` on the device of every tensor in ``devices``."""
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    wrong = sorted({str(d) for d in devices if d != generator.device})
+    if wrong:
+        raise ValueError(f"generator is on {generator.device}, the layers on {wrong}: they must match")
+
+
 def lora_targets(model: nn.Module, config: LoRAConfig) -> list[str]:
     """Names of the modules ``config`` selects (checked: at least one, each an ``nn.Linear``)."""
     if not isinstance(model, nn.Module):
@@ -189,6 +196,7 @@ def apply_lora(model: nn.Module, config: LoRAConfig, generator: torch.Generator 
     """Put a ``LoRALinear`` on every ``nn.Linear`` that ``config.target_modules`` selects (in place) and freeze all
     other parameters; returns ``model``. Every check runs before anything changes."""
     names = lora_targets(model, config)
+    check_generator(generator, [model.get_submodule(n).weight.device for n in names])
     model.requires_grad_(False)
     for name in names:
         _set_module(model, name, LoRALinear(model.get_submodule(name), config.r, config.alpha, config.dropout,

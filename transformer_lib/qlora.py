@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .lora import LoRAConfig, LoRALinear, lora_targets
+from .lora import LoRAConfig, LoRALinear, check_generator, lora_targets
 from .nf4 import NF4Tensor, nf4_dequantize, nf4_quantize
 
 FP8 = torch.float8_e4m3fn
@@ -184,6 +184,10 @@ def apply_qlora(model: nn.Module, config: LoRAConfig, block_size: int = 64, doub
     bad = [n for n in names if model.get_submodule(n).weight.numel() % block_size]
     if bad:
         raise ValueError(f"these layers' weights are not a multiple of block_size={block_size} entries: {bad}")
+    bad = [n for n in names if not torch.isfinite(model.get_submodule(n).weight).all()]
+    if bad:
+        raise ValueError(f"these layers' weights are not finite (NaN or inf): {bad}")
+    check_generator(generator, [model.get_submodule(n).weight.device for n in names])
     model.requires_grad_(False)
     for name in names:
         parent, _, child = name.rpartition(".")
