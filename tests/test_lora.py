@@ -19,6 +19,9 @@ transformers = pytest.importorskip("transformers")
 # peft 0.21.2 calls a transformers 5.24 method that transformers deprecates (not ours to fix)
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
+# whole-model outputs: six layers of float32 sums whose order (threads, CPU kernels) differs between runs and
+# between a merged and an unmerged weight; the same tolerance as tests/test_pretrained.py
+MODEL_TOL = dict(atol=1e-4, rtol=1e-4)
 SENTENCES = ["The cat sat on the mat.", "A quick brown fox jumps over the lazy dog near the river.", "Hello!"]
 
 
@@ -174,7 +177,7 @@ def test_outputs_equal_peft_s_before_and_after_merging(hf_pair, encoded, minilm_
         theirs = pm(**encoded).last_hidden_state
         mine = ours(**encoded).last_hidden_state
         assert (theirs - plain).abs().max() > 0.05  # the adapters matter, so equality below says something
-        torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(mine, theirs, **MODEL_TOL)
         originals = {n: m.base.weight.clone() for n, m in lora_layers(ours).items()}
         merge_lora(ours)
         pm.merge_adapter()
@@ -183,8 +186,8 @@ def test_outputs_equal_peft_s_before_and_after_merging(hf_pair, encoded, minilm_
                 torch.testing.assert_close(layer.base.weight, peft_layers(pm)[name].base_layer.weight,
                                            atol=1e-6, rtol=1e-6)
             torch.testing.assert_close(ours(**encoded).last_hidden_state, pm(**encoded).last_hidden_state,
-                                       atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(ours(**encoded).last_hidden_state, mine, atol=1e-5, rtol=1e-5)
+                                       **MODEL_TOL)
+            torch.testing.assert_close(ours(**encoded).last_hidden_state, mine, **MODEL_TOL)
         finally:
             unmerge_lora(ours)
             pm.unmerge_adapter()
@@ -202,7 +205,7 @@ def test_merge_and_unload_equals_peft_s(hf_pair, encoded):
         torch.testing.assert_close(v, theirs.state_dict()[k], atol=1e-6, rtol=1e-6)
     with torch.no_grad():
         torch.testing.assert_close(ours(**encoded).last_hidden_state, pm(**encoded).last_hidden_state,
-                                   atol=1e-5, rtol=1e-5)
+                                   **MODEL_TOL)
 
 
 def test_our_encoder_with_our_lora_equals_hf_bert_with_peft(minilm_files, encoded):
