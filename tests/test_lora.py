@@ -11,8 +11,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from transformer_lib.lora import (LoRAConfig, LoRALinear, apply_lora, count_parameters, lora_layers,
-                                  lora_parameter_count, lora_targets, merge_and_unload, merge_lora, unmerge_lora)
+from transformer_lib.lora import (LoRAConfig, LoRALinear, SlicedLoRALinear, apply_lora, apply_sliced_lora,
+                                  count_parameters, lora_layers, lora_parameter_count, lora_targets, merge_and_unload,
+                                  merge_lora, qkv_slices, unmerge_lora)
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
@@ -234,6 +235,53 @@ def test_our_encoder_with_our_lora_equals_hf_bert_with_peft(minilm_files, encode
         pm.merge_adapter()
         torch.testing.assert_close(ours(**encoded).last_hidden_state[mask], pm(**encoded).last_hidden_state[mask],
                                    atol=1e-4, rtol=1e-4)
+
+
+def test_our_fused_qkv_with_q_and_v_adapters_equals_peft_on_query_and_value(minilm_files, encoded):
+    """The paper's choice (W_Q and W_V) inside our stacked qkv, against peft on HF's separate query and value."""
+    path, minilm, _ = minilm_files
+    pm = peft_model(hf_bert(path), r=4, alpha=8, targets=["query", "value"])
+    randomize_peft_B(pm, seed=2)
+    ours = apply_sliced_lora(copy.deepcopy(minilm), LoRAConfig(r=4, alpha=8, target_modules=["self_attn.qkv"]),
+                             qkv_slices(384, "qv"))
+    inner = pm.base_model.model
+    with torch.no_grad():
+        for name, layer in lora_layers(ours).items():
+            i = name.split(".")[1]
+            for part, hf in (("q", "query"), ("v", "value")):
+                theirs = inner.get_submodule(f"encoder.layer.{i}.attention.self.{hf}")
+                layer.lora_A[part].copy_(theirs.lora_A["default"].weight)
+                layer.lora_B[part].copy_(theirs.lora_B["default"].weight)
+    assert count_parameters(ours)[0] == pm.get_nb_trainable_parameters()[0] == 6 * 2 * 4 * (384 + 384)
+    mask = encoded["attention_mask"].bool()
+    with torch.no_grad():
+        theirs = pm(**encoded).last_hidden_state
+        mine = ours(**encoded).last_hidden_state
+        assert (theirs - minilm(**encoded).last_hidden_state)[mask].abs().max() > 0.05
+        torch.testing.assert_close(mine[mask], theirs[mask], **MODEL_TOL)
+        w = {n: m.base.weight.clone() for n, m in lora_layers(ours).items()}
+        merge_lora(ours)
+        delta = lora_layers(ours)["layers.0.self_attn.qkv"].base.weight - w["layers.0.self_attn.qkv"]
+        assert delta[384:768].abs().max() == 0 and delta[:384].abs().max() > 0  # W_K untouched
+        torch.testing.assert_close(ours(**encoded).last_hidden_state[mask], theirs[mask], **MODEL_TOL)
+        unmerge_lora(ours)
+        assert all(torch.equal(m.base.weight, w[n]) for n, m in lora_layers(ours).items())
+        merged = merge_and_unload(copy.deepcopy(ours))
+        torch.testing.assert_close(merged(**encoded).last_hidden_state[mask], theirs[mask], **MODEL_TOL)
+
+
+def test_sliced_adapters_check_their_slices():
+    lin = nn.Linear(8, 12)
+    for bad in ({}, {"a": (0, 13)}, {"a": (4, 4)}, {"a": (0, 6), "b": (5, 9)}, {"a b": (0, 2)}, {"a": (0.0, 2)}):
+        with pytest.raises(ValueError, match="slices"):
+            SlicedLoRALinear(lin, bad)
+    with pytest.raises(ValueError, match="which"):
+        qkv_slices(8, "qx")
+    assert qkv_slices(8, "kv") == {"k": (8, 16), "v": (16, 24)}
+    model = toy()
+    with pytest.raises(ValueError, match="slices"):  # 8 output rows in layer "2": checked before any change
+        apply_sliced_lora(model, LoRAConfig(target_modules=["0", "2"]), {"a": (0, 16)})
+    assert not lora_layers(model) and all(p.requires_grad for p in model.parameters())
 
 
 # ----------------------------------------------------------------------------- training behaviour
