@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from transformer_lib.lora import (LoRAConfig, LoRALinear, SlicedLoRALinear, apply_lora, apply_sliced_lora,
-                                  count_parameters, lora_layers, lora_parameter_count, lora_targets, merge_and_unload,
-                                  merge_lora, qkv_slices, unmerge_lora)
+from transformer_lib.lora import (LoRAConfig, LoRALinear, SlicedLoRALinear, adam_state_bytes, apply_lora,
+                                  apply_sliced_lora, count_parameters, lora_layers, lora_parameter_count, lora_targets,
+                                  merge_and_unload, merge_lora, optimizer_state_bytes, qkv_slices, unmerge_lora)
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
@@ -382,3 +382,20 @@ def test_errors_name_the_problem_and_leave_the_model_as_it_was():
     with pytest.raises(ValueError, match="matches no module"):  # a second apply finds nothing new to adapt
         apply_lora(model, LoRAConfig(target_modules=["0"]))
     assert lora_targets(toy(), LoRAConfig(target_modules=r"[02]")) == ["0", "2"]
+
+
+def test_optimizer_state_bytes_equal_adam_s_closed_form_and_scale_with_trainable_parameters():
+    full, lora = toy(), apply_lora(toy(), LoRAConfig(r=2, target_modules=["0", "2"]))
+    x = torch.randn(4, 16)
+    sizes = {}
+    for name, model in (("full", full), ("lora", lora)):
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        model(x).square().sum().backward()
+        opt.step()
+        sizes[name] = optimizer_state_bytes(opt)
+        assert sizes[name] == adam_state_bytes(model.parameters())
+    n_full = sum(p.numel() for p in full.parameters())
+    assert sizes["full"] == 8 * n_full + 4 * 4  # two float32 moments per weight, a step per tensor (4 tensors)
+    assert sizes["lora"] == 8 * (2 * (16 + 32) + 2 * (32 + 8)) + 4 * 4  # only the adapters' A and B
+    with pytest.raises(TypeError, match="optimizer"):
+        optimizer_state_bytes([])

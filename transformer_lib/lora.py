@@ -374,3 +374,21 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
 def lora_parameter_count(config: LoRAConfig, shapes: list[tuple[int, int]]) -> int:
     """The closed form ``sum r * (in + out)`` over the adapted layers' ``(out, in)`` weight shapes."""
     return sum(config.r * (n_in + n_out) for n_out, n_in in shapes)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor an optimizer keeps per parameter (measured: Adam's ``exp_avg``, ``exp_avg_sq`` and
+    ``step``), after at least one ``step()``; what full fine-tuning pays for every weight and LoRA only for the
+    adapters."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    return sum(t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values()
+               if isinstance(t, torch.Tensor))
+
+
+def adam_state_bytes(params) -> int:
+    """The closed form of ``optimizer_state_bytes`` for ``torch.optim.Adam``/``AdamW`` (default options) over the
+    trainable tensors among ``params``: two moments of each parameter's size and dtype, and one float32 ``step``
+    per tensor."""
+    params = [p for p in params if isinstance(p, torch.Tensor) and p.requires_grad]
+    return sum(2 * p.numel() * p.element_size() + 4 for p in params)
