@@ -131,6 +131,9 @@ def test_apply_qlora_on_minilm():
     model, tok = load_minilm(device="cpu")
     model = copy.deepcopy(model)
     n_linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    for m in (model.layers[0].self_attn.qkv, model.layers[5].ffn.down):  # trained weights, single-quantized scales
+        assert torch.equal(NF4Linear.from_linear(m, double_quant=False).dequantized_weight(),
+                           nf4_dequantize(nf4_quantize(m.weight)))
     apply_qlora(model, LoRAConfig(r=8, alpha=16, target_modules=r".*\.(qkv|out|up|down)"),
                 generator=torch.Generator().manual_seed(0))
     layers = lora_layers(model)

@@ -25,6 +25,9 @@ and trainable-parameter counts against ``peft`` 0.21.2 on the same weights and a
 separate layers: LoRA on ``W_Q`` and ``W_V`` only (the paper's choice) inside ``MultiHeadAttention``'s stacked
 ``qkv``, equal to ``peft`` on a Hugging Face BERT's separate ``query`` and ``value``.
 
+``optimizer_state_bytes`` measures an optimizer's per-parameter state and ``adam_state_bytes`` gives Adam's closed
+form: LoRA's saving is mostly there, since Adam keeps two moments for every trainable number.
+
 Shapes: ``LoRALinear`` maps ``(..., in)`` to ``(..., out)`` in the input's dtype; ``A`` and ``B`` are kept in
 float32 (the adapter path runs in float32 and is cast back), whatever the base layer's dtype.
 """

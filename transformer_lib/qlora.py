@@ -11,7 +11,8 @@ weight. QLoRA quantizes those scales too: subtract their mean (one float32), the
 blocks of 256 scales, each block with one float32 scale of its own: ``8 / 64 + 32 / (64 * 256) = 0.127`` bits per
 weight. The 8-bit float here is PyTorch's ``float8_e4m3fn`` (4 exponent bits, 3 mantissa bits, largest 448): each
 block is divided by its largest ``|absmax - mean|`` over 448, so a scale comes back with a relative error of at most
-``2**-4`` of its distance to the mean (``2**-10`` of the block's scale near zero). bitsandbytes uses its own
+``2**-4`` of its distance to the mean (``2**-10`` of the block's scale near zero); relative to the scale itself the
+error is largest for a small scale in a block of 256 that also holds a large one. bitsandbytes uses its own
 "dynamic" 8-bit code for this step; the layout and the byte count are the paper's.
 
 Shapes: ``NF4Linear`` maps ``(..., in)`` to ``(..., out)`` in the input's dtype. Storage of a weight with ``n``
