@@ -26,7 +26,7 @@ separate layers: LoRA on ``W_Q`` and ``W_V`` only (the paper's choice) inside ``
 ``qkv``, equal to ``peft`` on a Hugging Face BERT's separate ``query`` and ``value``.
 
 ``optimizer_state_bytes`` measures an optimizer's per-parameter state and ``adam_state_bytes`` gives Adam's closed
-form: LoRA's saving is mostly there, since Adam keeps two moments for every trainable number.
+form: Adam keeps two moments for every trainable number, so LoRA needs them (and gradients) only for the adapters.
 
 Shapes: ``LoRALinear`` maps ``(..., in)`` to ``(..., out)`` in the input's dtype; ``A`` and ``B`` are kept in
 float32 (the adapter path runs in float32 and is cast back), whatever the base layer's dtype.
