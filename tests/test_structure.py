@@ -20,6 +20,7 @@ LAYERS = {
     "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
     "analysis and compression": ["head_stats", "pruning", "quant_grids", "int8_ops", "quant_linear", "calibration",
                                  "channel_scale", "gptq", "awq", "smoothquant", "nf4", "quantization", "quant_storage"],
+    "fine-tuning": ["lora", "objectives", "qlora", "task_data"],
     "training": ["train", "seq2seq", "book_models"],
     "experiments": ["experiments", "experiments.*"],
     "viz": ["viz", "viz.*"],
