@@ -103,3 +103,20 @@ def test_overwritten_files_keep_their_mode(tmp_path, mode):
     save_weights(_tiny_gpt(), path)
     assert path.stat().st_mode & 0o777 == mode
     assert path.read_bytes() != b"old"
+
+
+def test_a_saved_run_carries_what_produced_it_and_round_trips(tmp_path):
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    from transformer_lib.checkpoint_io import provenance, save_tensors_and_record
+
+    record = {"losses": [2.0, 1.5], **provenance(threads=1)}
+    assert record["torch"] == torch.__version__ and record["torch_threads"] == 1
+    assert record["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    tensors = {"w": torch.arange(6.0).reshape(2, 3)}
+    save_tensors_and_record(tmp_path / "sub" / "run", tensors, record)
+    assert torch.equal(load_file(str(tmp_path / "sub" / "run.safetensors"))["w"], tensors["w"])
+    assert json.loads((tmp_path / "sub" / "run.json").read_text()) == record

@@ -6,10 +6,14 @@
 """
 from __future__ import annotations
 
+import json
 import os
+import platform
 import tempfile
+import time
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 from safetensors.torch import load_file, save
 
@@ -85,3 +89,20 @@ def load_weights(model: nn.Module, source: str | Path | dict, device=None) -> nn
     if device is not None:
         model.to(device)
     return model
+
+
+def provenance(threads: int | None = None) -> dict:
+    """What produced a committed result, for its json record: torch build, CPU capability as torch reports it, the
+    number of threads (``threads``, or torch's current count), the machine and the date."""
+    return {"torch": torch.__version__, "torch_threads": torch.get_num_threads() if threads is None else threads,
+            "machine": platform.machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def save_tensors_and_record(stem: str | Path, tensors: dict, record: dict) -> None:
+    """Write ``tensors`` to ``<stem>.safetensors`` and ``record`` to ``<stem>.json``, each atomically: the committed
+    form of a chapter's trained runs (weights beside the losses and settings that made them)."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(stem.with_suffix(".safetensors"), save(tensors, metadata={"name": stem.name}))
+    atomic_write_bytes(stem.with_suffix(".json"), json.dumps(record, indent=1).encode())

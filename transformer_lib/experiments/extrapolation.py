@@ -14,15 +14,14 @@ and measure accuracy on sequences of ``train_len``, ``2 * train_len`` and ``4 * 
 from __future__ import annotations
 
 import json
-import platform
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save
+from safetensors.torch import load_file
 
-from ..checkpoint_io import atomic_write_bytes, load_weights, tied_names
+from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
 from ..device import default_device
 from ..losses import gpt_loss
 from ..models import GPT, GPTConfig
@@ -222,12 +221,8 @@ def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
     record = {"config": asdict(cfg), "seeds": list(by_seed), "positionals": list(next(iter(by_seed.values()))),
               "losses": {f"{seed}/{name}": r["losses"] for seed, res in by_seed.items() for name, r in res.items()},
               "unscaled_losses": runs["unscaled"]["losses"], "train_seconds": round(runs["seconds"], 1),
-              "torch": torch.__version__, "torch_threads": 1, "machine": platform.machine(),
-              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "created": time.strftime("%Y-%m-%d %H:%M:%S")}
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(stem.with_suffix(".safetensors"), save(tensors, metadata={"name": stem.name}))
-    atomic_write_bytes(stem.with_suffix(".json"), json.dumps(record, indent=1).encode())
+              **provenance(threads=1)}
+    save_tensors_and_record(stem, tensors, record)
 
 
 def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:

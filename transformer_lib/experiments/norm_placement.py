@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import platform
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from ..checkpoint_io import atomic_write_bytes
+from ..checkpoint_io import atomic_write_bytes, provenance
 from ..corpus import get_batch, shakespeare_corpus
 from ..device import default_device
 from ..losses import gpt_loss
@@ -103,10 +101,7 @@ def save_runs(runs: dict[str, list[NormRun]], cfg: NormConfig, seconds: float, p
     """Write every run of ``norm_placement_experiment`` (its loss at every step, validation loss, divergence) and the
     configuration to a json record."""
     record = {"config": asdict(cfg), "train_seconds": round(seconds, 1),
-              "runs": [asdict(r) for rs in runs.values() for r in rs],
-              "torch": torch.__version__, "torch_threads": 1, "machine": platform.machine(),
-              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+              "runs": [asdict(r) for rs in runs.values() for r in rs], **provenance(threads=1)}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, json.dumps(record, indent=1).encode())
 

@@ -10,16 +10,15 @@ chapter's ten models (both contestants at every gap in ``GAPS``); ``save_runs`` 
 from __future__ import annotations
 
 import json
-import platform
 import time
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import load_file, save
+from safetensors.torch import load_file
 
-from ..checkpoint_io import atomic_write_bytes, load_weights, tied_names
+from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
 from ..device import default_device, seed_everything
 from ..models import GPT, GPTConfig
 from ..modes import eval_mode
@@ -137,13 +136,8 @@ def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
         tensors.update({f"{name}.gap{gap}.{k}": v.detach().contiguous().cpu()
                         for k, v in model.state_dict().items() if k not in tied})
     record = {"recipe": runs["recipe"], "gaps": runs["gaps"], "train_seconds": round(runs["seconds"], 1),
-              "losses": {f"{name}/{gap}": v for (name, gap), v in runs["losses"].items()},
-              "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
-              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "created": time.strftime("%Y-%m-%d %H:%M:%S")}
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(stem.with_suffix(".safetensors"), save(tensors, metadata={"name": stem.name}))
-    atomic_write_bytes(stem.with_suffix(".json"), json.dumps(record, indent=1).encode())
+              "losses": {f"{name}/{gap}": v for (name, gap), v in runs["losses"].items()}, **provenance()}
+    save_tensors_and_record(stem, tensors, record)
 
 
 def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:
