@@ -16,6 +16,7 @@ from transformer_lib.dates import date_tokenizers  # noqa: E402
 from transformer_lib.experiments import (causal_leak, cross_attention, mask_fill, norm_placement,  # noqa: E402
                                         padded_rows)
 from transformer_lib.layers import LayerNorm, Residual  # noqa: E402
+from transformer_lib.train import evaluate_loss  # noqa: E402
 from transformer_lib.viz.architecture import architecture_columns, plot_architecture  # noqa: E402
 
 
@@ -189,6 +190,61 @@ def test_train_char_gpt_with_and_without_mask():
     idx = torch.randint(0, masked.cfg.vocab_size, (1, 16))
     assert torch.all(causal_leak.future_sensitivity(masked, idx, 7)[:8] == 0)
     assert torch.all(causal_leak.future_sensitivity(unmasked, idx, 7)[:8] > 0)
+
+
+def test_committed_causal_leak_runs_follow_the_config_and_load():
+    runs = causal_leak.load_runs("cpu")
+    cfg = causal_leak.CausalConfig()
+    assert runs["cfg"] == cfg and list(runs["models"]) == list(causal_leak.NAMES.values())
+    val = causal_leak.causal_val_batches(cfg)
+    for causal, name in causal_leak.NAMES.items():
+        model, hist = runs["models"][name], runs["histories"][name]
+        assert not model.training and variants.is_causal(model) == causal
+        assert hist.steps_done == cfg.steps and len(hist.train_loss) == cfg.steps and hist.val_step[-1] == cfg.steps
+        assert all(math.isfinite(v) for v in hist.train_loss + hist.val_loss)
+        # the weights are the trained ones: the loaded model scores on the validation windows what training recorded
+        assert evaluate_loss(model, val) == pytest.approx(hist.val_loss[-1], abs=1e-4)
+    fresh = causal_leak.make_model(True, cfg)
+    assert not torch.equal(fresh.lm_head.weight, runs["models"]["with causal mask"].lm_head.weight)
+
+
+def test_causal_leak_save_and_load_round_trip(tmp_path):
+    cfg = causal_leak.CausalConfig(n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=2,
+                                   warmup_steps=1, eval_batches=1)
+    runs = causal_leak.train_runs(cfg, progress=False, device="cpu")
+    causal_leak.save_runs(runs, tmp_path / "c")
+    back = causal_leak.load_runs("cpu", tmp_path / "c")
+    assert back["cfg"] == cfg and back["histories"] == runs["histories"]
+    for name, model in runs["models"].items():
+        assert variants.is_causal(back["models"][name]) == variants.is_causal(model)
+        for (key, a), b in zip(model.state_dict().items(), back["models"][name].state_dict().values()):
+            assert torch.equal(a, b), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_causal_leak_training_reproduces_the_chapters_claims(seed):
+    """Retrain both models (about 20 s of CPU) and check chapter 06's claims on them as the page does: the loss
+    claims with the committed seed (0) and another, since a claim about a training outcome must not hang on one
+    sample; the word-share claim with the committed seed (see below)."""
+    from transformer_lib.corpus import shakespeare_corpus, shakespeare_split
+
+    cfg = causal_leak.CausalConfig(seed=seed)
+    models = causal_leak.train_runs(cfg, progress=False, device="cpu")["models"]
+    masked, unmasked = models["with causal mask"], models["without causal mask"]
+    val = causal_leak.causal_val_batches(cfg)
+    # without the mask the validation loss falls below half the masked one; at the last position it is worse
+    assert evaluate_loss(unmasked, val) < 0.5 * evaluate_loss(masked, val)
+    assert causal_leak.last_position_loss(unmasked, val) > causal_leak.last_position_loss(masked, val)
+    if seed != 0:
+        # the word-share claim is checked on the committed seed only: with seed 1 the unmasked model's samples
+        # scored 73% known words against the masked model's 68%, so that sentence hangs on the seed (reported)
+        return
+    vocabulary, tok = causal_leak.word_set(shakespeare_split()[0]), shakespeare_corpus().tokenizer
+    share = {name: sum(causal_leak.known_word_share(t, vocabulary)
+                       for t in causal_leak.sample_texts(m, tok, "ROMEO:\nI", 160, seeds=range(3))) / 3
+             for name, m in models.items()}
+    assert share["with causal mask"] > share["without causal mask"] + 0.15  # far more real words
 
 
 # ============================================================================= norm placement (chapter 05)

@@ -2,22 +2,31 @@
 past), and a tiny character GPT trained with or without its causal mask (``train_char_gpt``), scored where no
 mask can help (``last_position_loss``) and by how many of the words it writes are real words of the training
 text (``known_word_share``). The mask is switched by ``variants.set_causal``.
+Training the pair takes more CPU time than chapter 06's page can afford: ``scripts/train_causal_leak.py`` trains
+it with ``CausalConfig()`` into ``checkpoints/causal_leak_models.*``; the page loads it (``load_runs``) and
+measures every loss and sample again.
 
 Used in chapters 05 and 06.
 """
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
+from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
+from ..device import default_device
 from ..corpus import get_batch, shakespeare_corpus
 from ..generate import generate
 from ..models import GPT, GPTConfig
 from ..modes import eval_mode
-from ..train import TrainConfig, evaluate_loss, train
+from ..train import History, TrainConfig, evaluate_loss, train
 from ..variants import set_causal
 from .threads import torch_threads
 
@@ -56,9 +65,21 @@ class CausalConfig:
     positional: str = "rope"
 
 
+NAMES = {True: "with causal mask", False: "without causal mask"}  # the two runs, as the page names them
+CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "causal_leak_models"
+
+
 def causal_val_batches(cfg: CausalConfig) -> list:
     gen = torch.Generator().manual_seed(1234)
     return [get_batch(shakespeare_corpus().val, cfg.block_size, 32, gen) for _ in range(cfg.eval_batches)]
+
+
+def make_model(causal: bool, cfg: CausalConfig = CausalConfig()) -> GPT:
+    """The tiny character GPT of ``cfg``, initialised from ``cfg.seed``, its causal mask on or off."""
+    torch.manual_seed(cfg.seed)
+    model = GPT(GPTConfig(vocab_size=shakespeare_corpus().tokenizer.vocab_size, block_size=cfg.block_size,
+                          n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model, positional=cfg.positional))
+    return set_causal(model, causal)
 
 
 def train_char_gpt(causal: bool, cfg: CausalConfig = CausalConfig(), progress: bool = True, device=None):
@@ -68,10 +89,7 @@ def train_char_gpt(causal: bool, cfg: CausalConfig = CausalConfig(), progress: b
     unmasked model is evaluated unmasked too, as a careless training script would).
     """
     corpus = shakespeare_corpus()
-    torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=cfg.block_size,
-                          n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model, positional=cfg.positional))
-    set_causal(model, causal)
+    model = make_model(causal, cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
     val = causal_val_batches(cfg)
     tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=0.0,
@@ -116,3 +134,44 @@ def sample_texts(model: GPT, tokenizer, prompt: str, max_new_tokens: int = 160, 
     with torch_threads(1):
         outs = [generate(model, ids, max_new_tokens, temperature=temperature, use_cache=False, seed=s) for s in seeds]
     return [tokenizer.decode(o[0, ids.shape[1]:].tolist()) for o in outs]
+
+
+def train_runs(cfg: CausalConfig = CausalConfig(), progress: bool = True, device=None) -> dict:
+    """Both runs (``train_char_gpt``): ``{"models": {name: GPT}, "histories": {name: History}, "cfg", "seconds"}``,
+    keyed by ``NAMES``."""
+    start, models, histories = time.perf_counter(), {}, {}
+    for causal, name in NAMES.items():
+        models[name], histories[name] = train_char_gpt(causal, cfg, progress=progress, device=device)
+        models[name].eval()
+    return {"models": models, "histories": histories, "cfg": cfg, "seconds": time.perf_counter() - start}
+
+
+def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
+    """``<stem>.safetensors`` (both models' weights, keys ``causal.<parameter>`` / ``unmasked.<parameter>``) and
+    ``<stem>.json`` (config, both training histories, how long it took, on what)."""
+    tensors = {}
+    for causal, name in NAMES.items():
+        model, tied = runs["models"][name], tied_names(runs["models"][name])
+        tensors.update({f"{'causal' if causal else 'unmasked'}.{k}": v.detach().contiguous().cpu()
+                        for k, v in model.state_dict().items() if k not in tied})
+    record = {"config": asdict(runs["cfg"]), "train_seconds": round(runs["seconds"], 1),
+              "histories": {name: h.to_dict() for name, h in runs["histories"].items()},
+              **provenance(threads=1)}
+    save_tensors_and_record(stem, tensors, record)
+
+
+def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:
+    """The committed runs in ``train_runs``'s structure (models in eval mode on ``device``, each with its causal
+    mask as trained), plus ``"record"``."""
+    record = json.loads(stem.with_suffix(".json").read_text())
+    tensors = load_file(str(stem.with_suffix(".safetensors")), device="cpu")
+    cfg = CausalConfig(**record["config"])
+    models, histories = {}, {}
+    for causal, name in NAMES.items():
+        prefix = f"{'causal' if causal else 'unmasked'}."
+        model = make_model(causal, cfg)
+        load_weights(model, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
+                     device or default_device())
+        models[name], histories[name] = model.eval(), History(**record["histories"][name])
+    return {"models": models, "histories": histories, "cfg": cfg, "seconds": record["train_seconds"],
+            "record": record}

@@ -2,6 +2,10 @@
 
 Used in chapter 03.
 
+Nine models (three head counts x three seeds) take longer to train than the page can afford;
+``scripts/train_head_count.py`` trains them with ``HeadCountConfig()`` into ``checkpoints/head_count_models.*``
+and the page loads them (``load_runs``) and measures their accuracy again.
+
 The task, "flagged pair": a sequence of random values from ``[0, V)``; exactly two positions, drawn at random
 in the first half, carry a flag (the token id is ``value + V``). At every position after the second flag the
 model must output the *ordered* pair ``(first flagged value, second flagged value)`` as one class
@@ -17,12 +21,18 @@ the two values are equal, half the time otherwise); guessing blindly scores ``1 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
+from ..checkpoint_io import load_weights, provenance, save_tensors_and_record
+from ..device import default_device
 from ..masking import causal_mask
 from ..modes import eval_mode
 from ..multihead import MultiHeadAttention
@@ -31,6 +41,8 @@ from ..train import train as train_loop
 from .threads import torch_threads
 
 IGNORE = -100  # positions without a target (up to and including the second flag)
+HEAD_COUNTS, SEEDS = (1, 2, 4), (0, 1, 2)  # the chapter's comparison
+CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "head_count_models"
 
 
 def flagged_pair_batch(batch_size: int, length: int, vocab_size: int, generator: torch.Generator | None = None,
@@ -113,7 +125,8 @@ def accuracy(model: nn.Module, cfg: HeadCountConfig, seed: int = 1234) -> float:
 
 
 def train_one(n_heads: int, cfg: HeadCountConfig, device=None) -> dict:
-    """Train a seeded ``PairReader`` with ``n_heads`` heads: ``{"losses", "accuracy", "params"}``."""
+    """Train a seeded ``PairReader`` with ``n_heads`` heads: ``{"model", "losses", "accuracy", "params"}``
+    (``model`` in eval mode)."""
     torch.manual_seed(cfg.seed)
     model = PairReader(cfg, n_heads)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -121,11 +134,11 @@ def train_one(n_heads: int, cfg: HeadCountConfig, device=None) -> dict:
                        progress=False, optimizer="adam")
     batch_fn = lambda step: flagged_pair_batch(cfg.batch_size, cfg.length, cfg.vocab_size, gen)  # noqa: E731
     hist = train_loop(model, batch_fn, tcfg, pair_loss, device=device, desc=f"{n_heads} head(s)")
-    return {"losses": hist.train_loss, "accuracy": accuracy(model, cfg),
+    return {"model": model.eval(), "losses": hist.train_loss, "accuracy": accuracy(model, cfg),
             "params": sum(p.numel() for p in model.parameters())}
 
 
-def run_experiment(head_counts=(1, 2, 4), seeds=(0, 1, 2), cfg: HeadCountConfig | None = None,
+def run_experiment(head_counts=HEAD_COUNTS, seeds=SEEDS, cfg: HeadCountConfig | None = None,
                    device=None) -> dict:
     """Train one model per (head count, seed). Returns ``{n_heads: [train_one(...) for each seed]}``."""
     cfg = cfg or HeadCountConfig()
@@ -134,3 +147,50 @@ def run_experiment(head_counts=(1, 2, 4), seeds=(0, 1, 2), cfg: HeadCountConfig 
         raise ValueError(f"head_counts must divide d_model={cfg.d_model}, got {bad}")
     with torch_threads(1):  # a tiny model: one thread is faster than two on a busy CPU
         return {h: [train_one(h, replace(cfg, seed=s), device) for s in seeds] for h in head_counts}
+
+
+def train_runs(head_counts=HEAD_COUNTS, seeds=SEEDS, cfg: HeadCountConfig | None = None, device=None) -> dict:
+    """``run_experiment`` with what a checkpoint records: ``{"runs": {n_heads: [result per seed]}, "cfg",
+    "head_counts", "seeds", "seconds"}``."""
+    cfg = cfg or HeadCountConfig()
+    start = time.perf_counter()
+    runs = run_experiment(head_counts, seeds, cfg, device)
+    return {"runs": runs, "cfg": cfg, "head_counts": list(head_counts), "seeds": list(seeds),
+            "seconds": time.perf_counter() - start}
+
+
+def save_runs(trained: dict, stem: Path = CHECKPOINT) -> None:
+    """``<stem>.safetensors`` (every model's weights, keys ``heads<h>.seed<s>.<parameter>``) and ``<stem>.json``
+    (config, head counts, seeds, every training loss and the accuracy measured after training, how long it took,
+    on what)."""
+    tensors, losses, accuracies = {}, {}, {}
+    for h, results in trained["runs"].items():
+        for s, r in zip(trained["seeds"], results):
+            tensors.update({f"heads{h}.seed{s}.{k}": v.detach().contiguous().cpu()
+                            for k, v in r["model"].state_dict().items()})
+            losses[f"{h}/{s}"], accuracies[f"{h}/{s}"] = r["losses"], r["accuracy"]
+    record = {"config": asdict(trained["cfg"]), "head_counts": trained["head_counts"], "seeds": trained["seeds"],
+              "train_seconds": round(trained["seconds"], 1), "losses": losses, "accuracy_after_training": accuracies,
+              **provenance(threads=1)}
+    save_tensors_and_record(stem, tensors, record)
+
+
+def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:
+    """The committed runs in ``train_runs``'s structure (models in eval mode on ``device``; each result's
+    ``accuracy`` is the one recorded after training: measure it again with ``accuracy``), plus ``"record"``."""
+    record = json.loads(stem.with_suffix(".json").read_text())
+    tensors = load_file(str(stem.with_suffix(".safetensors")), device="cpu")
+    cfg = HeadCountConfig(**record["config"])
+    runs = {}
+    for h in record["head_counts"]:
+        runs[h] = []
+        for s in record["seeds"]:
+            prefix = f"heads{h}.seed{s}."
+            model = PairReader(replace(cfg, seed=s), h)
+            load_weights(model, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
+                         device or default_device())
+            runs[h].append({"model": model.eval(), "losses": record["losses"][f"{h}/{s}"],
+                            "accuracy": record["accuracy_after_training"][f"{h}/{s}"],
+                            "params": sum(p.numel() for p in model.parameters())})
+    return {"runs": runs, "cfg": cfg, "head_counts": record["head_counts"], "seeds": record["seeds"],
+            "seconds": record["train_seconds"], "record": record}
