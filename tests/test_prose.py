@@ -213,3 +213,10 @@ def test_every_chapter_reference_names_a_chapter(path):
             if topic.lower() not in POSITIONAL and not all(any(w[:5] in t for t in titles.values()) for w in words):
                 bad.append(f"'the {topic} chapter': no chapter's title is about {topic}")
     assert not bad, f"{path.name}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_chapter_that_tests_the_source_articles_links_to_the_page_naming_them(path):
+    text = "\n".join(_markdown(path))
+    if re.search(r"\b(source )?articles?\b", _prose(text)) and "source article" in text.replace("\n", " "):
+        assert "<../book/sources>`" in text, f"{path.name} speaks of the source articles without linking book/sources"
