@@ -34,8 +34,8 @@ def square(x):
 # ----------------------------------------------------------------------------- the helper, case by case
 def test_a_right_answer_passes_and_says_on_how_many_cases():
     result = check_against(lambda x: x ** 2, square, square_inputs, trials=4)
-    assert result.passed and bool(result) and repr(result) == "Correct. your function matches the library on 4 " \
-                                                              "random cases."
+    assert result.passed and bool(result) and repr(result) == "Correct. Your function matches the library on 4 " \
+                                                              "random cases."  # a sentence: capitalised
     assert result._repr_markdown_().startswith("**Correct.**")
 
 
@@ -215,3 +215,10 @@ def test_exercise_modules_import_no_private_name():
                 if isinstance(node.value, ast.Name) and node.value.id in {"ch0" + str(n) for n in range(1, 10)}:
                     private.append(f"{path.name}: {node.value.id}.{node.attr}")
     assert private == []
+
+
+def test_the_explanation_reads_as_its_own_sentence_and_code_names_keep_their_case():
+    from transformer_lib.exercises.checking import ExerciseResult
+    assert repr(ExerciseResult(False, "your function returned NaN.")) == "Not yet. Your function returned NaN."
+    assert repr(ExerciseResult(False, "q.k adds d_k products.")) == "Not yet. q.k adds d_k products."
+    assert repr(ExerciseResult(True, "x must be 2.")) == "Correct. x must be 2."

@@ -25,6 +25,7 @@ It returns an ``ExerciseResult``: true when the reader's function agrees on ever
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -43,11 +44,19 @@ class ExerciseResult:
     def __bool__(self) -> bool:
         return self.passed
 
+    def _sentence(self) -> str:
+        """The message as a sentence of its own: it follows "Correct." or "Not yet.", so a first English word gets
+        its capital ("your function ..." -> "Your function ..."); a first name from code (``q.k``, ``d_k``, ``x``)
+        keeps its case."""
+        if re.match(r"[a-z]{2,}[ ,:]", self.message):
+            return self.message[0].upper() + self.message[1:]
+        return self.message
+
     def _repr_markdown_(self) -> str:
-        return ("**Correct.** " if self.passed else "**Not yet.** ") + self.message
+        return ("**Correct.** " if self.passed else "**Not yet.** ") + self._sentence()
 
     def __repr__(self) -> str:
-        return ("Correct. " if self.passed else "Not yet. ") + self.message
+        return ("Correct. " if self.passed else "Not yet. ") + self._sentence()
 
 
 def random_int(gen: torch.Generator, low: int, high: int) -> int:
