@@ -9,26 +9,21 @@ the page's former cost, so the page loads them and measures their losses and sam
 """
 from __future__ import annotations
 
-import argparse
 import sys
+
+from _runs_cli import train_and_save
 
 from transformer_lib.experiments import causal_leak
 
 
+def report(runs: dict) -> str:
+    lines = [f"{len(runs['models'])} models trained in {runs['seconds']:.1f} s"]
+    lines += [f"{name:>20}: validation loss {h.val_loss[-1]:.3f} nats/char" for name, h in runs["histories"].items()]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", help="the committed checkpoint: cpu")
-    parser.add_argument("--no-save", action="store_true", help="train and report only")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    runs = causal_leak.train_runs(device=args.device, progress=not args.no_progress)
-    print(f"{len(runs['models'])} models trained in {runs['seconds']:.1f} s")
-    for name, h in runs["histories"].items():
-        print(f"{name:>20}: validation loss {h.val_loss[-1]:.3f} nats/char")
-    if not args.no_save:
-        causal_leak.save_runs(runs)
-        print(f"saved to {causal_leak.CHECKPOINT}.safetensors / .json")
-    return runs
+    return train_and_save(causal_leak, __doc__.splitlines()[0], argv, report)
 
 
 if __name__ == "__main__":

@@ -9,24 +9,20 @@ the chapter's claims on the retrained models.
 """
 from __future__ import annotations
 
-import argparse
 import sys
+
+from _runs_cli import train_and_save
 
 from transformer_lib.experiments import extrapolation
 
 
+def report(runs: dict) -> str:
+    n = len(runs["by_seed"]) * len(extrapolation.POSITIONALS) + 1
+    return f"{n} models trained in {runs['seconds']:.1f} s"
+
+
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", help="the committed checkpoint: cpu")
-    parser.add_argument("--no-save", action="store_true", help="train and report only")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    runs = extrapolation.train_runs(device=args.device, progress=not args.no_progress)
-    print(f"{len(runs['by_seed']) * len(extrapolation.POSITIONALS) + 1} models trained in {runs['seconds']:.1f} s")
-    if not args.no_save:
-        extrapolation.save_runs(runs)
-        print(f"saved to {extrapolation.CHECKPOINT}.safetensors / .json")
-    return runs
+    return train_and_save(extrapolation, __doc__.splitlines()[0], argv, report)
 
 
 if __name__ == "__main__":

@@ -9,26 +9,22 @@ the page's former cost, so the page loads them and measures their accuracy again
 """
 from __future__ import annotations
 
-import argparse
 import sys
+
+from _runs_cli import train_and_save
 
 from transformer_lib.experiments import head_count
 
 
+def report(trained: dict) -> str:
+    lines = [f"{sum(len(v) for v in trained['runs'].values())} models trained in {trained['seconds']:.1f} s"]
+    lines += [f"{h} head(s): accuracy per seed {[round(r['accuracy'], 3) for r in results]}"
+              for h, results in trained["runs"].items()]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", help="the committed checkpoint: cpu")
-    parser.add_argument("--no-save", action="store_true", help="train and report only")
-    args = parser.parse_args(argv)
-    trained = head_count.train_runs(device=args.device)
-    n = sum(len(v) for v in trained["runs"].values())
-    print(f"{n} models trained in {trained['seconds']:.1f} s")
-    for h, results in trained["runs"].items():
-        print(f"{h} head(s): accuracy per seed {[round(r['accuracy'], 3) for r in results]}")
-    if not args.no_save:
-        head_count.save_runs(trained)
-        print(f"saved to {head_count.CHECKPOINT}.safetensors / .json")
-    return trained
+    return train_and_save(head_count, __doc__.splitlines()[0], argv, report, progress=False)
 
 
 if __name__ == "__main__":

@@ -8,24 +8,19 @@ The recipe is ``experiments.recall.RECIPE``; the page loads the models and measu
 """
 from __future__ import annotations
 
-import argparse
 import sys
+
+from _runs_cli import train_and_save
 
 from transformer_lib.experiments import recall
 
 
+def report(runs: dict) -> str:
+    return f"{len(runs['models'])} models trained in {runs['seconds']:.1f} s"
+
+
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", help="the committed checkpoint: cpu")
-    parser.add_argument("--no-save", action="store_true", help="train and report only")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    runs = recall.train_runs(device=args.device, progress=not args.no_progress)
-    print(f"{len(runs['models'])} models trained in {runs['seconds']:.1f} s")
-    if not args.no_save:
-        recall.save_runs(runs)
-        print(f"saved to {recall.CHECKPOINT}.safetensors / .json")
-    return runs
+    return train_and_save(recall, __doc__.splitlines()[0], argv, report)
 
 
 if __name__ == "__main__":
