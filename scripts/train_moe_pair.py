@@ -1,4 +1,4 @@
-"""Train chapter 11's dense model and mixtures of experts with several seeds; write the record and seed 0's mixture.
+"""Train chapter 11's dense model and mixtures of experts with several seeds; write the record and seed 0's models.
 
     .venv/bin/python scripts/train_moe_pair.py                # seeds 0-4, the recipe's steps, saved
     .venv/bin/python scripts/train_moe_pair.py --seeds 0 --no-save
@@ -24,9 +24,9 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    record, model = X.run_seeds(tuple(args.seeds), args.steps)
+    record, models = X.run_seeds(tuple(args.seeds), args.steps)
     if not args.no_save:
-        X.save_record(record, model)
+        X.save_record(record, models)
     return record
 
 

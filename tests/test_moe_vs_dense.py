@@ -1,5 +1,5 @@
 """Chapter 11's committed record (five seeds of dense and mixture models) is what its recipe produces, and the
-committed seed-0 mixture is the model the record measured."""
+committed seed-0 models are the ones the record measured."""
 import dataclasses
 
 import pytest
@@ -30,23 +30,35 @@ def test_pair_has_the_same_active_feed_forward_weights():
         X.pair_configs(84, d_ff=191)
 
 
-def test_committed_mixture_is_the_one_the_record_measured(record):
-    model = X.load_trained_moe()
+@pytest.mark.parametrize("name", ["dense", "moe", "moe, no balancing"])
+def test_committed_models_are_the_ones_the_record_measured(record, name):
+    model = X.load_trained(name)
     seed0 = record["seeds"].index(0)
-    assert abs(evaluate_loss(model, X.val_batches(), X.cross_entropy) - record["runs"]["moe"]["val_loss"][seed0]) < 1e-4
-    load = X.expert_load(model, X.val_batches())
-    assert torch.allclose(load, torch.tensor(record["runs"]["moe"]["expert_load"][seed0]), atol=1e-6)
-    assert torch.allclose(load.sum(1), torch.ones(load.shape[0]))
+    runs = record["runs"][name]
+    assert abs(evaluate_loss(model, X.val_batches(), X.cross_entropy) - runs["val_loss"][seed0]) < 1e-4
+    assert model.num_params() == runs["num_params"]
+    curve = runs["train_loss_first_seed"]
+    assert len(curve) == record["steps"] and curve[-1] < curve[0] - 1.0  # a training curve: falls from ~ln(vocab)
+    if model.cfg.n_experts:
+        load = X.expert_load(model, X.val_batches())
+        assert torch.allclose(load, torch.tensor(runs["expert_load"][seed0]), atol=1e-6)
+        assert torch.allclose(load.sum(1), torch.ones(load.shape[0]))
+
+
+def test_load_trained_names_the_configs():
+    with pytest.raises(ValueError, match="name must be one of"):
+        X.load_trained("sparse")
 
 
 def test_training_state_counts_sixteen_bytes_per_parameter():
-    model = X.load_trained_moe()
+    model = X.load_trained("moe")
     assert X.training_state_bytes(model) == 16 * model.num_params()
 
 
 @pytest.mark.slow
 def test_recipe_reproduces_the_record(record):
     seed0 = record["seeds"].index(0)
-    rerun, _ = X.run_seeds((0,), progress=False)
+    rerun, models = X.run_seeds((0,), progress=False)
     for name, runs in record["runs"].items():
         assert abs(rerun["runs"][name]["val_loss"][0] - runs["val_loss"][seed0]) < 0.03, name
+        assert set(models) == set(record["runs"])

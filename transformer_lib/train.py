@@ -1,6 +1,6 @@
 """The one training loop of the library, used by the book's two trained models and by every chapter experiment.
 
-Used in chapters 06 and 08.
+Used in chapters 06, 08 and 11.
 
 * ``train``: AdamW (or Adam), linear warm-up then cosine decay (or a constant rate), gradient clipping, a step
   count and/or a wall-clock budget, a ``tqdm`` bar; returns the loss history for plotting. Seeded: the same call

@@ -13,6 +13,7 @@ import dataclasses
 
 import torch
 
+from ..checkpoint_io import provenance
 from ..corpus import get_batch, shakespeare_corpus
 from ..llama import Llama, LlamaConfig
 from ..losses import gpt_loss
@@ -83,7 +84,7 @@ def training_state_bytes(model: Llama) -> int:
 
 
 # ----------------------------------------------------------------------------- several seeds, committed
-RECORD_NAME = "moe_vs_dense"  # checkpoints/<name>.json: every seed's results; <name>.safetensors: seed 0's mixture
+RECORD_NAME = "moe_vs_dense"  # checkpoints/<name>.json: every seed's results; <name>.safetensors: seed 0's models
 
 
 def _checkpoint_dir():
@@ -91,17 +92,22 @@ def _checkpoint_dir():
     return Path(__file__).resolve().parent.parent / "checkpoints"
 
 
+def _prefix(name: str) -> str:
+    """The tensor-name prefix of config ``name`` in the committed file ("moe, no balancing" -> "moe_no_balancing.")."""
+    return name.replace(",", "").replace(" ", "_") + "."
+
+
 def run_seeds(seeds=(0, 1, 2, 3, 4), steps: int | None = None, device=None, progress: bool = True):
-    """Train the three configs of ``pair_configs`` with each seed. Returns ``(record, seed 0's balanced mixture)``:
-    ``record[name]`` holds ``val_loss`` (one per seed), ``expert_load`` (per seed, ``(n_layers, n_experts)``
-    shares on the held-out batches) and ``num_params``."""
-    import platform
+    """Train the three configs of ``pair_configs`` with each seed. Returns ``(record, {name: seed 0's model})``:
+    ``record["runs"][name]`` holds ``val_loss`` (one per seed), ``expert_load`` (per seed, ``(n_layers, n_experts)``
+    shares on the held-out batches), ``num_params`` and ``train_loss_first_seed`` (the first seed's loss per step,
+    for the chapter's curves)."""
     vocab = shakespeare_corpus().tokenizer.vocab_size
     configs = pair_configs(vocab)
     record = {"seeds": list(seeds), "steps": steps or RECIPE.steps, "block": BLOCK, "batch": BATCH,
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
-              "configs": {n: dataclasses.asdict(c) for n, c in configs.items()}, "runs": {}}
-    kept = None
+              "provenance": provenance(), "configs": {n: dataclasses.asdict(c) for n, c in configs.items()},
+              "runs": {}}
+    kept = {}
     for name, cfg in configs.items():
         runs = {"val_loss": [], "expert_load": [], "num_params": None}
         for seed in seeds:
@@ -110,21 +116,22 @@ def run_seeds(seeds=(0, 1, 2, 3, 4), steps: int | None = None, device=None, prog
             runs["num_params"] = model.num_params()
             if cfg.n_experts:
                 runs["expert_load"].append(expert_load(model, val_batches()).tolist())
-            if name == "moe" and seed == seeds[0]:
-                kept = model
+            if seed == seeds[0]:
+                kept[name] = model
+                runs["train_loss_first_seed"] = [float(x) for x in hist.train_loss]
             if progress:
                 print(f"{name:>18} seed {seed}: held-out {val:.4f} nats/char")
         record["runs"][name] = runs
     return record, kept
 
 
-def save_record(record: dict, model: Llama) -> None:
-    """Write ``checkpoints/moe_vs_dense.json`` and seed 0's mixture as ``moe_vs_dense.safetensors``."""
-    import json
-    from ..checkpoint_io import atomic_write_bytes, save_weights
-    folder = _checkpoint_dir()
-    save_weights(model.cpu(), folder / f"{RECORD_NAME}.safetensors", {"name": RECORD_NAME})
-    atomic_write_bytes(folder / f"{RECORD_NAME}.json", json.dumps(record, indent=1).encode())
+def save_record(record: dict, models: dict[str, Llama]) -> None:
+    """Write ``checkpoints/moe_vs_dense.json`` and the first seed's three models as ``moe_vs_dense.safetensors``."""
+    from ..checkpoint_io import save_tensors_and_record, tied_names
+    tensors = {_prefix(name) + k: v.detach().cpu().contiguous()
+               for name, model in models.items() for k, v in model.state_dict().items()
+               if k not in tied_names(model)}  # tied copies are re-tied on loading
+    save_tensors_and_record(_checkpoint_dir() / RECORD_NAME, tensors, record)
 
 
 def load_record() -> dict:
@@ -132,10 +139,14 @@ def load_record() -> dict:
     return json.loads((_checkpoint_dir() / f"{RECORD_NAME}.json").read_text())
 
 
-def load_trained_moe(device=None) -> Llama:
-    """Seed 0's trained mixture (balancing loss on), eval mode."""
+def load_trained(name: str = "moe", device=None) -> Llama:
+    """The record's first seed's trained model of config ``name`` ("dense", "moe", "moe, no balancing"), eval mode."""
     from safetensors.torch import load_file
     from ..checkpoint_io import load_weights
-    cfg = LlamaConfig(**load_record()["configs"]["moe"])
+    configs = load_record()["configs"]
+    if name not in configs:
+        raise ValueError(f"name must be one of {sorted(configs)}, got {name!r}")
     weights = load_file(str(_checkpoint_dir() / f"{RECORD_NAME}.safetensors"), device="cpu")
-    return load_weights(Llama(cfg), weights, device or "cpu").eval()
+    prefix = _prefix(name)
+    own = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    return load_weights(Llama(LlamaConfig(**configs[name])), own, device or "cpu").eval()
