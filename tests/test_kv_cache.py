@@ -3,7 +3,7 @@ and the bytes their tensors' storages occupy equal the closed form 2 x layers x 
 import pytest
 import torch
 
-from transformer_lib.kv_cache import DynamicCache, StaticCache, kv_cache_bytes
+from transformer_lib.kv_cache import DynamicCache, StaticCache, human_bytes, kv_cache_bytes
 from transformer_lib.models import GPT, GPTConfig
 
 B, H_KV, D, L = 2, 3, 4, 2
@@ -148,3 +148,22 @@ def test_crop_past_the_length_keeps_everything_and_bad_lengths_are_refused():
     assert cache.lengths == [4, 4]  # a refused crop changed nothing
     cache.crop(0)
     assert cache.lengths == [0, 0]
+
+
+# ----------------------------------------------------------------------------- human_bytes (kvcache.js's twin)
+# Written out by hand from the rule (binary units, one decimal, a tie rounded away from zero); the browser test in
+# test_live_widgets.py checks kvcache.js's human() against the same table.
+HUMAN_BYTES = [(0, "0.0 B"), (1, "1.0 B"), (1023, "1,023.0 B"), (1024, "1.0 KiB"), (1280, "1.3 KiB"),
+               (1536, "1.5 KiB"), (1048575, "1,024.0 KiB"), (3 * 2 ** 19, "1.5 MiB"), (37748736, "36.0 MiB"),
+               (10 ** 12, "931.3 GiB"), (3 * 2 ** 40, "3,072.0 GiB"), (0.5, "0.5 B"), (2 ** 30 * 1.25, "1.3 GiB")]
+
+
+@pytest.mark.parametrize("n, text", HUMAN_BYTES)
+def test_human_bytes_prints_binary_units_as_the_calculator_does(n, text):
+    assert human_bytes(n) == text
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "1024", True, None])
+def test_human_bytes_refuses_what_is_not_a_finite_count(bad):
+    with pytest.raises(ValueError, match=r"n must be a finite number of bytes >= 0, got"):
+        human_bytes(bad)

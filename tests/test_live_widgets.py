@@ -330,6 +330,16 @@ def test_browser_kv_cache_bytes_match_the_library(page):
     assert got[-1] == cache.nbytes()
 
 
+
+@pytest.mark.browser
+def test_browser_kv_cache_sizes_print_as_the_library_prints_them(page):
+    from test_kv_cache import HUMAN_BYTES  # the table of expected strings the Python twin is tested on
+    from transformer_lib.kv_cache import human_bytes
+    ns = [n for n, _ in HUMAN_BYTES]
+    got = json.loads(run_module(page, live.KVCacheCalculator, f"return {json.dumps(ns)}.map(n => m.human(n));"))
+    assert got == [text for _, text in HUMAN_BYTES] == [human_bytes(n) for n in ns]
+
+
 def quantize_reference(w: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
     """Absmax round trip: the library's for 4 and 8 bits, the same closed form in torch otherwise."""
     from transformer_lib.quantization import BITS, fake_quantize

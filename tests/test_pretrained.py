@@ -57,6 +57,12 @@ def both_outputs(minilm, hf_bert):
     return enc, ours, theirs
 
 
+def test_the_encoders_parameter_count_is_hugging_faces_without_the_pooler(minilm, hf_bert):
+    model, _ = minilm  # our encoder has no pooler (sentence embeddings mean-pool the last hidden states)
+    pooler = sum(p.numel() for p in hf_bert.pooler.parameters())
+    assert model.num_params() == hf_bert.num_parameters() - pooler == sum(p.numel() for p in model.parameters())
+
+
 def test_batch_is_padded(both_outputs):
     enc, _, _ = both_outputs
     lengths = enc["attention_mask"].sum(1)

@@ -14,10 +14,12 @@ each ``MultiHeadAttention`` calls ``cache.update(k, v, layer_idx)`` with its new
 Elsewhere: ``paged_cache.PagedKVCache`` (fixed-size blocks shared by many sequences) and
 ``quantized_cache.QuantizedCache`` (int8 keys and values).
 
-Memory: ``2 (K and V) x n_layers x B x n_kv_heads x d_head x T x bytes_per_element`` (``kv_cache_bytes``).
+Memory: ``2 (K and V) x n_layers x B x n_kv_heads x d_head x T x bytes_per_element`` (``kv_cache_bytes``),
+printed in binary units by ``human_bytes`` (the twin of the chapter's calculator, ``viz/js/kvcache.js``).
 """
 from __future__ import annotations
 
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Sequence
 
 import torch
@@ -185,3 +187,19 @@ def kv_cache_bytes(n_layers: int, n_kv_heads: int, d_head: int, seq_len: int, ba
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     return 2 * n_layers * batch_size * n_kv_heads * d_head * seq_len * bytes_per_element
+
+
+def human_bytes(n) -> str:
+    """``1536 -> "1.5 KiB"``: bytes in binary units (B, KiB, MiB, GiB), one decimal, thousands separated.
+
+    The same strings as ``human`` in ``viz/js/kvcache.js`` (the chapter's live calculator), which rounds a tie
+    away from zero (``1280 -> "1.3 KiB"``), where Python's own formatting would round it to even ("1.2")."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 <= n < float("inf"):
+        raise ValueError(f"n must be a finite number of bytes >= 0, got {n!r}")
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    rounded = Decimal(value).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)  # the float's exact value, as JS rounds
+    return f"{rounded:,.1f} {unit}"

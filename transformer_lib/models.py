@@ -260,7 +260,7 @@ class GPT(nn.Module):
         self.pos = {"learned": lambda: LearnedPositionalEmbedding(c.d_model, c.block_size),
                     "sinusoidal": lambda: SinusoidalPositionalEncoding(c.d_model, c.block_size)}.get(
                         c.positional, lambda: None)()
-        rope = RotaryEmbedding(c.d_model // c.n_heads) if c.positional == "rope" else None
+        rope = RotaryEmbedding(c.d_head) if c.positional == "rope" else None
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, "gelu", norm_first=True, bias=c.bias,
@@ -381,6 +381,10 @@ class BertEncoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, "gelu", norm_first=False,
                                                  eps=c.eps) for _ in range(c.n_layers))
         self.apply(init_weights)
+
+    def num_params(self) -> int:
+        """The encoder's parameters (``count_parameters``), as ``GPT.num_params``."""
+        return count_parameters(self)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, need_weights: bool = False) -> BertOutput:
         """``input_ids: (B, T)``; ``attention_mask: (B, T)`` 1/True on real tokens (HF convention);

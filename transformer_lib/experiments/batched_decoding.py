@@ -42,7 +42,7 @@ def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: 
                         ("bytes_per_element", bytes_per_element)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    d, d_head = cfg.d_model, cfg.d_model // cfg.n_heads
+    d, d_head = cfg.d_model, cfg.d_head
     kv_heads = cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads
     weights = matrix_weights(cfg)  # qkv, out, up, down in every layer, and the head
     attention = 4 * cfg.n_layers * d * context_len  # per row: q k^T and weights @ v, every head

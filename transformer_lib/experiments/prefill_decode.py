@@ -40,7 +40,7 @@ def matrix_weights(cfg) -> int:
     """Weights in the matrix products of a ``GPT`` with config ``cfg``: per layer the q/k/v projection
     (``d x (d + 2 H_kv d_head)``), the output projection and the two feed-forward matrices, plus the head
     (``d x V``, read once even when tied to the embedding). Biases, norms and position tables are left out."""
-    d, d_head = cfg.d_model, cfg.d_model // cfg.n_heads
+    d, d_head = cfg.d_model, cfg.d_head
     kv_heads = cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads
     per_layer = d * (d + 2 * kv_heads * d_head) + d * d + 2 * d * cfg.d_ff  # qkv, out, up, down
     return cfg.n_layers * per_layer + d * cfg.vocab_size
@@ -132,7 +132,7 @@ def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
         logits = decode_step(model, token, state.cache, position=position, key_padding_mask=mask)  # (B, V)
         token = logits.argmax(-1, keepdim=True)  # (B, 1)
         out.append(token)
-    state.cache.lengths = [state.past] * len(state.cache.lengths)  # forget the steps: the next run repeats them
+    state.cache.crop(state.past)  # forget the steps: the next run repeats them
     return torch.cat(out, dim=1)
 
 
@@ -203,6 +203,6 @@ def cached_forward_times(model, past: int, ks=(1, 4), repeats: int = 5, seed: in
     @torch.inference_mode()
     def forward(k):
         model(ids[:, past:past + k], cache=state.cache)
-        state.cache.lengths = [past] * len(state.cache.lengths)
+        state.cache.crop(past)  # forget the k positions: every round checks the same ones
 
     return interleaved_times({k: (lambda k=k: forward(k)) for k in ks}, repeats=repeats, warmup=1, device=device)
