@@ -27,7 +27,7 @@ import pytest
 from devtools import no_built_site
 import torch
 
-from transformer_lib.viz import live
+from transformer_lib.viz import esm, live
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / "_build" / "html"
@@ -217,15 +217,17 @@ def page(browser_path):
 
 
 def run_module(page, widget_cls, body: str):
-    """Import ``widget_cls``'s ES module (as anywidget does: from a Blob) and return ``body``'s value.
+    """Import ``widget_cls``'s ES module as anywidget does (its ``_esm``, from a Blob URL), and ``js/common.js``
+    the same way (``esm.bundle``), and return ``body``'s value.
 
-    ``body`` is the inside of an async function whose argument ``m`` is the module.
+    ``body`` is the inside of an async function whose arguments are ``m``, the figure's module, and ``c``,
+    the shared helpers' module.
     """
-    src = json.dumps(widget_cls._esm)
+    src, common = json.dumps(widget_cls._esm), json.dumps(esm.bundle("common.js"))
     return page.js(f"""(async () => {{
-      const url = URL.createObjectURL(new Blob([{src}], {{type: 'text/javascript'}}));
-      const m = await import(url);
-      return JSON.stringify(await (async (m) => {{ {body} }})(m));
+      const load = (text) => import(URL.createObjectURL(new Blob([text], {{type: 'text/javascript'}})));
+      const m = await load({src}), c = await load({common});
+      return JSON.stringify(await (async (m, c) => {{ {body} }})(m, c));
     }})()""", await_promise=True)
 
 
@@ -238,7 +240,7 @@ def test_browser_softmax_at_any_temperature_matches_torch(page):
     scores = torch.randn(2, 3, 5, 5) * 3  # (L, H, T, T)
     taus = [0.05, 0.3, 1.0, 2.7, 5.0]
     got = json.loads(run_module(page, live.AttentionHeatmap, f"""
-      const flat = m.decodeFloat32({json.dumps(live.encode_float32(scores))});
+      const flat = c.decodeFloat32({json.dumps(live.encode_float32(scores))});
       return {json.dumps(taus)}.map(tau => {{
         const out = [];
         for (let l = 0; l < 2; l++) for (let h = 0; h < 3; h++)
@@ -255,7 +257,7 @@ def test_browser_row_entropy_matches_head_stats(page):
     from transformer_lib.head_stats import row_entropy
     p = torch.softmax(torch.randn(7, 7) * 2, dim=-1)  # one square map: row_entropy checks the shape
     p[0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0])  # 0 log 0 = 0
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(p)}.map(m.entropyBits);"))
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(p)}.map(c.entropyBits);"))
     torch.testing.assert_close(torch.tensor(got), row_entropy(p), atol=1e-6, rtol=0)  # float32 reference
 
 
@@ -263,7 +265,7 @@ def test_browser_row_entropy_matches_head_stats(page):
 def test_browser_viridis_is_matplotlibs(page):
     from matplotlib import colormaps
     ts = [i / 20 for i in range(21)]
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {json.dumps(ts)}.map(m.viridisRGB);"))
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {json.dumps(ts)}.map(c.viridisRGB);"))
     expected = [[round(255 * c) for c in colormaps["viridis"](t)[:3]] for t in ts]
     worst = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
     assert worst <= 4, f"viridis in JS is {worst}/255 from matplotlib's somewhere: {got} vs {expected}"
@@ -272,7 +274,7 @@ def test_browser_viridis_is_matplotlibs(page):
 @pytest.mark.browser
 def test_browser_round_half_even_matches_torch(page):
     x = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 0.49, -0.51, 126.5, 7.0])
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(x)}.map(m.roundHalfEven);"))
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(x)}.map(c.roundHalfEven);"))
     assert got == torch.round(x).tolist()
 
 
@@ -291,7 +293,7 @@ def test_browser_dot_products_of_positions_match_torch(page):
     import transformer_lib as tl
     pe = tl.sinusoidal_table(100, 64).double()  # (100, 64)
     got = json.loads(run_module(page, live.SinusoidTable, """
-      return Array.from({length: 100}, (_, p) => m.dot(m.sinusoidalRow(p, 64), m.sinusoidalRow(37, 64)));"""))
+      return Array.from({length: 100}, (_, p) => c.dot(m.sinusoidalRow(p, 64), m.sinusoidalRow(37, 64)));"""))
     torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), pe @ pe[37], atol=1e-5, rtol=0)
 
 
@@ -346,7 +348,7 @@ def test_browser_quantization_grid_matches_the_library(page):
     w = torch.randn(512) * 0.05
     settings = [(b, g) for b in (2, 3, 4, 8) for g in (None, 128, 32, 8)]
     got = json.loads(run_module(page, live.QuantGrid, f"""
-      const w = Array.from(m.decodeFloat32({json.dumps(live.encode_float32(w))}));
+      const w = Array.from(c.decodeFloat32({json.dumps(live.encode_float32(w))}));
       return {json.dumps(settings)}.map(([b, g]) => m.quantizeGroups(w, b, g).deq);"""))
     for (bits, g), deq in zip(settings, got):
         torch.testing.assert_close(torch.tensor(deq), quantize_reference(w, bits, g), atol=1e-6, rtol=0,
@@ -373,7 +375,7 @@ def test_browser_attention_steps_match_the_library(page):
     got = json.loads(run_module(page, live.AttentionSteps, f"""
       const [Q, K, V] = [{as_json(q)}, {as_json(k)}, {as_json(v)}];
       return {json.dumps(taus)}.map(tau => Q.map(q => {{
-        const a = m.softmax(m.scoresFor(q, K), tau);
+        const a = c.softmax(m.scoresFor(q, K), tau);
         return [a, m.weightedSum(a, V)];
       }}));"""))
     for tau, per_query in zip(taus, got):
@@ -404,7 +406,7 @@ def test_browser_online_softmax_steps_match_the_library(page):
     w = live.OnlineSoftmaxTiles(q, k, v, block_k=4, block_options=(1, 4, 8))
     for block in (1, 4, 8):
         got = json.loads(run_module(page, live.OnlineSoftmaxTiles, f"""
-          const d = (b) => m.decodeFloat32(b);
+          const d = (b) => c.decodeFloat32(b);
           return m.onlineSoftmaxSteps(d({json.dumps(w.q)}), d({json.dumps(w.k)}), d({json.dumps(w.v)}),
                                       3, 21, 8, 5, {block});"""))
         want = trace_one_query_block(q, k, v, block_k=block)
@@ -425,7 +427,8 @@ def test_browser_online_softmax_figure_renders_and_follows_its_controls(page):
     shown = json.loads(run_module(page, live.OnlineSoftmaxTiles, f"""
       const traits = {json.dumps(traits)};
       const el = document.createElement('div'); document.body.append(el);
-      m.default.render({{ model: {{ get: (name) => traits[name], on: () => {{}} }}, el }});
+      const model = {{ get: (name) => traits[name], on: () => {{}}, set: () => {{}}, save_changes: () => {{}} }};
+      m.default.render({{ model, el }});
       const text = () => el.querySelector('[role=status]').textContent;
       const range = el.querySelector('input[type=range]'), first = text();
       range.value = range.max; range.dispatchEvent(new Event('input'));

@@ -17,6 +17,7 @@ import torch
 import traitlets
 
 from ..models import GPT
+from . import live_static
 from .live import LiveWidget, check_range, encode_float32
 
 STAGES = ("ids", "embedding", "attention", "feed-forward", "probabilities")
@@ -112,6 +113,9 @@ class TokenFlow(LiveWidget):
     layer = traitlets.Int(0).tag(sync=True)
     head = traitlets.Int(0).tag(sync=True)
     stage = traitlets.Unicode("attention").tag(sync=True)
+
+    def static_html(self) -> str:
+        return live_static.token_flow(self)
 
     def __init__(self, tokens: Sequence[str], record: FlowRecord, vocab: Sequence[str], top_k: int = 5,
                  n_dims: int = 8, position: int | None = None, layer: int = 0, head: int = 0,
