@@ -489,9 +489,10 @@ def _write(folder, files):
 @pytest.mark.parametrize("files, match", [
     ({"a.js": 'import { nope } from "./b.js";\nexport default {};', "b.js": "export function f() {}"},
      r"a.js imports \['nope'\] from ./b.js, which exports \['f'\]"),
-    ({"a.js": 'import f from "./b.js";\nexport default {};', "b.js": "export function f() {}"}, "every import must read"),
-    ({"a.js": 'import { f } from "./b.js";\nexport default {};', "b.js": 'import { g } from "./a.js";\nexport function f() {}'},
-     "import cycle"),
+    ({"a.js": 'import f from "./b.js";\nexport default {};', "b.js": "export function f() {}"},
+     "every import must read"),
+    ({"a.js": 'import { f } from "./b.js";\nexport default {};',
+      "b.js": 'import { g } from "./a.js";\nexport function f() {}'}, "import cycle"),
     ({"a.js": 'import { f } from "./b.js";\nexport default {};', "b.js": "function f() {}\nexport { f };"},
      "export only declarations"),
     ({"a.js": 'import { f } from "./b.js";\nexport default {};', "b.js": "export function f() {}\nexport default {};"},
@@ -790,6 +791,8 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
     chrome.wait_for(f"document.querySelectorAll('.tl-live canvas').length > 0 && "
                     f"document.querySelectorAll('.tl-live').length >= {n}")
     assert chrome.js("document.querySelectorAll('.tl-live').length") == n
+    # each live figure drew, so the static picture of its default state that the page carries is hidden
+    assert chrome.js("[...document.querySelectorAll('.tl-live-fallback')].map(f => f.hidden)") == [True] * n
     blank = chrome.js("""[...document.querySelectorAll('.tl-live canvas')].filter(c => {
       const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
       return !px.some((v, i) => i % 4 === 3 && v > 0);  // no pixel drawn
@@ -810,3 +813,22 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
     assert failed == [], f"missing local files: {failed}"
     errors = [e["params"]["exceptionDetails"] for e in chrome.events if e.get("method") == "Runtime.exceptionThrown"]
     assert errors == [], [d.get("exception", {}).get("description", d.get("text", ""))[:300] for d in errors]
+
+
+@pytest.mark.site
+@pytest.mark.parametrize("page_name", list(LIVE_PAGES))
+def test_every_live_figure_page_carries_its_static_picture(page_name):
+    """Without JavaScript (a reader who turned it off, a printed page, a search engine) each live figure's place
+    shows a picture of its default state: an image with alt text, or a table, in the page's HTML itself."""
+    if not (SITE / "index.html").exists():
+        no_built_site(f"no built book at {SITE}: run `make book` first (or set LIVE_SITE_HTML to a built html folder)")
+    path = SITE / f"{page_name}.html"
+    if not path.exists():
+        pytest.skip(f"{page_name}.html is not in {SITE}")
+    page = path.read_text()
+    pictures = re.findall(r'<div class="tl-live-fallback" id="tl-fallback-[0-9a-f]+">(.*?)</figure></div>', page, re.S)
+    n = LIVE_PAGES[page_name]
+    assert len(pictures) == n, f"{len(pictures)} static pictures for {n} live figures"
+    for picture in pictures:
+        alts = re.findall(r'<img src="data:image/png;base64,[^"]+" alt="([^"]{80,})"', picture)
+        assert alts or "<table" in picture, picture[:300]

@@ -2,24 +2,15 @@
 
 Used in chapters 02, 03, 04, 07, 09, 10 and 11.
 
-A live widget is an ``anywidget.AnyWidget`` whose front-end is the ES module ``js/<name>.js``, which imports
-what it uses from ``js/common.js``; ``esm.bundle`` links the two into the one module text anywidget loads.
-
-Python hands over numbers only (synced traits, compactly encoded) and checks them; the browser recomputes
-the figure on every input event and writes the reader's choices back to the traits (``model.set`` then
-``model.save_changes``, anywidget's pattern), so with a kernel ``widget.layer`` is what the reader picked;
-a trait set from Python redraws the figure. It renders with a kernel (JupyterLab, VS Code, Colab) and in
-the static book, where the site serves anywidget's front-end itself (``tools/vendor_static.py``,
-``book/static/widgets-setup.js``).
-
-Displayed in a notebook, a live figure first writes a static picture of its default state (``static_html``:
-a PNG with alt text, or an HTML table, computed by the library functions the tests compare the JavaScript
-with), for a reader without JavaScript, a printed page, a screen reader and a search engine; once the
-JavaScript has drawn the live figure, it hides that picture (the two would show the same thing twice).
-
-To add a figure: write ``js/<name>.js`` with ``export default { render({ model, el }) {...} }``, importing
-from ``./common.js``; subclass ``LiveWidget`` with ``script = "<name>.js"`` and the traits it reads,
-validate them in ``__init__``, and write its ``static_html``.
+A live widget is an ``anywidget.AnyWidget`` whose front-end is the ES module ``js/<name>.js`` (imports linked
+by ``esm.bundle``). Python hands over numbers only (synced traits, compactly encoded) and checks them; the
+browser recomputes the figure on every input event, writes the reader's choices back to the traits
+(``model.set``, ``model.save_changes``: with a kernel, ``widget.layer`` is what the reader picked) and redraws
+when Python sets one. Displayed, a live figure first writes a static picture of its default state
+(``static_html``, made in ``live_static``), which the figure hides once drawn. It renders with a kernel
+(JupyterLab, VS Code, Colab) and in the static book, which serves anywidget's front-end itself
+(``tools/vendor_static.py``, ``book/static/widgets-setup.js``). To add a figure: write ``js/<name>.js``
+(``export default { render }``), a ``LiveWidget`` subclass (``script``, traits, checks) and its ``picture``.
 """
 from __future__ import annotations
 
@@ -34,13 +25,7 @@ import torch
 import traitlets
 
 from . import live_static
-from .esm import JS_DIR, bundle  # noqa: F401  (JS_DIR: where the figures' modules live)
-
-
-def module_source(script: str) -> str:
-    """The ES module of one figure as anywidget receives it: ``js/<script>`` with its imports linked in
-    (``esm.bundle``)."""
-    return bundle(script)
+from .esm import JS_DIR, bundle  # noqa: F401  (JS_DIR: where the figures' modules live, for the tests)
 
 
 def encode_float32(x: torch.Tensor | np.ndarray) -> str:
@@ -59,15 +44,15 @@ def check_range(name: str, value, low, high, kind=int) -> None:
 
 class LiveWidget(anywidget.AnyWidget):
     """Base class of the book's live figures: a subclass names its ``script`` in ``js/``, declares traits and
-    writes ``static_html``, the picture of its default state that the page carries for readers without
-    JavaScript (displaying the widget writes it first; the live figure hides it once drawn)."""
+    names its static ``picture`` (a function of ``live_static``), which displaying the widget writes first."""
 
     script: str = ""
+    picture: str = ""
     fallback_id = traitlets.Unicode("").tag(sync=True)  # the id of the static picture the live figure hides
 
     def __init_subclass__(cls, **kwargs):
         if cls.__dict__.get("script"):
-            cls._esm = module_source(cls.script)
+            cls._esm = bundle(cls.script)  # js/<script>, its imports linked in
         super().__init_subclass__(**kwargs)
 
     def __init__(self, **kwargs):
@@ -75,17 +60,11 @@ class LiveWidget(anywidget.AnyWidget):
         self.fallback_id = f"tl-fallback-{uuid.uuid4().hex[:12]}"
 
     def static_html(self) -> str:
-        """A ``<figure>`` showing the default state (traits as given to the constructor), with alt text."""
-        raise NotImplementedError(f"{type(self).__name__} must write its static picture (static_html)")
+        """A ``<figure>`` of the default state (the traits as given to the constructor), with alt text."""
+        return getattr(live_static, self.picture)(self)
 
     def _ipython_display_(self):
-        """Display the static picture (HTML, and a line of text for text-only front-ends), then the widget."""
-        from IPython.display import display
-        figure = live_static.fallback(self.fallback_id, self.static_html())
-        display({"text/html": figure, "text/plain": f"[{type(self).__name__}: a live figure; "
-                 f"the static picture above shows its default state]"}, raw=True)
-        data, metadata = self._repr_mimebundle_()  # the widget view, as anywidget writes it
-        display(data, metadata=metadata, raw=True)
+        live_static.display_with_picture(self)
 
 
 # ----------------------------------------------------------------------------- attention (chapters 02, 03)
@@ -130,9 +109,7 @@ class AttentionHeatmap(LiveWidget):
     mode = traitlets.Unicode("one").tag(sync=True)
     head_labels = traitlets.List().tag(sync=True)  # per sentence, (n_layers, n_heads) strings, or empty
 
-    def static_html(self) -> str:
-        return live_static.attention_heatmap(self)
-
+    picture = "attention_heatmap"  # live_static.attention_heatmap: the static picture
     def __init__(self, tokens: Sequence[Sequence[str]], scores: Sequence[torch.Tensor], layer: int = 0,
                  head: int = 0, temperature: float = 1.0, mode: str = "one", sentence: int = 0,
                  tau_min: float = 0.05, tau_max: float = 5.0, head_labels: Sequence | None = None):
@@ -196,9 +173,7 @@ class SinusoidTable(LiveWidget):
     position = traitlets.Int(10).tag(sync=True)
     other = traitlets.Int(20).tag(sync=True)
 
-    def static_html(self) -> str:
-        return live_static.sinusoid_table(self)
-
+    picture = "sinusoid_table"  # live_static.sinusoid_table: the static picture
     def __init__(self, d_model: int = 64, position: int = 10, other: int = 20, n_positions: int = 100,
                  max_d_model: int = 512):
         check_range("max_d_model", max_d_model, 2, 4096)
@@ -228,9 +203,7 @@ class RopeRotation(LiveWidget):
     base = traitlets.Float(10000.0).tag(sync=True)
     max_position = traitlets.Int(64).tag(sync=True)
 
-    def static_html(self) -> str:
-        return live_static.rope_rotation(self)
-
+    picture = "rope_rotation"  # live_static.rope_rotation: the static picture
     def __init__(self, q: torch.Tensor, k: torch.Tensor, m: int = 3, n: int = 1, max_position: int = 64,
                  base: float = 10000.0):
         for name, v in (("q", q), ("k", k)):
@@ -262,12 +235,9 @@ class KVCacheCalculator(LiveWidget):
     models = traitlets.List(traitlets.List()).tag(sync=True)
     max_length = traitlets.Int(32768).tag(sync=True)
     preset = traitlets.Int(0).tag(sync=True)  # the row of ``models`` picked last
-    # The reader's numbers, as keyword arguments of kv_cache.kv_cache_bytes (empty: the first model's):
-    selection = traitlets.Dict().tag(sync=True)
+    selection = traitlets.Dict().tag(sync=True)  # the reader's numbers: kv_cache_bytes(**selection); {}: row 0's
 
-    def static_html(self) -> str:
-        return live_static.kv_cache_calculator(self)
-
+    picture = "kv_cache_calculator"  # live_static.kv_cache_calculator: the static picture
     def __init__(self, models: Sequence[tuple], max_length: int = 32768):
         if len(models) == 0:
             raise ValueError("models must list at least one (name, n_layers, n_kv_heads, d_head, context, bytes) row")
@@ -302,9 +272,7 @@ class QuantGrid(LiveWidget):
     outlier = traitlets.Float(1.0).tag(sync=True)
     max_outlier = traitlets.Float(10.0).tag(sync=True)
 
-    def static_html(self) -> str:
-        return live_static.quant_grid(self)
-
+    picture = "quant_grid"  # live_static.quant_grid: the static picture
     def __init__(self, row: torch.Tensor, bits: int = 4, group_size: int | None = None,
                  bits_options: Sequence[int] = (2, 3, 4, 8), group_options: Sequence[int | None] = (None, 128, 32, 8),
                  outlier: float = 1.0, max_outlier: float = 10.0):
@@ -347,9 +315,7 @@ class AttentionSteps(LiveWidget):
     query = traitlets.Int(0).tag(sync=True)
     temperature = traitlets.Float(1.0).tag(sync=True)
 
-    def static_html(self) -> str:
-        return live_static.attention_steps(self)
-
+    picture = "attention_steps"  # live_static.attention_steps: the static picture
     def __init__(self, tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  features: Sequence[str] = (), query: int = 0, temperature: float = 1.0):
         T = len(tokens)
@@ -387,9 +353,7 @@ class OnlineSoftmaxTiles(LiveWidget):
     block_k = traitlets.Int().tag(sync=True)
     block_options = traitlets.List(traitlets.Int()).tag(sync=True)
 
-    def static_html(self) -> str:
-        return live_static.online_softmax_tiles(self)
-
+    picture = "online_softmax_tiles"  # live_static.online_softmax_tiles: the static picture
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_k: int = 8,
                  block_options: Sequence[int] = (1, 4, 8, 16)):
         for name, x in (("q", q), ("k", k), ("v", v)):
@@ -441,9 +405,7 @@ class ExpertRouting(LiveWidget):
     layer = traitlets.Int(0).tag(sync=True)
     top_k = traitlets.Int(2).tag(sync=True)
 
-    def static_html(self) -> str:
-        return live_static.expert_routing(self)
-
+    picture = "expert_routing"  # live_static.expert_routing: the static picture
     def __init__(self, tokens: Sequence[str], logits: torch.Tensor, layer: int = 0, top_k: int = 2):
         T = len(tokens)
         if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or logits.shape[1] != T or T < 1 \

@@ -36,6 +36,15 @@ def fallback(element_id: str, inner: str) -> str:
     return f'<div class="tl-live-fallback" id="{html.escape(element_id)}">{inner}</div>'
 
 
+def display_with_picture(widget) -> None:
+    """Display ``widget``'s static picture (HTML, and a line for text-only front-ends), then the widget itself."""
+    from IPython.display import display
+    display({"text/html": fallback(widget.fallback_id, widget.static_html()),
+             "text/plain": f"[{type(widget).__name__}: a live figure; the picture shows its first settings]"}, raw=True)
+    data, metadata = widget._repr_mimebundle_()  # the widget view, as anywidget writes it
+    display(data, metadata=metadata, raw=True)
+
+
 def _png(fig) -> str:
     import matplotlib.pyplot as plt
     buf = io.BytesIO()

@@ -17,7 +17,6 @@ import torch
 import traitlets
 
 from ..models import GPT
-from . import live_static
 from .live import LiveWidget, check_range, encode_float32
 
 STAGES = ("ids", "embedding", "attention", "feed-forward", "probabilities")
@@ -114,9 +113,7 @@ class TokenFlow(LiveWidget):
     head = traitlets.Int(0).tag(sync=True)
     stage = traitlets.Unicode("attention").tag(sync=True)
 
-    def static_html(self) -> str:
-        return live_static.token_flow(self)
-
+    picture = "token_flow"  # live_static.token_flow: the static picture
     def __init__(self, tokens: Sequence[str], record: FlowRecord, vocab: Sequence[str], top_k: int = 5,
                  n_dims: int = 8, position: int | None = None, layer: int = 0, head: int = 0,
                  stage: str = "attention"):
