@@ -71,8 +71,8 @@ def table(headers, rows, caption: str, after: str = "") -> str:
 
 
 def _plt():
-    import matplotlib
-    matplotlib.use("Agg", force=False)
+    """pyplot, under whatever backend is active (never switched: a notebook keeps its inline plots); every
+    figure made here is closed once saved, so no backend shows it."""
     import matplotlib.pyplot as plt
     return plt
 
