@@ -832,3 +832,19 @@ def test_every_live_figure_page_carries_its_static_picture(page_name):
     for picture in pictures:
         alts = re.findall(r'<img src="data:image/png;base64,[^"]+" alt="([^"]{80,})"', picture)
         assert alts or "<table" in picture, picture[:300]
+
+
+def test_static_pictures_leave_pyplots_backend_and_no_open_figure():
+    """In a notebook the inline backend must survive a live figure, and its picture must not show twice."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+    before = matplotlib.get_backend()
+    plt.switch_backend("svg")  # any backend but Agg, which the pictures render with
+    try:
+        opened = set(plt.get_fignums())
+        for w in _examples().values():
+            w.static_html()
+        assert matplotlib.get_backend() == "svg"
+        assert set(plt.get_fignums()) == opened
+    finally:
+        plt.switch_backend(before)
