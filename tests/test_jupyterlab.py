@@ -257,7 +257,8 @@ def test_a_readers_choice_in_a_live_figure_reaches_the_kernel_and_back(jupyterla
         chrome.js("jupyterapp.commands.execute('notebook:run-all-cells').then(() => true)", await_promise=True)
         chrome.wait_for(f"{QUERY_BOX} !== null", timeout=RUN_ALL_TIMEOUT_S)
         assert chrome.js(ERRORS) == []
-        assert chrome.js("[...document.querySelectorAll('.jp-Notebook .tl-live-fallback')].map(f => f.hidden)") == [True]
+        hidden = chrome.js("[...document.querySelectorAll('.jp-Notebook .tl-live-fallback')].map(f => f.hidden)")
+        assert hidden == [True]
         assert chrome.js(KERNEL_PRINT % json.dumps("print(w.query)"), await_promise=True).strip() == "0"
         chrome.js(f"(b => {{ b.value = '2'; b.dispatchEvent(new Event('change')); return true; }})({QUERY_BOX})")
         deadline = time.monotonic() + REDRAW_TIMEOUT_S
