@@ -72,13 +72,28 @@ def _stop(proc: subprocess.Popen, base: str, token: str) -> None:
             proc.wait()
 
 
+LIVE_NOTEBOOK = "live_figure.ipynb"  # written by the fixture: one live figure bound to the name `w`
+LIVE_CELL = """import torch
+from transformer_lib.viz import live
+torch.manual_seed(0)
+w = live.AttentionSteps(list("abcd"), torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 2))
+w"""
+
+
 @pytest.fixture
-def jupyterlab(browser_path):
-    """(base URL, token, root folder) of a JupyterLab serving a copy of CHAPTER; stopped afterwards."""
+def jupyterlab(browser_path, request):
+    """(base URL, token, root folder) of a JupyterLab serving a copy of CHAPTER (or, parametrized indirectly with
+    LIVE_NOTEBOOK, a one-cell notebook with a live figure); stopped afterwards."""
     home = Path(tempfile.mkdtemp(prefix="jupyterlab-test-"))
     root = home / "root"
     root.mkdir()
-    shutil.copy2(CHAPTER, root / CHAPTER.name)
+    if getattr(request, "param", None) == LIVE_NOTEBOOK:
+        import nbformat
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LIVE_CELL)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, root / LIVE_NOTEBOOK)
+    else:
+        shutil.copy2(CHAPTER, root / CHAPTER.name)
     token, port = secrets.token_hex(24), _free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
@@ -211,3 +226,50 @@ def test_a_chapter_runs_in_jupyterlab_and_its_widget_answers(jupyterlab, browser
         chrome.close()
         shutil.rmtree(profile, ignore_errors=True)
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [CHAPTER.name]
+
+
+# Run `code` in the notebook's kernel and resolve to what it printed (the front-end's own kernel connection).
+KERNEL_PRINT = """(async (code) => {
+  const kernel = %s.sessionContext.session.kernel;
+  let text = '';
+  const future = kernel.requestExecute({ code });
+  future.onIOPub = (msg) => { if (msg.header.msg_type === 'stream') text += msg.content.text; };
+  await future.done;
+  return text;
+})(%%s)""" % PANEL
+QUERY_BOX = "document.querySelector('.jp-Notebook .tl-live select')"
+
+
+@pytest.mark.parametrize("jupyterlab", [LIVE_NOTEBOOK], indirect=True)
+def test_a_readers_choice_in_a_live_figure_reaches_the_kernel_and_back(jupyterlab, browser_path):
+    """With a kernel, anywidget's pattern holds both ways: the reader picks a query token in the live figure and
+    Python's ``w.query`` is it; Python sets ``w.query`` and the figure's control moves. The static picture the
+    cell also writes is hidden once the live figure has drawn."""
+    base, token, root = jupyterlab
+    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
+    chrome = Chromium(browser_path, profile)
+    try:
+        for domain in ("Page", "Runtime"):
+            chrome.send(f"{domain}.enable")
+        chrome.send("Page.navigate", url=f"{base}/lab/tree/{LIVE_NOTEBOOK}?token={token}")
+        chrome.wait_for(KERNEL_IDLE, timeout=START_TIMEOUT_S)
+        chrome.js(f"jupyterapp.shell.activateById({PANEL}.id)")
+        chrome.js("jupyterapp.commands.execute('notebook:run-all-cells').then(() => true)", await_promise=True)
+        chrome.wait_for(f"{QUERY_BOX} !== null", timeout=RUN_ALL_TIMEOUT_S)
+        assert chrome.js(ERRORS) == []
+        hidden = chrome.js("[...document.querySelectorAll('.jp-Notebook .tl-live-fallback')].map(f => f.hidden)")
+        assert hidden == [True]
+        assert chrome.js(KERNEL_PRINT % json.dumps("print(w.query)"), await_promise=True).strip() == "0"
+        chrome.js(f"(b => {{ b.value = '2'; b.dispatchEvent(new Event('change')); return true; }})({QUERY_BOX})")
+        deadline = time.monotonic() + REDRAW_TIMEOUT_S
+        while (got := chrome.js(KERNEL_PRINT % json.dumps("print(w.query)"), await_promise=True).strip()) != "2":
+            assert time.monotonic() < deadline, f"the kernel still reads w.query = {got} after the reader picked 2"
+            time.sleep(0.5)
+        chrome.js(KERNEL_PRINT % json.dumps("w.query = 3"), await_promise=True)
+        chrome.wait_for(f"{QUERY_BOX}.value === '3'", timeout=REDRAW_TIMEOUT_S)
+        assert chrome.js("document.querySelector('.jp-Notebook .tl-live [role=status]').textContent").startswith(
+            '3. output for "d"')
+        assert chrome.js(ERRORS) == []
+    finally:
+        chrome.close()
+        shutil.rmtree(profile, ignore_errors=True)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import html
 import os
 import json
 import math
+import re
 import shutil
 import tempfile
 import threading
@@ -27,7 +29,7 @@ import pytest
 from devtools import no_built_site
 import torch
 
-from transformer_lib.viz import live
+from transformer_lib.viz import esm, live
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / "_build" / "html"
@@ -217,15 +219,17 @@ def page(browser_path):
 
 
 def run_module(page, widget_cls, body: str):
-    """Import ``widget_cls``'s ES module (as anywidget does: from a Blob) and return ``body``'s value.
+    """Import ``widget_cls``'s ES module as anywidget does (its ``_esm``, from a Blob URL), and ``js/common.js``
+    the same way (``esm.bundle``), and return ``body``'s value.
 
-    ``body`` is the inside of an async function whose argument ``m`` is the module.
+    ``body`` is the inside of an async function whose arguments are ``m``, the figure's module, and ``c``,
+    the shared helpers' module.
     """
-    src = json.dumps(widget_cls._esm)
+    src, common = json.dumps(widget_cls._esm), json.dumps(esm.bundle("common.js"))
     return page.js(f"""(async () => {{
-      const url = URL.createObjectURL(new Blob([{src}], {{type: 'text/javascript'}}));
-      const m = await import(url);
-      return JSON.stringify(await (async (m) => {{ {body} }})(m));
+      const load = (text) => import(URL.createObjectURL(new Blob([text], {{type: 'text/javascript'}})));
+      const m = await load({src}), c = await load({common});
+      return JSON.stringify(await (async (m, c) => {{ {body} }})(m, c));
     }})()""", await_promise=True)
 
 
@@ -238,7 +242,7 @@ def test_browser_softmax_at_any_temperature_matches_torch(page):
     scores = torch.randn(2, 3, 5, 5) * 3  # (L, H, T, T)
     taus = [0.05, 0.3, 1.0, 2.7, 5.0]
     got = json.loads(run_module(page, live.AttentionHeatmap, f"""
-      const flat = m.decodeFloat32({json.dumps(live.encode_float32(scores))});
+      const flat = c.decodeFloat32({json.dumps(live.encode_float32(scores))});
       return {json.dumps(taus)}.map(tau => {{
         const out = [];
         for (let l = 0; l < 2; l++) for (let h = 0; h < 3; h++)
@@ -255,7 +259,7 @@ def test_browser_row_entropy_matches_head_stats(page):
     from transformer_lib.head_stats import row_entropy
     p = torch.softmax(torch.randn(7, 7) * 2, dim=-1)  # one square map: row_entropy checks the shape
     p[0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0])  # 0 log 0 = 0
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(p)}.map(m.entropyBits);"))
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(p)}.map(c.entropyBits);"))
     torch.testing.assert_close(torch.tensor(got), row_entropy(p), atol=1e-6, rtol=0)  # float32 reference
 
 
@@ -263,7 +267,7 @@ def test_browser_row_entropy_matches_head_stats(page):
 def test_browser_viridis_is_matplotlibs(page):
     from matplotlib import colormaps
     ts = [i / 20 for i in range(21)]
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {json.dumps(ts)}.map(m.viridisRGB);"))
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {json.dumps(ts)}.map(c.viridisRGB);"))
     expected = [[round(255 * c) for c in colormaps["viridis"](t)[:3]] for t in ts]
     worst = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
     assert worst <= 4, f"viridis in JS is {worst}/255 from matplotlib's somewhere: {got} vs {expected}"
@@ -272,7 +276,7 @@ def test_browser_viridis_is_matplotlibs(page):
 @pytest.mark.browser
 def test_browser_round_half_even_matches_torch(page):
     x = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 0.49, -0.51, 126.5, 7.0])
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(x)}.map(m.roundHalfEven);"))
+    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(x)}.map(c.roundHalfEven);"))
     assert got == torch.round(x).tolist()
 
 
@@ -291,7 +295,7 @@ def test_browser_dot_products_of_positions_match_torch(page):
     import transformer_lib as tl
     pe = tl.sinusoidal_table(100, 64).double()  # (100, 64)
     got = json.loads(run_module(page, live.SinusoidTable, """
-      return Array.from({length: 100}, (_, p) => m.dot(m.sinusoidalRow(p, 64), m.sinusoidalRow(37, 64)));"""))
+      return Array.from({length: 100}, (_, p) => c.dot(m.sinusoidalRow(p, 64), m.sinusoidalRow(37, 64)));"""))
     torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), pe @ pe[37], atol=1e-5, rtol=0)
 
 
@@ -356,7 +360,7 @@ def test_browser_quantization_grid_matches_the_library(page):
     w = torch.randn(512) * 0.05
     settings = [(b, g) for b in (2, 3, 4, 8) for g in (None, 128, 32, 8)]
     got = json.loads(run_module(page, live.QuantGrid, f"""
-      const w = Array.from(m.decodeFloat32({json.dumps(live.encode_float32(w))}));
+      const w = Array.from(c.decodeFloat32({json.dumps(live.encode_float32(w))}));
       return {json.dumps(settings)}.map(([b, g]) => m.quantizeGroups(w, b, g).deq);"""))
     for (bits, g), deq in zip(settings, got):
         torch.testing.assert_close(torch.tensor(deq), quantize_reference(w, bits, g), atol=1e-6, rtol=0,
@@ -383,7 +387,7 @@ def test_browser_attention_steps_match_the_library(page):
     got = json.loads(run_module(page, live.AttentionSteps, f"""
       const [Q, K, V] = [{as_json(q)}, {as_json(k)}, {as_json(v)}];
       return {json.dumps(taus)}.map(tau => Q.map(q => {{
-        const a = m.softmax(m.scoresFor(q, K), tau);
+        const a = c.softmax(m.scoresFor(q, K), tau);
         return [a, m.weightedSum(a, V)];
       }}));"""))
     for tau, per_query in zip(taus, got):
@@ -414,7 +418,7 @@ def test_browser_online_softmax_steps_match_the_library(page):
     w = live.OnlineSoftmaxTiles(q, k, v, block_k=4, block_options=(1, 4, 8))
     for block in (1, 4, 8):
         got = json.loads(run_module(page, live.OnlineSoftmaxTiles, f"""
-          const d = (b) => m.decodeFloat32(b);
+          const d = (b) => c.decodeFloat32(b);
           return m.onlineSoftmaxSteps(d({json.dumps(w.q)}), d({json.dumps(w.k)}), d({json.dumps(w.v)}),
                                       3, 21, 8, 5, {block});"""))
         want = trace_one_query_block(q, k, v, block_k=block)
@@ -435,7 +439,8 @@ def test_browser_online_softmax_figure_renders_and_follows_its_controls(page):
     shown = json.loads(run_module(page, live.OnlineSoftmaxTiles, f"""
       const traits = {json.dumps(traits)};
       const el = document.createElement('div'); document.body.append(el);
-      m.default.render({{ model: {{ get: (name) => traits[name], on: () => {{}} }}, el }});
+      const model = {{ get: (name) => traits[name], on: () => {{}}, set: () => {{}}, save_changes: () => {{}} }};
+      m.default.render({{ model, el }});
       const text = () => el.querySelector('[role=status]').textContent;
       const range = el.querySelector('input[type=range]'), first = text();
       range.value = range.max; range.dispatchEvent(new Event('input'));
@@ -460,6 +465,287 @@ def test_browser_expert_routing_matches_top_k_gating(page):
         dense = torch.zeros_like(logits).scatter(-1, experts, weights)
         torch.testing.assert_close(torch.tensor(got[0], dtype=torch.float32), dense, atol=1e-6, rtol=0)
         torch.testing.assert_close(torch.tensor(got[1], dtype=torch.float32), expert_shares(experts, 5), atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------ the modules: real ES modules, linked
+
+JS_FILES = sorted(p.name for p in esm.JS_DIR.glob("*.js"))
+
+
+def _code(src: str) -> str:
+    """``src`` without comments and without single- or double-quoted strings (template literals kept: their
+    ``${...}`` parts are code)."""
+    src = re.sub(r"//[^\n]*", "", src)
+    return re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', '""', src)
+
+
+@pytest.mark.parametrize("script", [f for f in JS_FILES if f != "common.js"])
+def test_each_file_imports_exactly_the_shared_names_it_uses(script):
+    shared = set(esm.module_exports("common.js"))
+    src = (esm.JS_DIR / script).read_text()
+    code = _code(re.sub(r"^import\s*\{[^}]*\}\s*from[^;]*;", "", src, flags=re.M))
+    declared = set(re.findall(r"(?:function|const|let|class)\s+([A-Za-z_$][\w$]*)", code))
+    used = {n for n in shared if re.search(rf"(?<![\w$.]){re.escape(n)}(?![\w$])", code)} - declared
+    imported = {local for dep, pairs in esm.module_imports(script) for _, local in pairs}
+    assert used <= imported, f"{script} uses {sorted(used - imported)} from common.js without importing them"
+    assert imported <= used, f"{script} imports {sorted(imported - used)} and never uses them"
+
+
+def _write(folder, files):
+    for name, text in files.items():
+        (folder / name).write_text(text)
+
+
+@pytest.mark.parametrize("files, match", [
+    ({"a.js": 'import { nope } from "./b.js";\nexport default {};', "b.js": "export function f() {}"},
+     r"a.js imports \['nope'\] from ./b.js, which exports \['f'\]"),
+    ({"a.js": 'import f from "./b.js";\nexport default {};', "b.js": "export function f() {}"},
+     "every import must read"),
+    ({"a.js": 'import { f } from "./b.js";\nexport default {};',
+      "b.js": 'import { g } from "./a.js";\nexport function f() {}'}, "import cycle"),
+    ({"a.js": 'import { f } from "./b.js";\nexport default {};', "b.js": "function f() {}\nexport { f };"},
+     "export only declarations"),
+    ({"a.js": 'import { f } from "./b.js";\nexport default {};', "b.js": "export function f() {}\nexport default {};"},
+     "must not have a default export"),
+])
+def test_bundle_refuses_what_it_cannot_link_naming_the_file(tmp_path, monkeypatch, files, match):
+    _write(tmp_path, files)
+    monkeypatch.setattr(esm, "JS_DIR", tmp_path)
+    with pytest.raises(ValueError, match=match):
+        esm.bundle("a.js")
+
+
+def test_bundle_gives_each_imported_file_its_own_scope_and_renames_as_asked(tmp_path, monkeypatch):
+    _write(tmp_path, {"a.js": 'import { twice as double } from "./b.js";\nconst k = 1;\nexport const y = double(k);',
+                      "b.js": "const k = 2;\nexport function twice(x) { return k * x / k * 2; }"})
+    monkeypatch.setattr(esm, "JS_DIR", tmp_path)
+    text = esm.bundle("a.js")
+    assert "const { twice: double } = __module_b_js;" in text and text.count("const k") == 2
+    assert esm.module_exports("a.js") == ["y"]
+
+
+@pytest.mark.browser
+def test_every_file_loads_natively_and_its_bundle_exports_the_same(browser_path):
+    """A browser links the files as they are (an import of a name not exported is a SyntaxError there), and the
+    bundle anywidget receives exports exactly what the native module does."""
+    folder = Path(tempfile.mkdtemp(prefix="live-native-"))
+    shutil.copytree(esm.JS_DIR, folder / "js")
+    (folder / "index.html").write_text("<!doctype html><html><body></body></html>")
+    try:
+        with served_in_chromium(browser_path, folder, ("Runtime", "Page")) as (chrome, base):
+            chrome.send("Page.navigate", url=f"{base}/index.html")
+            chrome.wait_for("document.readyState === 'complete'")
+            bundles = json.dumps({f: esm.bundle(f) for f in JS_FILES})
+            got = json.loads(chrome.js(f"""(async () => {{
+              const out = {{}};
+              for (const [name, text] of Object.entries({bundles})) {{
+                const native = await import('/js/' + name);
+                const linked = await import(URL.createObjectURL(new Blob([text], {{type: 'text/javascript'}})));
+                out[name] = [Object.keys(native).sort(), Object.keys(linked).sort()];
+              }}
+              return JSON.stringify(out);
+            }})()""", await_promise=True))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    for name in JS_FILES:
+        native, linked = got[name]
+        assert native == linked == sorted(esm.module_exports(name)), name
+
+
+# ------------------------------------------------------------------ the reader's choices reach Python
+
+def _examples():
+    """One small instance of every live figure (``TokenFlow`` on a tiny GPT)."""
+    from test_token_flow import TOKENS, VOCAB, _model
+    from transformer_lib.viz.token_flow import TokenFlow, trace_token_flow
+    torch.manual_seed(0)
+    toks = ["[CLS]", "the", "cat", "sat", "[SEP]"]
+    return {
+        "token-flow": TokenFlow(TOKENS, trace_token_flow(_model(), torch.tensor([1, 2, 3, 4, 5, 6])), VOCAB, top_k=3),
+        "attention": live.AttentionHeatmap([toks, toks[:4] + ["[SEP]"]], [torch.randn(2, 3, 5, 5)] * 2, head=1),
+        "attention-all": live.AttentionHeatmap([toks], [torch.randn(2, 3, 5, 5)], mode="all",
+                                               head_labels=[[["a", "b", "c"], ["d", "e", "f"]]]),
+        "steps": live.AttentionSteps(list("abcd"), torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 2),
+                                     features=["x", "y"]),
+        "table": live.SinusoidTable(d_model=32, position=10, other=20),
+        "rope": live.RopeRotation(torch.randn(16), torch.randn(16), m=3, n=1),
+        "kvcache": live.KVCacheCalculator([("GPT-2", 12, 12, 64, 1024, 2), ("8B", 32, 8, 128, 8192, 2)]),
+        "quant": live.QuantGrid(torch.randn(256) * 0.05, bits=4, group_size=32, group_options=(None, 128, 32, 8)),
+        "flash": live.OnlineSoftmaxTiles(torch.randn(2, 4), torch.randn(12, 4), torch.randn(12, 3), block_k=4,
+                                         block_options=(1, 4)),
+        "routing": live.ExpertRouting(list("abcde"), torch.randn(2, 5, 4)),
+    }
+
+
+EXAMPLES = ["token-flow", "attention", "attention-all", "steps", "table", "rope", "kvcache", "quant", "flash",
+            "routing"]
+# Controls that change only the view, not a trait Python holds (the row whose numbers are read out).
+VIEW_ONLY = {"query row", "show numbers of", "tiles folded in"}
+
+
+def _state(w) -> dict:
+    """The widget's synced state as the front-end receives it (``get_state``), without the module text."""
+    return {k: v for k, v in w.get_state().items() if k not in ("_esm", "_css")}
+
+
+# A model as the widget manager gives it: set() fires change:name synchronously (Backbone does), so a figure
+# sees its own commits; fromPython(name, value) is a change arriving from the kernel.
+HARNESS = """
+  const traits = %s, listeners = {}, sets = [], saves = [];
+  const fire = (name) => (listeners['change:' + name] || []).forEach((f) => f());
+  const model = {
+    get: (k) => traits[k],
+    set: (k, v) => { const old = JSON.stringify(traits[k]); traits[k] = v; sets.push([k, v]);
+                     if (old !== JSON.stringify(v)) fire(k); },
+    save_changes: () => saves.push(sets.length),
+    on: (ev, f) => (listeners[ev] ||= []).push(f),
+  };
+  const fromPython = (k, v) => { traits[k] = v; fire(k); };
+  const el = document.createElement('div'); document.getElementById('root').replaceChildren(el);
+  m.default.render({ model, el });
+  const shown = %s;
+  const controls = () => [...el.querySelectorAll('input[type=range], select')];
+  const move = (control) => {
+    if (control.tagName === 'SELECT') {
+      control.selectedIndex = (control.selectedIndex + 1) %% control.options.length;
+      control.dispatchEvent(new Event('change'));
+    } else {
+      control.value = String(Number(control.value) < Number(control.max) ? control.max : control.min);
+      control.dispatchEvent(new Event('input'));
+    }
+  };
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_a_readers_choice_reaches_python_and_a_python_change_redraws_the_same(page, name):
+    """Move each control of a fresh figure: what it writes back (model.set, then save_changes) is applied to the
+    Python widget as the kernel applies a front-end update (``set_state``) and must be accepted as is; the same
+    values sent from Python to another fresh figure must make it show exactly what moving the control showed."""
+    w = _examples()[name]
+    shown = SHOWN.replace("(fig =>", "((fig) =>") + "(el)"
+    state = json.dumps(_state(w))
+    n = json.loads(run_module(page, w, HARNESS % (state, "null") + "return controls().length;"))
+    assert n > 0
+    for c in range(n):
+        moved = json.loads(run_module(page, w, HARNESS % (state, "null") + f"""
+          const control = controls()[{c}];
+          move(control);
+          return [control.closest('label')?.firstChild.textContent.trim(), sets, saves, sets.length, {shown}];"""))
+        label, sets, saves, n_sets, after = moved
+        if label in VIEW_ONLY:
+            assert sets == [], f"{name}: {label!r} should change only the view, wrote {sets}"
+            continue
+        assert sets, f"{name}: moving {label!r} wrote nothing back to the widget"
+        assert saves and saves[-1] == n_sets, f"{name}: {label!r}: model.set without save_changes after it"
+        changes = dict(sets)
+        w.set_state(changes)  # what ipywidgets does with an update message from the front-end
+        for trait, value in changes.items():
+            assert getattr(w, trait) == value, (name, label, trait)
+        replay = json.loads(run_module(page, w, HARNESS % (state, "null") + f"""
+          for (const [k, v] of {json.dumps(sets)}) fromPython(k, v);
+          return {shown};"""))
+        assert replay == after, f"{name}: setting {changes} from Python shows something else than moving {label!r}"
+
+
+# ------------------------------------------------------------------ a static picture for readers without JavaScript
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        if sub.__dict__.get("script"):  # a figure class (anywidget's add_traits makes unnamed subclasses)
+            yield sub
+        yield from _subclasses(sub)
+
+
+def test_every_live_figure_class_has_an_example_here():
+    from transformer_lib.viz.token_flow import TokenFlow  # noqa: F401  (a LiveWidget defined outside live.py)
+    covered = {type(w).__mro__[0] if type(w).__dict__.get("script") else type(w).__mro__[1]
+               for w in _examples().values()}
+    assert set(_subclasses(live.LiveWidget)) <= covered
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_displaying_a_live_figure_writes_its_static_picture_first(name, monkeypatch):
+    import IPython.display
+    w = _examples()[name]
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append((obj, kw)))
+    w._ipython_display_()
+    assert len(shown) == 2, shown
+    (picture, kw1), (view, kw2) = shown
+    assert kw1.get("raw") and kw2.get("raw")
+    page = picture["text/html"]
+    assert f'id="{w.fallback_id}"' in page and 'class="tl-live-fallback"' in page
+    alts = re.findall(r'<img src="data:image/png;base64,[^"]+" alt="([^"]*)"', page)
+    assert alts or "<table" in page, "neither an image nor a table"
+    assert all(len(a) > 80 for a in alts), f"alt text too short to say what the picture shows: {alts}"
+    assert picture["text/plain"]
+    assert view["application/vnd.jupyter.widget-view+json"]["model_id"] == w.model_id
+
+
+def _text(page: str) -> str:
+    """What a reader of the static picture reads: its alt texts and its text, tags removed."""
+    alts = " ".join(re.findall(r'alt="([^"]*)"', page))
+    return html.unescape(alts + " " + re.sub(r"<[^>]+>", " ", page))
+
+
+def _numbers(pattern: str, text: str) -> list[float]:
+    """The numbers ``pattern``'s groups catch at its first match in ``text``."""
+    found = re.search(pattern, text)
+    assert found, f"{pattern!r} not in {text[:400]!r}"
+    return [float(x.replace(",", "")) for x in found.groups()]
+
+
+# What the live figure writes at its first settings and the static picture must agree on (regex of numbers).
+SAME_NUMBERS = {
+    "token-flow": r"\|x\| = (\d+\.\d+) .*? \((\d\.\d\d)\) .*?\|f\| = (\d+\.\d+) .*? \((\d\.\d+)\)",
+    "steps": r"3\. output for \"[^\"]+\" = Σ_j a_j v_j = \((-?\d+\.\d+), (-?\d+\.\d+)\)",
+    "table": r"PE\[10\] · PE\[20\] = (-?\d+\.\d+)",
+    "rope": r"RoPE\(q, 3\) · RoPE\(k, 1\) = (-?\d+\.\d+)",
+    "kvcache": r"\(([\d,]+) bytes\)",
+    "quant": r"RMS error / RMS weight = (\d+\.\d+)%",
+    "flash": r"running max m = (-?\d+\.\d+), running sum l = (-?\d+\.\d+)",
+    "routing": r"expert 0 (\d+)%, expert 1 (\d+)%, expert 2 (\d+)%, expert 3 (\d+)%",
+}
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_static_picture_says_what_the_live_figure_shows_and_is_hidden_once_it_draws(page, name):
+    w = _examples()[name]
+    static = w.static_html()
+    state = json.dumps(_state(w))
+    hidden, live_text, weights = json.loads(run_module(page, w, f"""
+      const fb = document.createElement('div'); fb.id = {json.dumps(w.fallback_id)};
+      document.body.append(fb);
+    """ + HARNESS % (state, "null") + """
+      const out = [fb.hidden, el.innerText, null];
+      fb.remove();
+      if (traits.scores) {  // the heatmap: its weights, as the figure computes them
+        const T = traits.tokens[traits.sentence].length;
+        const flat = c.decodeFloat32(traits.scores[traits.sentence]);
+        out[2] = [...Array(traits.n_heads).keys()].map((hd) =>
+          m.headWeights(m.headScores(flat, traits.n_heads, T, traits.layer, hd), traits.temperature)
+           .map((r) => Array.from(r)));
+      }
+      return out;"""))
+    assert hidden, "the live figure drew but left the static picture visible"
+    text = _text(static)
+    if name.startswith("attention"):  # the alt text names each head's (or query's) strongest weight
+        A = torch.tensor(weights)  # (H, T, T), computed in the browser
+        tokens = w.tokens[w.sentence]
+        if w.mode == "one":
+            for r, c in enumerate(A[w.head].argmax(-1).tolist()):
+                assert f"{tokens[r]} → {tokens[c]} {A[w.head, r, c]:.2f}" in text
+        else:
+            for hd in range(w.n_heads):
+                r, c = divmod(int(A[hd].argmax()), len(tokens))
+                assert f"head {hd}" in text and f"{tokens[r]} → {tokens[c]} {A[hd, r, c]:.2f}" in text
+        return
+    got, want = _numbers(SAME_NUMBERS[name], live_text), _numbers(SAME_NUMBERS[name], text)
+    assert len(got) == len(want) and all(abs(a - b) <= 1.01e-3 * max(1, abs(b)) for a, b in zip(got, want)), \
+        f"live figure {got} vs static picture {want}"
 
 
 # ------------------------------------------------------------------------------ the built book
@@ -515,6 +801,8 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
     chrome.wait_for(f"document.querySelectorAll('.tl-live canvas').length > 0 && "
                     f"document.querySelectorAll('.tl-live').length >= {n}")
     assert chrome.js("document.querySelectorAll('.tl-live').length") == n
+    # each live figure drew, so the static picture of its default state that the page carries is hidden
+    assert chrome.js("[...document.querySelectorAll('.tl-live-fallback')].map(f => f.hidden)") == [True] * n
     blank = chrome.js("""[...document.querySelectorAll('.tl-live canvas')].filter(c => {
       const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
       return !px.some((v, i) => i % 4 === 3 && v > 0);  // no pixel drawn
@@ -535,3 +823,38 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
     assert failed == [], f"missing local files: {failed}"
     errors = [e["params"]["exceptionDetails"] for e in chrome.events if e.get("method") == "Runtime.exceptionThrown"]
     assert errors == [], [d.get("exception", {}).get("description", d.get("text", ""))[:300] for d in errors]
+
+
+@pytest.mark.site
+@pytest.mark.parametrize("page_name", list(LIVE_PAGES))
+def test_every_live_figure_page_carries_its_static_picture(page_name):
+    """Without JavaScript (a reader who turned it off, a printed page, a search engine) each live figure's place
+    shows a picture of its default state: an image with alt text, or a table, in the page's HTML itself."""
+    if not (SITE / "index.html").exists():
+        no_built_site(f"no built book at {SITE}: run `make book` first (or set LIVE_SITE_HTML to a built html folder)")
+    path = SITE / f"{page_name}.html"
+    if not path.exists():
+        pytest.skip(f"{page_name}.html is not in {SITE}")
+    page = path.read_text()
+    pictures = re.findall(r'<div class="tl-live-fallback" id="tl-fallback-[0-9a-f]+">(.*?)</figure></div>', page, re.S)
+    n = LIVE_PAGES[page_name]
+    assert len(pictures) == n, f"{len(pictures)} static pictures for {n} live figures"
+    for picture in pictures:
+        alts = re.findall(r'<img src="data:image/png;base64,[^"]+" alt="([^"]{80,})"', picture)
+        assert alts or "<table" in picture, picture[:300]
+
+
+def test_static_pictures_leave_pyplots_backend_and_no_open_figure():
+    """In a notebook the inline backend must survive a live figure, and its picture must not show twice."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+    before = matplotlib.get_backend()
+    plt.switch_backend("svg")  # any backend but Agg, which the pictures render with
+    try:
+        opened = set(plt.get_fignums())
+        for w in _examples().values():
+            w.static_html()
+        assert matplotlib.get_backend() == "svg"
+        assert set(plt.get_fignums()) == opened
+    finally:
+        plt.switch_backend(before)

@@ -2,20 +2,21 @@
 
 Used in chapters 02, 03, 04, 07, 09, 10 and 11.
 
-A live widget is an ``anywidget.AnyWidget`` whose front-end is one ES module: ``js/common.js`` (shared maths
-and DOM helpers) followed by the figure's own ``js/<name>.js``. Python hands over numbers only (synced
-traits, compactly encoded) and checks them; the browser recomputes the figure on every input event. It
-renders with a kernel (JupyterLab, VS Code, Colab) and in the static book, where the site serves
-anywidget's front-end itself (``tools/vendor_static.py``, ``book/static/widgets-setup.js``).
-
-To add a figure: write ``js/<name>.js`` with ``export default { render({ model, el }) {...} }``, subclass
-``LiveWidget`` with ``script = "<name>.js"`` and the traits it reads, and validate them in ``__init__``.
+A live widget is an ``anywidget.AnyWidget`` whose front-end is the ES module ``js/<name>.js`` (imports linked
+by ``esm.bundle``). Python hands over numbers only (synced traits, compactly encoded) and checks them; the
+browser recomputes the figure on every input event, writes the reader's choices back to the traits
+(``model.set``, ``model.save_changes``: with a kernel, ``widget.layer`` is what the reader picked) and redraws
+when Python sets one. Displayed, a live figure first writes a static picture of its default state
+(``static_html``, made in ``live_static``), which the figure hides once drawn. It renders with a kernel
+(JupyterLab, VS Code, Colab) and in the static book, which serves anywidget's front-end itself
+(``tools/vendor_static.py``, ``book/static/widgets-setup.js``). To add a figure: write ``js/<name>.js``
+(``export default { render }``), a ``LiveWidget`` subclass (``script``, traits, checks) and its ``picture``.
 """
 from __future__ import annotations
 
 import base64
 import math
-from pathlib import Path
+import uuid
 from typing import Sequence
 
 import anywidget
@@ -23,12 +24,8 @@ import numpy as np
 import torch
 import traitlets
 
-JS_DIR = Path(__file__).with_name("js")
-
-
-def module_source(script: str) -> str:
-    """The ES module of one figure: ``js/common.js`` then ``js/<script>`` (read from the package data)."""
-    return (JS_DIR / "common.js").read_text() + "\n" + (JS_DIR / script).read_text()
+from . import live_static
+from .esm import JS_DIR, bundle  # noqa: F401  (JS_DIR: where the figures' modules live, for the tests)
 
 
 def encode_float32(x: torch.Tensor | np.ndarray) -> str:
@@ -46,14 +43,28 @@ def check_range(name: str, value, low, high, kind=int) -> None:
 
 
 class LiveWidget(anywidget.AnyWidget):
-    """Base class of the book's live figures: a subclass names its ``script`` in ``js/`` and declares traits."""
+    """Base class of the book's live figures: a subclass names its ``script`` in ``js/``, declares traits and
+    names its static ``picture`` (a function of ``live_static``), which displaying the widget writes first."""
 
     script: str = ""
+    picture: str = ""
+    fallback_id = traitlets.Unicode("").tag(sync=True)  # the id of the static picture the live figure hides
 
     def __init_subclass__(cls, **kwargs):
         if cls.__dict__.get("script"):
-            cls._esm = module_source(cls.script)
+            cls._esm = bundle(cls.script)  # js/<script>, its imports linked in
         super().__init_subclass__(**kwargs)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.fallback_id = f"tl-fallback-{uuid.uuid4().hex[:12]}"
+
+    def static_html(self) -> str:
+        """A ``<figure>`` of the default state (the traits as given to the constructor), with alt text."""
+        return getattr(live_static, self.picture)(self)
+
+    def _ipython_display_(self):
+        live_static.display_with_picture(self)
 
 
 # ----------------------------------------------------------------------------- attention (chapters 02, 03)
@@ -98,6 +109,7 @@ class AttentionHeatmap(LiveWidget):
     mode = traitlets.Unicode("one").tag(sync=True)
     head_labels = traitlets.List().tag(sync=True)  # per sentence, (n_layers, n_heads) strings, or empty
 
+    picture = "attention_heatmap"  # live_static.attention_heatmap: the static picture
     def __init__(self, tokens: Sequence[Sequence[str]], scores: Sequence[torch.Tensor], layer: int = 0,
                  head: int = 0, temperature: float = 1.0, mode: str = "one", sentence: int = 0,
                  tau_min: float = 0.05, tau_max: float = 5.0, head_labels: Sequence | None = None):
@@ -161,6 +173,7 @@ class SinusoidTable(LiveWidget):
     position = traitlets.Int(10).tag(sync=True)
     other = traitlets.Int(20).tag(sync=True)
 
+    picture = "sinusoid_table"  # live_static.sinusoid_table: the static picture
     def __init__(self, d_model: int = 64, position: int = 10, other: int = 20, n_positions: int = 100,
                  max_d_model: int = 512):
         check_range("max_d_model", max_d_model, 2, 4096)
@@ -190,6 +203,7 @@ class RopeRotation(LiveWidget):
     base = traitlets.Float(10000.0).tag(sync=True)
     max_position = traitlets.Int(64).tag(sync=True)
 
+    picture = "rope_rotation"  # live_static.rope_rotation: the static picture
     def __init__(self, q: torch.Tensor, k: torch.Tensor, m: int = 3, n: int = 1, max_position: int = 64,
                  base: float = 10000.0):
         for name, v in (("q", q), ("k", k)):
@@ -220,7 +234,10 @@ class KVCacheCalculator(LiveWidget):
     script = "kvcache.js"
     models = traitlets.List(traitlets.List()).tag(sync=True)
     max_length = traitlets.Int(32768).tag(sync=True)
+    preset = traitlets.Int(0).tag(sync=True)  # the row of ``models`` picked last
+    selection = traitlets.Dict().tag(sync=True)  # the reader's numbers: kv_cache_bytes(**selection); {}: row 0's
 
+    picture = "kv_cache_calculator"  # live_static.kv_cache_calculator: the static picture
     def __init__(self, models: Sequence[tuple], max_length: int = 32768):
         if len(models) == 0:
             raise ValueError("models must list at least one (name, n_layers, n_kv_heads, d_head, context, bytes) row")
@@ -255,6 +272,7 @@ class QuantGrid(LiveWidget):
     outlier = traitlets.Float(1.0).tag(sync=True)
     max_outlier = traitlets.Float(10.0).tag(sync=True)
 
+    picture = "quant_grid"  # live_static.quant_grid: the static picture
     def __init__(self, row: torch.Tensor, bits: int = 4, group_size: int | None = None,
                  bits_options: Sequence[int] = (2, 3, 4, 8), group_options: Sequence[int | None] = (None, 128, 32, 8),
                  outlier: float = 1.0, max_outlier: float = 10.0):
@@ -297,6 +315,7 @@ class AttentionSteps(LiveWidget):
     query = traitlets.Int(0).tag(sync=True)
     temperature = traitlets.Float(1.0).tag(sync=True)
 
+    picture = "attention_steps"  # live_static.attention_steps: the static picture
     def __init__(self, tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  features: Sequence[str] = (), query: int = 0, temperature: float = 1.0):
         T = len(tokens)
@@ -334,6 +353,7 @@ class OnlineSoftmaxTiles(LiveWidget):
     block_k = traitlets.Int().tag(sync=True)
     block_options = traitlets.List(traitlets.Int()).tag(sync=True)
 
+    picture = "online_softmax_tiles"  # live_static.online_softmax_tiles: the static picture
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_k: int = 8,
                  block_options: Sequence[int] = (1, 4, 8, 16)):
         for name, x in (("q", q), ("k", k), ("v", v)):
@@ -385,6 +405,7 @@ class ExpertRouting(LiveWidget):
     layer = traitlets.Int(0).tag(sync=True)
     top_k = traitlets.Int(2).tag(sync=True)
 
+    picture = "expert_routing"  # live_static.expert_routing: the static picture
     def __init__(self, tokens: Sequence[str], logits: torch.Tensor, layer: int = 0, top_k: int = 2):
         T = len(tokens)
         if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or logits.shape[1] != T or T < 1 \

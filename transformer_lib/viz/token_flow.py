@@ -113,6 +113,7 @@ class TokenFlow(LiveWidget):
     head = traitlets.Int(0).tag(sync=True)
     stage = traitlets.Unicode("attention").tag(sync=True)
 
+    picture = "token_flow"  # live_static.token_flow: the static picture
     def __init__(self, tokens: Sequence[str], record: FlowRecord, vocab: Sequence[str], top_k: int = 5,
                  n_dims: int = 8, position: int | None = None, layer: int = 0, head: int = 0,
                  stage: str = "attention"):

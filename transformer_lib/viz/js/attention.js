@@ -2,6 +2,9 @@
 // The page carries each head's scaled scores S = Q K^T / sqrt(d_head) (T x T per head); the weights
 // are A = softmax(S / tau) row by row (chapter 02's equation), so a temperature costs no download.
 
+import { commit, decodeFloat32, entropyBits, figureRoot, fmt, follow, h, hideFallback, labelled, readout, select,
+         slider, softmax, viridis } from "./common.js";
+
 // The T x T scores of layer l, head hd from the flat (L, H, T, T) array, as T rows.
 export function headScores(flat, H, T, l, hd) {
   const start = (l * H + hd) * T * T;
@@ -139,13 +142,26 @@ function render({ model, el: widget }) {
     state.row = null;
   }
 
-  sentenceBox.addEventListener("change", () => { state.s = Number(sentenceBox.value); resetRows(); draw(); });
-  layerBox.addEventListener("change", () => { state.l = Number(layerBox.value); draw(); });
-  headBox.addEventListener("change", () => { state.hd = Number(headBox.value); draw(); });
-  tauBox.addEventListener("input", () => { state.tau = Number(tauBox.value); tauText.textContent = fmt(state.tau, 2); draw(); });
+  sentenceBox.addEventListener("change", () => {
+    state.s = Number(sentenceBox.value); commit(model, { sentence: state.s }); resetRows(); draw();
+  });
+  layerBox.addEventListener("change", () => { state.l = Number(layerBox.value); commit(model, { layer: state.l }); draw(); });
+  headBox.addEventListener("change", () => { state.hd = Number(headBox.value); commit(model, { head: state.hd }); draw(); });
+  tauBox.addEventListener("input", () => {
+    state.tau = Number(tauBox.value); tauText.textContent = fmt(state.tau, 2); commit(model, { temperature: state.tau }); draw();
+  });
   rowBox.addEventListener("change", () => { state.row = rowBox.value === "" ? null : Number(rowBox.value); draw(); });
+  let shownSentence = state.s;
+  follow(model, { sentence: "s", layer: "l", head: "hd", temperature: "tau" }, state, () => { // set in Python
+    sentenceBox.value = String(state.s); layerBox.value = String(state.l); headBox.value = String(state.hd);
+    tauBox.value = String(state.tau); tauText.textContent = fmt(state.tau, 2);
+    if (state.s !== shownSentence) { shownSentence = state.s; resetRows(); }
+    draw();
+  });
+  sentenceBox.addEventListener("change", () => { shownSentence = state.s; });
   resetRows();
   draw();
+  hideFallback(model);
 }
 
 export default { render };

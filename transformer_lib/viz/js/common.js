@@ -1,5 +1,6 @@
-// Shared helpers of the book's live figures. Python (transformer_lib/viz/live.py) puts this file in
-// front of each figure's own script, so every figure is one ES module with no import to resolve.
+// Shared helpers of the book's live figures: an ES module that each figure imports what it uses from
+// (`import { softmax, h } from "./common.js";`). anywidget gets one module text per figure, linked by
+// transformer_lib/viz/live.py (`bundle`); a browser can also load these files as they are.
 // Each maths function mirrors a Python function; tests/test_live_widgets.py compares them.
 
 // Numbers arrive as base64 of little-endian float32 (live.py: encode_float32).
@@ -102,4 +103,43 @@ export function figureRoot(el, name) {
   const root = h("div", { class: "tl-live", "data-figure": name });
   el.append(root);
   return root;
+}
+
+// ---- the reader's choices and the widget's synced traits (anywidget's pattern)
+
+// Write the reader's choices back to the widget's traits: model.set, then model.save_changes sends them
+// to the kernel, so that Python reads what the reader picked (`widget.layer`). The static book has no
+// kernel: there the widget manager has no channel to send on and says so ("no comm channel defined");
+// the choice then stays in the page, which is all a page without a kernel can do. Other errors propagate.
+export function commit(model, changes) {
+  for (const [name, value] of Object.entries(changes)) model.set(name, value);
+  try {
+    model.save_changes();
+  } catch (error) {
+    if (!String(error).includes("no comm channel")) throw error;
+  }
+}
+
+// Follow changes made in Python (`widget.layer = 2` in a cell): for each trait name in `keys` (trait name ->
+// key of `state`), copy the new value into `state` and call `redraw()`, unless `state` already holds it
+// (as after this figure's own `commit`).
+export function follow(model, keys, state, redraw) {
+  for (const [name, key] of Object.entries(keys)) {
+    model.on(`change:${name}`, () => {
+      const value = model.get(name);
+      if (JSON.stringify(state[key]) === JSON.stringify(value)) return;
+      state[key] = value;
+      redraw();
+    });
+  }
+}
+
+// Once the live figure has drawn, hide the static picture of its default state that Python wrote into
+// the page before it (live.py: static_html; found by the id in the trait `fallback_id`), so that the
+// reader sees one figure, not two. Without JavaScript the picture stays.
+export function hideFallback(model) {
+  const id = model.get("fallback_id");
+  const node = id ? document.getElementById(id) : null;
+  if (node) node.hidden = true;
+  return node !== null;
 }

@@ -6,6 +6,9 @@
 //   o_i  = exp(m_i - m'_i) o_i + sum_j exp(s_ij - m'_i) v_j    the running (unnormalised) output
 // and after the last tile the output is o_i / l_i = softmax(s_i) V (flash.trace_one_query_block is the Python twin).
 
+import { commit, decodeFloat32, figureRoot, fmt, follow, h, hideFallback, labelled, readout, select, slider,
+         viridis } from "./common.js";
+
 export function tileScores(q, k, bq, d, j0, j1) {
   const s = [];
   for (let i = 0; i < bq; i++) {
@@ -91,11 +94,18 @@ function render({ model, el: widget }) {
       `${fmt(cur.l[r])}, output o / l = [${cur.out[r].slice(0, 4).map((x) => fmt(x)).join(", ")}` +
       `${dv > 4 ? ", ..." : ""}]` + (s.step === steps.length ? " = softmax(s) V (every key seen)" : "");
   }
-  blockBox.addEventListener("change", () => { s.block = Number(blockBox.value); recompute(); draw(); });
+  blockBox.addEventListener("change", () => {
+    s.block = Number(blockBox.value); s.blockK = blocks[s.block]; commit(model, { block_k: s.blockK }); recompute(); draw();
+  });
   rowBox.addEventListener("change", () => { s.row = Number(rowBox.value); draw(); });
   stepBox.addEventListener("input", () => { s.step = Number(stepBox.value); draw(); });
+  s.blockK = blocks[s.block];
+  follow(model, { block_k: "blockK" }, s, () => {
+    s.block = Math.max(0, blocks.indexOf(s.blockK)); blockBox.value = String(s.block); recompute(); draw();
+  });
   recompute();
   draw();
+  hideFallback(model);
 }
 
 export default { render };

@@ -3,6 +3,8 @@
 //   bytes = 2 (K and V) x n_layers x batch x n_kv_heads x d_head x T x bytes per number
 // (kv_cache.kv_cache_bytes).
 
+import { commit, figureRoot, h, hideFallback, labelled, readout, select, slider } from "./common.js";
+
 export function kvCacheBytes(nLayers, nKvHeads, dHead, seqLen, batch, bytesPerElement) {
   return 2 * nLayers * batch * nKvHeads * dHead * seqLen * bytesPerElement;
 }
@@ -23,6 +25,14 @@ function render({ model, el: widget }) {
   const maxLen = model.get("max_length");
   const s = { layers: presets[0][1], heads: presets[0][2], dHead: presets[0][3], T: presets[0][4], B: 1, bytes: presets[0][5] };
   const presetBox = select(presets.map((p) => p[0]), 0);
+  // The reader's numbers, as the trait `selection` (keyword arguments of kv_cache.kv_cache_bytes).
+  const selection = () => ({ n_layers: s.layers, n_kv_heads: s.heads, d_head: s.dHead, seq_len: s.T, batch_size: s.B,
+                             bytes_per_element: s.bytes });
+  const fromSelection = (x) => Object.assign(s, { layers: x.n_layers, heads: x.n_kv_heads, dHead: x.d_head, T: x.seq_len,
+                                                  B: x.batch_size, bytes: x.bytes_per_element });
+  const given = model.get("selection");
+  if (given && Object.keys(given).length) fromSelection(given);
+  presetBox.value = String(model.get("preset"));
   const boxes = {
     layers: slider(1, 128, 1, s.layers), heads: slider(1, 128, 1, s.heads), dHead: slider(8, 256, 8, s.dHead),
     T: slider(1, maxLen, 1, s.T), B: slider(1, 64, 1, s.B),
@@ -52,15 +62,25 @@ function render({ model, el: widget }) {
       `${s.T} positions × ${s.bytes} bytes = ${human(total)} (${total.toLocaleString("en-US")} bytes); ` +
       `${human(perToken)} per token.`;
   }
-  presetBox.addEventListener("change", () => {
-    const p = presets[Number(presetBox.value)];
+  function usePreset(i) {
+    const p = presets[i];
     Object.assign(s, { layers: p[1], heads: p[2], dHead: p[3], T: Math.min(p[4], maxLen), bytes: p[5] });
-    dtypeBox.value = String(DTYPES.findIndex((d) => d[1] === s.bytes));
-    draw();
+  }
+  const save = () => commit(model, { preset: Number(presetBox.value), selection: selection() });
+  const show = () => { dtypeBox.value = String(DTYPES.findIndex((d) => d[1] === s.bytes)); draw(); };
+  presetBox.addEventListener("change", () => { usePreset(Number(presetBox.value)); save(); show(); });
+  for (const [k, box] of Object.entries(boxes)) box.addEventListener("input", () => { s[k] = Number(box.value); save(); draw(); });
+  dtypeBox.addEventListener("change", () => { s.bytes = DTYPES[Number(dtypeBox.value)][1]; save(); draw(); });
+  model.on("change:preset", () => { // set in Python: take that model's numbers
+    if (Number(presetBox.value) === model.get("preset")) return;
+    presetBox.value = String(model.get("preset")); usePreset(model.get("preset")); show();
   });
-  for (const [k, box] of Object.entries(boxes)) box.addEventListener("input", () => { s[k] = Number(box.value); draw(); });
-  dtypeBox.addEventListener("change", () => { s.bytes = DTYPES[Number(dtypeBox.value)][1]; draw(); });
-  draw();
+  model.on("change:selection", () => {
+    if (JSON.stringify(model.get("selection")) === JSON.stringify(selection())) return;
+    fromSelection(model.get("selection")); show();
+  });
+  show();
+  hideFallback(model);
 }
 
 export default { render };

@@ -1,6 +1,9 @@
 // Chapter 04: the sinusoidal table of "Attention Is All You Need" (section 3.5), computed in the browser
 // for any d_model and position, the dot product of two positions' vectors, and a RoPE rotation.
 
+import { commit, decodeFloat32, dot, figureRoot, fmt, follow, h, hideFallback, labelled, readout, slider,
+         viridis } from "./common.js";
+
 // PE[pos, i]: pair k = floor(i / 2) turns at omega_k = base^(-2k / d);
 // even i holds sin(pos * omega_k), odd i holds cos(pos * omega_k)  (positional.sinusoidal_table).
 export function sinusoid(pos, i, d, base = 10000) {
@@ -116,9 +119,12 @@ function renderTable(model, el) {
       hover.textContent = `PE[${pos}, ${i}] = ${i % 2 ? "cos" : "sin"}(${pos} · ω_${Math.floor(i / 2)}) = ${fmt(sinusoid(pos, i, state.d))}`;
     }
   });
-  dBox.addEventListener("input", () => { state.d = Number(dBox.value); draw(); });
-  pBox.addEventListener("input", () => { state.p = Number(pBox.value); draw(); });
-  p2Box.addEventListener("input", () => { state.p2 = Number(p2Box.value); draw(); });
+  dBox.addEventListener("input", () => { state.d = Number(dBox.value); commit(model, { d_model: state.d }); draw(); });
+  pBox.addEventListener("input", () => { state.p = Number(pBox.value); commit(model, { position: state.p }); draw(); });
+  p2Box.addEventListener("input", () => { state.p2 = Number(p2Box.value); commit(model, { other: state.p2 }); draw(); });
+  follow(model, { d_model: "d", position: "p", other: "p2" }, state, () => {
+    dBox.value = String(state.d); pBox.value = String(state.p); p2Box.value = String(state.p2); draw();
+  });
   draw();
 }
 
@@ -156,14 +162,17 @@ function renderRope(model, el) {
     info.textContent = `RoPE(q, ${m}) · RoPE(k, ${n}) = ${fmt(score)}; offset m - n = ${m - n}. ` +
       `Moving both positions by the same amount leaves the score unchanged (blue: q, orange: k).`;
   }
-  mBox.addEventListener("input", () => { state.m = Number(mBox.value); draw(); });
-  nBox.addEventListener("input", () => { state.n = Number(nBox.value); draw(); });
+  mBox.addEventListener("input", () => { state.m = Number(mBox.value); commit(model, { m: state.m }); draw(); });
+  nBox.addEventListener("input", () => { state.n = Number(nBox.value); commit(model, { n: state.n }); draw(); });
+  follow(model, { m: "m", n: "n" }, state, () => { mBox.value = String(state.m); nBox.value = String(state.n); draw(); });
   draw();
 }
 
 function render({ model, el }) {
   const root = figureRoot(el, model.get("figure"));
-  return model.get("figure") === "rope" ? renderRope(model, root) : renderTable(model, root);
+  if (model.get("figure") === "rope") renderRope(model, root);
+  else renderTable(model, root);
+  hideFallback(model);
 }
 
 export default { render };

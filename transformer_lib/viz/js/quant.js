@@ -3,6 +3,9 @@
 // a weight is stored as the code q = clamp(round(w / s), -qmax, qmax) and read back as q * s.
 // Math.fround keeps each step in float32, as torch computes it (quantization.quantize).
 
+import { commit, decodeFloat32, figureRoot, fmt, follow, h, hideFallback, labelled, readout, roundHalfEven, select,
+         slider } from "./common.js";
+
 export function quantizeGroups(w, bits, groupSize) {
   const qmax = 2 ** (bits - 1) - 1, n = w.length, g = groupSize || n;
   const codes = new Array(n), deq = new Array(n), scales = [];
@@ -114,10 +117,19 @@ function render({ model, el: widget }) {
         `read back ${last.deq[i].toExponential(3)}, error ${last.err[i].toExponential(2)}`;
     }
   });
-  bitsBox.addEventListener("change", () => { state.bits = bitsOptions[Number(bitsBox.value)]; draw(); });
-  groupBox.addEventListener("change", () => { state.group = groupOptions[Number(groupBox.value)]; draw(); });
-  outBox.addEventListener("input", () => { state.factor = Number(outBox.value); draw(); });
+  bitsBox.addEventListener("change", () => {
+    state.bits = bitsOptions[Number(bitsBox.value)]; commit(model, { bits: state.bits }); draw();
+  });
+  groupBox.addEventListener("change", () => {
+    state.group = groupOptions[Number(groupBox.value)]; commit(model, { group_size: state.group }); draw();
+  });
+  outBox.addEventListener("input", () => { state.factor = Number(outBox.value); commit(model, { outlier: state.factor }); draw(); });
+  follow(model, { bits: "bits", group_size: "group", outlier: "factor" }, state, () => {
+    bitsBox.value = String(bitsOptions.indexOf(state.bits)); groupBox.value = String(groupOptions.indexOf(state.group));
+    outBox.value = String(state.factor); draw();
+  });
   draw();
+  hideFallback(model);
 }
 
 export default { render };

@@ -4,6 +4,9 @@
 //   keep the top k of p, renormalized:  g_e = p_e / sum_{j in top k} p_j   (Mixtral; moe.top_k_gating)
 // The share of an expert = how many of the T * k assignments of the sentence it received.
 
+import { commit, decodeFloat32, figureRoot, follow, h, hideFallback, labelled, readout, select, slider, softmax,
+         viridis } from "./common.js";
+
 // gates of one token: an array of E weights, zero outside its top k (moe.top_k_gating scattered into E slots).
 export function topKGates(logits, k) {
   const p = softmax(logits);
@@ -64,9 +67,11 @@ function render({ model, el: widget }) {
     info.textContent = `Layer ${s.layer}, k = ${s.k}: share of the ${T * s.k} assignments per expert: ` +
       shares.map((x, e) => `expert ${e} ${(100 * x).toFixed(0)}%`).join(", ") + ".";
   }
-  layerBox.addEventListener("change", () => { s.layer = Number(layerBox.value); draw(); });
-  kBox.addEventListener("input", () => { s.k = Number(kBox.value); draw(); });
+  layerBox.addEventListener("change", () => { s.layer = Number(layerBox.value); commit(model, { layer: s.layer }); draw(); });
+  kBox.addEventListener("input", () => { s.k = Number(kBox.value); commit(model, { top_k: s.k }); draw(); });
+  follow(model, { layer: "layer", top_k: "k" }, s, draw); // draw() moves the controls to s
   draw();
+  hideFallback(model);
 }
 
 export default { render };

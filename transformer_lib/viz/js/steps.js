@@ -3,6 +3,9 @@
 //   2. weights  a_j = softmax(s / tau)_j       (tau = 1: the formula as written)
 //   3. output   o   = sum_j a_j v_j            a weighted average of the values
 
+import { commit, decodeFloat32, dot, fmt, figureRoot, follow, h, hideFallback, labelled, readout, select, slider,
+         softmax, viridis } from "./common.js";
+
 export function scoresFor(q, K) {
   return K.map((k) => dot(q, k) / Math.sqrt(q.length));
 }
@@ -52,9 +55,16 @@ function render({ model, el: widget }) {
       (features.length ? ` (${features.map((f, k) => `${f} ${fmt(o[k], 2)}`).join(", ")})` : "") +
       `; the weights sum to ${fmt(a.reduce((x, y) => x + y, 0), 3)}.`;
   }
-  queryBox.addEventListener("change", () => { state.i = Number(queryBox.value); draw(); });
-  tauBox.addEventListener("input", () => { state.tau = Number(tauBox.value); draw(); });
+  function redraw() {
+    queryBox.value = String(state.i);
+    tauBox.value = String(state.tau);
+    draw();
+  }
+  queryBox.addEventListener("change", () => { state.i = Number(queryBox.value); commit(model, { query: state.i }); draw(); });
+  tauBox.addEventListener("input", () => { state.tau = Number(tauBox.value); commit(model, { temperature: state.tau }); draw(); });
+  follow(model, { query: "i", temperature: "tau" }, state, redraw);
   draw();
+  hideFallback(model);
 }
 
 export default { render };

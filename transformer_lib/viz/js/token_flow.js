@@ -1,6 +1,8 @@
 // Chapter 00: follow one token through a GPT. Python (viz/token_flow.py) sends the numbers of one real
 // forward pass; this module picks out the chosen position, layer, head and stage and computes what it shows.
 
+import { commit, decodeFloat32, figureRoot, fmt, follow, h, hideFallback, labelled, readout, select } from "./common.js";
+
 export const STAGES = ["ids", "embedding", "attention", "feed-forward", "probabilities"];
 
 // p_j = exp(z_j - logsumexp(z)): the softmax of the whole row of logits, for the top-k entries we were sent.
@@ -99,7 +101,21 @@ export default {
       }
       out.textContent = text;
     }
-    for (const c of [pos, layer, head, stage]) c.addEventListener("change", draw);
+    // What the controls show, written back to the traits on every change (commit); a change made in
+    // Python moves the control and redraws (follow).
+    const state = {};
+    const fromControls = () => Object.assign(state, { position: Number(pos.value), layer: Number(layer.value),
+                                                      head: Number(head.value), stage: STAGES[stage.selectedIndex] });
+    fromControls();
+    for (const c of [pos, layer, head, stage]) {
+      c.addEventListener("change", () => { fromControls(); commit(model, { ...state }); draw(); });
+    }
+    follow(model, { position: "position", layer: "layer", head: "head", stage: "stage" }, state, () => {
+      pos.value = String(state.position); layer.value = String(state.layer); head.value = String(state.head);
+      stage.selectedIndex = STAGES.indexOf(state.stage);
+      draw();
+    });
     draw();
+    hideFallback(model);
   },
 };
