@@ -21,6 +21,8 @@ import math
 import numpy as np
 import torch
 
+from ..kv_cache import human_bytes
+
 NOTE = ("A picture of the live figure at its first settings. With JavaScript, the live figure takes its place and "
         "lets you change them.")
 
@@ -80,14 +82,6 @@ def _plt():
 def show(token: str) -> str:
     """A token in quotes, spaces and newlines visible (``show`` in ``js/token_flow.js``)."""
     return json.dumps(token, ensure_ascii=False)
-
-
-def human(n: float) -> str:
-    """1536 -> "1.5 KiB" (binary units; ``human`` in ``js/kvcache.js``)."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.1f} {unit}"
-        n /= 1024
 
 
 def _vec(v) -> str:
@@ -243,8 +237,8 @@ def kv_cache_calculator(w) -> str:
         total = kv_cache_bytes(layers, heads, d_head, min(context, w.max_length), batch_size=1,
                                bytes_per_element=nbytes)
         per_token = kv_cache_bytes(layers, heads, d_head, 1, batch_size=1, bytes_per_element=nbytes)
-        rows.append((name, layers, heads, d_head, context, nbytes, f"{human(total)} ({total:,} bytes)",
-                     human(per_token)))
+        rows.append((name, layers, heads, d_head, context, nbytes, f"{human_bytes(total)} ({total:,} bytes)",
+                     human_bytes(per_token)))
     return table(["model", "layers", "kv heads", "d_head", "length T", "bytes per number", "KV cache, batch 1",
                   "per token"], rows, "KV cache = 2 × layers × batch × kv heads × d_head × T × bytes per number",
                  "Each model of the calculator at its full context length, one sequence.")
