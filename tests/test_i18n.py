@@ -1,0 +1,165 @@
+"""The Chinese edition (issue 30): glued values inside translated messages, and the catalogs' check.
+
+A tiny two-page book (a notebook gluing a number, a formatted number, a Markdown table and a figure, and a plain
+page) is built in English, its messages extracted (``-b gettext``), translated here, and built again with
+``language=zh_CN`` from the same execution cache. Without ``book/_ext/glue_i18n.py`` every glue role inside a
+translated message renders nothing, with a warning (NOTES.md, "A second language"): the tests below would fail.
+"""
+from __future__ import annotations
+
+import html
+import io
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GLUE_CELL = """\
+from myst_nb import glue
+from IPython.display import Markdown
+import matplotlib.pyplot as plt
+
+glue("n_steps", 120, display=False)
+glue("acc", 0.87654, display=False)
+glue("table", Markdown("| heads | loss |\\n|---|---|\\n| 4 | 2.31 |"), display=False)
+glue("verdict", Markdown("**1.5x** `faster`"), display=False)
+fig, ax = plt.subplots(figsize=(2, 1.5))
+ax.plot([0, 1, 2], [3, 1, 2])
+ax.set_xlabel("step")
+glue("loss_fig", fig, display=False)
+plt.close(fig)
+"""
+
+PROSE = """\
+# A glued page
+
+After {glue:text}`n_steps` steps the model reaches {glue:text}`acc:.1%` accuracy ({glue:}`acc`).
+
+The cache is {glue:md}`verdict:gfm` here, over {glue:any}`n_steps` steps.
+
+```{glue:md} table
+:format: gfm
+```
+
+```{glue:figure} loss_fig
+:name: fig-loss
+
+The loss over {glue:text}`n_steps` steps.
+```
+"""
+
+TRANSLATIONS = {
+    "A glued page": "一个粘贴了数值的页面",
+    "After {glue:text}`n_steps` steps the model reaches {glue:text}`acc:.1%` accuracy ({glue:}`acc`).":
+        "训练 {glue:text}`n_steps` 步之后，模型的准确率达到 {glue:text}`acc:.1%`（{glue:}`acc`）。",
+    "The cache is {glue:md}`verdict:gfm` here, over {glue:any}`n_steps` steps.":
+        "在这里缓存{glue:md}`verdict:gfm`，共 {glue:any}`n_steps` 步。",
+    "The loss over {glue:text}`n_steps` steps.": "{glue:text}`n_steps` 步内的损失。",
+    "heads": "头数",  # the glued table's cells are messages too
+    "loss": "损失",
+    "Plain page": "普通页面",
+    "It links to [the glued page](glued.ipynb).": "它链接到[粘贴了数值的页面](glued.ipynb)。",
+}
+
+CONF = """\
+import sys
+sys.path.insert(0, {ext!r})
+project = "tiny"
+extensions = ["myst_nb", "glue_i18n"]
+root_doc = "index"
+exclude_patterns = ["_build", "locales"]
+nb_execution_mode = "cache"
+nb_execution_cache_path = {cache!r}
+nb_kernel_rgx_aliases = {{".*": "python3"}}
+nb_render_markdown_format = "gfm"
+locale_dirs = ["locales/"]
+gettext_compact = False
+suppress_warnings = ["epub"]
+"""
+
+
+def _write_book(src: Path) -> None:
+    src.mkdir(parents=True)
+    (src / "conf.py").write_text(CONF.format(ext=str(ROOT / "book" / "_ext"), cache=str(src / "_build" / "cache")))
+    (src / "index.md").write_text("# Plain page\n\nIt links to [the glued page](glued.ipynb).\n\n"
+                                  "```{toctree}\nglued\n```\n")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(GLUE_CELL), nbformat.v4.new_markdown_cell(PROSE)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, src / "glued.ipynb")
+
+
+def _build(src: Path, builder: str, out: str, **overrides) -> tuple[str, str]:
+    """Build ``src`` in this process; (status log, warnings)."""
+    from sphinx.application import Sphinx
+    from sphinx.util.docutils import docutils_namespace, patch_docutils
+
+    status, warning = io.StringIO(), io.StringIO()
+    with patch_docutils(str(src)), docutils_namespace():
+        app = Sphinx(str(src), str(src), str(src / "_build" / out), str(src / "_build" / f"{out}.doctrees"),
+                     builder, confoverrides=overrides, status=status, warning=warning, freshenv=True)
+        app.build()
+    return status.getvalue(), warning.getvalue()
+
+
+def _translate_catalogs(pot_dir: Path, locale: Path) -> None:
+    from babel.messages.mofile import write_mo  # noqa: F401 - Sphinx compiles the .po itself
+    from babel.messages.pofile import read_po, write_po
+
+    for pot in pot_dir.glob("*.pot"):
+        with pot.open("rb") as f:
+            catalog = read_po(f)
+        for message in catalog:
+            if message.id:
+                message.string = TRANSLATIONS.get(message.id, "")
+        target = locale / "zh_CN" / "LC_MESSAGES" / f"{pot.stem}.po"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("wb") as f:
+            write_po(f, catalog)
+
+
+def _text(page: str) -> str:
+    body = page.split('role="main"', 1)[-1]
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body)))
+
+
+@pytest.fixture(scope="module")
+def tiny_book(tmp_path_factory):
+    src = tmp_path_factory.mktemp("i18n") / "book"
+    _write_book(src)
+    en = _build(src, "html", "en")
+    pot = _build(src, "gettext", "gettext")
+    _translate_catalogs(src / "_build" / "gettext", src / "locales")
+    zh = _build(src, "html", "zh", language="zh_CN")
+    return {"src": src, "en": en, "pot": pot, "zh": zh,
+            "en_page": (src / "_build/en/glued.html").read_text(), "zh_page": (src / "_build/zh/glued.html").read_text()}
+
+
+def test_glued_values_in_translated_messages_render_as_in_english(tiny_book):
+    en, zh = _text(tiny_book["en_page"]), _text(tiny_book["zh_page"])
+    assert "After 120 steps the model reaches 87.7% accuracy ( 0.87654 )" in en
+    assert "训练 120 步之后，模型的准确率达到 87.7% （ 0.87654 ）" in zh
+    assert "The loss over 120 steps" in en and "120 步内的损失" in zh
+
+
+def test_glued_markdown_table_and_figure_render_in_the_translation(tiny_book):
+    en, zh = tiny_book["en_page"], tiny_book["zh_page"]
+    assert "<strong>1.5x</strong>" in en and "<strong>1.5x</strong>" in zh  # glue:md inside a message
+    assert "The cache is 1.5x faster here, over 120 steps." in _text(en).replace(" ,", ",").replace("  ", " ")
+    assert re.search(r"在这里缓存 ?1\.5x ?faster ?，共 120 步。", _text(zh))
+    for page, header in ((en, "heads"), (zh, "头数")):  # the glued table, its header cells translated
+        assert re.search(rf"<table.*?{header}.*?2\.31.*?</table>", page, re.S)
+        figure = re.search(r'<figure[^>]*id="fig-loss".*?</figure>', page, re.S)
+        assert figure and re.search(r'<img[^>]+src="_images/[0-9a-f]+\.png"', figure.group(0))
+    images = [re.findall(r'src="(_images/[0-9a-f]+\.png)"', page) for page in (en, zh)]
+    assert images[0] == images[1]  # the same figure, the same file
+
+
+def test_translated_build_warns_nothing_and_executes_nothing(tiny_book):
+    assert tiny_book["en"][1] == "" and tiny_book["pot"][1] == ""
+    assert tiny_book["zh"][1] == "", tiny_book["zh"][1]
+    assert "Executing" in tiny_book["en"][0]
+    assert "Executing" not in tiny_book["zh"][0] and "Executing" not in tiny_book["pot"][0]
