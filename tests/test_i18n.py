@@ -163,3 +163,79 @@ def test_translated_build_warns_nothing_and_executes_nothing(tiny_book):
     assert tiny_book["zh"][1] == "", tiny_book["zh"][1]
     assert "Executing" in tiny_book["en"][0]
     assert "Executing" not in tiny_book["zh"][0] and "Executing" not in tiny_book["pot"][0]
+
+
+# ----------------------------------------------------------------------------- the catalogs and their check
+
+def _book_i18n():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("book_i18n", ROOT / "tools" / "book_i18n.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PO_HEADER = """\
+#, fuzzy
+msgid ""
+msgstr ""
+"Language: zh_CN\\n"
+"Content-Type: text/plain; charset=utf-8\\n"
+
+"""
+
+
+def _po(tmp_path, body: str) -> Path:
+    path = tmp_path / "zh_CN" / "LC_MESSAGES" / "page.po"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(PO_HEADER + body, encoding="utf-8")
+    return path
+
+
+def test_check_accepts_a_faithful_translation_and_ignores_the_fuzzy_header(tmp_path):
+    tool = _book_i18n()
+    path = _po(tmp_path, 'msgid "Accuracy is {glue:text}`acc:.1%` with `d_model` and $\\\\sqrt{d}$, see [the paper](x.md)."\n'
+                         'msgstr "准确率为 {glue:text}`acc:.1%`，使用 `d_model` 和 $\\\\sqrt{d}$，见[论文](x.md)。"\n')
+    assert tool.check_catalog(path, release=True) == []
+
+
+@pytest.mark.parametrize("msgstr, missing", [
+    ("准确率为 {glue:text}`acc:.2%`。", "role {glue:text}`acc:.1%`"),   # a changed format spec
+    ("准确率为 {glue:text}`acc`。", "role {glue:text}`acc:.1%`"),
+    ("准确率为 87%。", "role {glue:text}`acc:.1%`"),                      # a typed number instead of the glue
+    ("准确率为 {glue:text}`acc:.1%`，`dmodel`。", "code d_model"),
+    ("{glue:text}`acc:.1%` `d_model` $d$ [论文](y.md)", "link x.md"),
+    ("{glue:text}`acc:.1%` `d_model` $\\\\sqrt{d}$ 论文", "link x.md"),
+    ("{glue:text}`acc:.1%` `d_model` [论文](x.md)", "math $\\sqrt{d}$"),
+])
+def test_check_fails_when_a_translation_changes_roles_code_math_or_links(tmp_path, msgstr, missing):
+    tool = _book_i18n()
+    path = _po(tmp_path, 'msgid "Accuracy is {glue:text}`acc:.1%` with `d_model`, $\\\\sqrt{d}$ [the paper](x.md)."\n'
+                         f'msgstr "{msgstr}"\n')
+    problems = tool.check_catalog(path, release=False)
+    assert len(problems) == 1 and missing in problems[0], problems
+
+
+def test_release_check_fails_on_fuzzy_and_untranslated_entries_draft_check_does_not(tmp_path):
+    tool = _book_i18n()
+    path = _po(tmp_path, '#, fuzzy\nmsgid "New {glue:text}`n` words"\nmsgstr "旧的 {glue:text}`m`"\n\n'
+                         'msgid "Not yet"\nmsgstr ""\n\nmsgid "Done"\nmsgstr "完成"\n')
+    assert tool.check_catalog(path, release=False) == []  # a fuzzy entry is not used by the build
+    problems = tool.check_catalog(path, release=True)
+    assert len(problems) == 2 and "fuzzy" in problems[0] and "untranslated" in problems[1]
+    assert tool.check([ "zh_CN"], release=True, locales=tmp_path) == 1
+
+
+def _toc_pages() -> list[str]:
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+
+
+def test_one_catalog_per_page_and_every_catalog_keeps_its_markup():
+    tool = _book_i18n()
+    catalogs = ROOT / "locales" / "zh_CN" / "LC_MESSAGES"
+    assert sorted(str(p.relative_to(catalogs).with_suffix("")) for p in catalogs.rglob("*.po")) == sorted(_toc_pages())
+    assert tool.check(["zh_CN"], release=False) == 0
