@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import io
 import re
-import sys
 from pathlib import Path
 
 import nbformat
@@ -66,7 +65,6 @@ TRANSLATIONS = {
 }
 
 CONF = """\
-import sys
 sys.path.insert(0, {ext!r})
 project = "tiny"
 extensions = ["myst_nb", "glue_i18n"]
@@ -135,7 +133,8 @@ def tiny_book(tmp_path_factory):
     _translate_catalogs(src / "_build" / "gettext", src / "locales")
     zh = _build(src, "html", "zh", language="zh_CN")
     return {"src": src, "en": en, "pot": pot, "zh": zh,
-            "en_page": (src / "_build/en/glued.html").read_text(), "zh_page": (src / "_build/zh/glued.html").read_text()}
+            "en_page": (src / "_build/en/glued.html").read_text(),
+            "zh_page": (src / "_build/zh/glued.html").read_text()}
 
 
 def test_glued_values_in_translated_messages_render_as_in_english(tiny_book):
@@ -195,7 +194,8 @@ def _po(tmp_path, body: str) -> Path:
 
 def test_check_accepts_a_faithful_translation_and_ignores_the_fuzzy_header(tmp_path):
     tool = _book_i18n()
-    path = _po(tmp_path, 'msgid "Accuracy is {glue:text}`acc:.1%` with `d_model` and $\\\\sqrt{d}$, see [the paper](x.md)."\n'
+    path = _po(tmp_path, 'msgid "Accuracy is {glue:text}`acc:.1%` with `d_model` and $\\\\sqrt{d}$, '
+                         'see [the paper](x.md)."\n'
                          'msgstr "准确率为 {glue:text}`acc:.1%`，使用 `d_model` 和 $\\\\sqrt{d}$，见[论文](x.md)。"\n')
     assert tool.check_catalog(path, release=True) == []
 
@@ -239,3 +239,37 @@ def test_one_catalog_per_page_and_every_catalog_keeps_its_markup():
     catalogs = ROOT / "locales" / "zh_CN" / "LC_MESSAGES"
     assert sorted(str(p.relative_to(catalogs).with_suffix("")) for p in catalogs.rglob("*.po")) == sorted(_toc_pages())
     assert tool.check(["zh_CN"], release=False) == 0
+
+
+# ------------------------------------------------------------- the built editions (make book-zh, then test-site)
+
+SITE = ROOT / "_build" / "html"
+
+
+def _glued(page: Path) -> list[str]:
+    return re.findall(r'<span class="pasted-text">([^<]*)</span>', page.read_text(encoding="utf-8"))
+
+
+@pytest.mark.site
+def test_every_chinese_page_shows_the_english_pages_glued_values():
+    from devtools import no_built_site
+
+    zh = SITE / "zh"
+    if not (zh / "index.html").is_file():
+        no_built_site(f"no Chinese edition at {zh}: run `make book-zh` first")
+    pages = sorted(p.relative_to(zh) for p in zh.rglob("*.html") if not p.relative_to(zh).parts[0].startswith("_"))
+    differ = [str(p) for p in pages if (SITE / p).is_file() and _glued(SITE / p) != _glued(zh / p)]
+    assert not differ, f"glued values differ between the editions on: {differ}"
+    assert any(_glued(zh / p) for p in pages)  # a test that compared nothing would pass anyway
+
+
+@pytest.mark.site
+def test_every_page_links_to_the_same_page_in_the_other_edition():
+    zh = SITE / "zh"
+    if not (zh / "index.html").is_file():
+        pytest.skip("no Chinese edition: run `make book-zh` first")
+    for page in [SITE / "notebooks" / "00_quickstart.html", zh / "notebooks" / "00_quickstart.html"]:
+        switch = re.search(r'<nav class="book-language-switch".*?href="([^"]+)"', page.read_text(encoding="utf-8"))
+        assert switch, f"{page}: no language switch"
+        assert (page.parent / switch.group(1)).resolve() == (
+            (zh if zh not in page.parents else SITE) / "notebooks" / "00_quickstart.html").resolve()

@@ -79,6 +79,7 @@ def build(codes: list[str], toc: Path | None) -> int:
             if status == 0:
                 shutil.rmtree(target, ignore_errors=True)
                 shutil.copytree(out / "html", target)
+                (target / "404.html").unlink(missing_ok=True)  # GitHub Pages serves the site root's 404 page only
         print(f"{code}: built in {time.monotonic() - start:.0f} s wall, {_cpu() - cpu:.0f} s CPU "
               "(this process and its kernels)", flush=True)
         if status:
@@ -98,7 +99,8 @@ def _edition(code: str) -> dict:
 def update(codes: list[str], toc: Path | None) -> int:
     os.environ["BOOK_CLAIMS"], os.environ["CI"] = "report", "false"  # nothing to execute: see the docstring
     pot = BUILD / "gettext"
-    status = _sphinx("gettext", pot, BUILD / ".doctrees-gettext", {"nb_execution_mode": "off", "suppress_warnings": ["mystnb.glue"], "project": _title()}, toc, False)
+    overrides = {"nb_execution_mode": "off", "suppress_warnings": ["mystnb.glue"], "project": _title()}
+    status = _sphinx("gettext", pot, BUILD / ".doctrees-gettext", overrides, toc, False)
     if status:
         return status
     for code in codes:

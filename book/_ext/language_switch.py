@@ -14,7 +14,8 @@ import html
 
 SWITCH_CLASS = "book-language-switch"
 NOTE_CLASS = "book-language-note"
-NOTES = {"zh_CN": "本页的代码、代码注释和输出与英文版相同（同一个 notebook、同一次运行）；在 Colab 中打开或下载的也是英文 notebook。"}
+NOTES = {"zh_CN": "本页的代码、代码注释和输出与英文版相同（同一个 notebook、同一次运行）；"
+                  "在 Colab 中打开或下载的也是英文 notebook。"}
 
 
 def _current(config) -> str:
