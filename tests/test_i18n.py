@@ -273,3 +273,55 @@ def test_every_page_links_to_the_same_page_in_the_other_edition():
         assert switch, f"{page}: no language switch"
         assert (page.parent / switch.group(1)).resolve() == (
             (zh if zh not in page.parents else SITE) / "notebooks" / "00_quickstart.html").resolve()
+
+
+# ------------------------------------------------------------------------------------------ the glossary
+
+def _variants(term: str) -> list[str]:
+    """The English term's spellings: ``layer normalization (LayerNorm)`` -> both; ``a / b`` and ``a, b`` -> each."""
+    names = re.findall(r"\(([^)]+)\)", term) + [re.sub(r"\s*\([^)]*\)", "", term)]
+    return [v.strip() for name in names for v in re.split(r"\s*/\s*|,\s*", name) if v.strip()]
+
+
+def _pattern(variant: str) -> str:
+    words = [re.escape(w) for w in variant.split()]
+    last = words[-1]
+    words[-1] = last[:-1] + "(y|ies)" if last.endswith("y") else last + "(s|es)?"
+    return r"\b" + r"\s+".join(words) + r"\b"
+
+
+def first_chapter_using(term: str, chapters: list[str]) -> str | None:
+    """The first chapter (in reading order) whose prose uses the term, in any of its spellings."""
+    patterns = [_pattern(v) for v in _variants(term)]
+    for chapter in chapters:
+        nb = nbformat.read(ROOT / f"{chapter}.ipynb", as_version=4)
+        prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        if any(re.search(p, prose, re.I) for p in patterns):
+            return chapter
+    return None
+
+
+def glossary_rows() -> list[tuple[str, str, str]]:
+    """(English, 中文, the chapter named in 'first used in') of book/glossary.md's table."""
+    rows = []
+    for line in (ROOT / "book" / "glossary.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) == 3 and not set(cells[0]) <= set("-: ") and cells[0] != "English":
+            chapter = re.search(r"\{doc\}`\.\./(notebooks/[^`]+)`", cells[2])
+            rows.append((cells[0], cells[1], chapter.group(1) if chapter else cells[2]))
+    return rows
+
+
+def test_glossary_names_the_chapter_where_each_term_is_first_used():
+    chapters = [p for p in _toc_pages() if p.startswith("notebooks/")]
+    rows = glossary_rows()
+    assert len(rows) >= 30
+    wrong = [(en, chapter, first_chapter_using(en, chapters)) for en, _, chapter in rows
+             if first_chapter_using(en, chapters) != chapter]
+    assert not wrong, f"(term, glossary says, first used in): {wrong}"
+
+
+def test_glossary_has_the_source_articles_standard_terms():
+    chinese = {zh for _, zh, _ in glossary_rows()}
+    for term in ["注意力", "查询/键/值", "多头注意力", "位置编码", "掩码", "剪枝", "量化"]:
+        assert term in chinese, term
