@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import io
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -26,6 +27,8 @@ glue("n_steps", 120, display=False)
 glue("acc", 0.87654, display=False)
 glue("table", Markdown("| heads | loss |\\n|---|---|\\n| 4 | 2.31 |"), display=False)
 glue("verdict", Markdown("**1.5x** `faster`"), display=False)
+from transformer_lib.claims import glue_choice
+glue_choice("speed_word", "slower", {"faster": "faster than", "slower": "slower than"})
 fig, ax = plt.subplots(figsize=(2, 1.5))
 ax.plot([0, 1, 2], [3, 1, 2])
 ax.set_xlabel("step")
@@ -39,6 +42,8 @@ PROSE = """\
 After {glue:text}`n_steps` steps the model reaches {glue:text}`acc:.1%` accuracy ({glue:}`acc`).
 
 The cache is {glue:md}`verdict:gfm` here, over {glue:any}`n_steps` steps.
+
+The loop is {glue:text}`speed_word` the batch.
 
 ```{glue:md} table
 :format: gfm
@@ -60,11 +65,14 @@ TRANSLATIONS = {
     "The loss over {glue:text}`n_steps` steps.": "{glue:text}`n_steps` 步内的损失。",
     "heads": "头数",  # the glued table's cells are messages too
     "loss": "损失",
+    "The loop is {glue:text}`speed_word` the batch.":
+        "循环{glue:choice}`speed_word|faster=比批处理快|slower=比批处理慢`。",
     "Plain page": "普通页面",
     "It links to [the glued page](glued.ipynb).": "它链接到[粘贴了数值的页面](glued.ipynb)。",
 }
 
 CONF = """\
+import sys
 sys.path.insert(0, {ext!r})
 project = "tiny"
 extensions = ["myst_nb", "glue_i18n"]
@@ -157,6 +165,11 @@ def test_glued_markdown_table_and_figure_render_in_the_translation(tiny_book):
     assert images[0] == images[1]  # the same figure, the same file
 
 
+def test_a_word_the_measurement_chose_is_the_translations_own_word(tiny_book):
+    assert "The loop is slower than the batch." in _text(tiny_book["en_page"]).replace(" .", ".")
+    assert re.search(r"循环 ?比批处理慢 ?。", _text(tiny_book["zh_page"]))
+
+
 def test_translated_build_warns_nothing_and_executes_nothing(tiny_book):
     assert tiny_book["en"][1] == "" and tiny_book["pot"][1] == ""
     assert tiny_book["zh"][1] == "", tiny_book["zh"][1]
@@ -215,6 +228,25 @@ def test_check_fails_when_a_translation_changes_roles_code_math_or_links(tmp_pat
                          f'msgstr "{msgstr}"\n')
     problems = tool.check_catalog(path, release=False)
     assert len(problems) == 1 and missing in problems[0], problems
+
+
+def test_check_reads_a_chosen_word_as_the_english_glue_role(tmp_path):
+    tool = _book_i18n()
+    path = _po(tmp_path, 'msgid "It is {glue:text}`w` here."\n'
+                         'msgstr "这里{glue:choice}`w|faster=更快|slower=更慢`。"\n\n'
+                         'msgid "And {glue:text}`w` there."\nmsgstr "那里{glue:choice}`v|faster=更快`。"\n')
+    problems = tool.check_catalog(path, release=True)
+    assert len(problems) == 1 and "missing: role {glue:text}`w`" in problems[0]
+
+
+def test_choice_roles_parse_their_words():
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import glue_i18n
+
+    assert glue_i18n.parse_choice("w|faster=更快 |within_noise= 差别在噪声之内") == (
+        "w", {"faster": "更快", "within_noise": "差别在噪声之内"})
+    with pytest.raises(ValueError, match="is not key=word"):
+        glue_i18n.parse_choice("w|faster")
 
 
 def test_release_check_fails_on_fuzzy_and_untranslated_entries_draft_check_does_not(tmp_path):

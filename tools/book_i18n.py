@@ -120,10 +120,14 @@ LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|<(https?://[^>\s]+)>")
 
 
 def markup(text: str) -> Counter:
-    """What a translation must keep verbatim: roles (glue, cite, ref, ...), inline code, math, link targets."""
+    """What a translation must keep verbatim: roles (glue, cite, ref, ...), inline code, math, link targets. A
+    ``{glue:choice}`name|key=word|...``` (a chosen word in the translation's language) stands for the English
+    ``{glue:text}`name```."""
     kept = Counter()
     for match in ROLE.finditer(text):
-        kept["role " + match.group(0)] += 1
+        role = re.sub(r"^\{glue:choice\}`([^|`]*)\|[^`]*`$", lambda m: "{glue:text}`" + m.group(1).strip() + "`",
+                      match.group(0))
+        kept["role " + role] += 1
     rest = ROLE.sub(" ", text)
     for match in re.finditer(r"(`+)(.+?)\1", rest, re.S):
         kept["code " + match.group(2).strip()] += 1

@@ -19,10 +19,18 @@ runs right after its parse, in the same process), and hand it to each translated
 message is parsed. myst-nb's own roles and directives then resolve ``glue:text`` (with and without a format spec),
 ``glue:md``, ``glue:`` / ``glue:any`` and glued figures exactly as in the English page: the same values, the same
 nodes, no warning. Nothing changes in an untranslated build or for a message without glue.
+
+A word that a measurement chose (``transformer_lib.claims.glue_choice``: the English word glued as ``name``, its key
+as ``name__key``) is written in a translation as ``{glue:choice}`name|faster=更快|slower=更慢|within_noise=...```:
+the role looks up the page's glued key and shows that language's word for it; a key the translation does not
+list is a warning (an error under ``-W``), never a silent English word.
 """
 from __future__ import annotations
 
+import ast
 from contextvars import ContextVar
+
+from docutils import nodes
 
 TRANSLATED = "<translated>"  # the end of a translated message's source path (sphinx.transforms.i18n.publish_msgstr)
 
@@ -84,7 +92,48 @@ def patch_myst_nb() -> None:
         nb_sphinx.Parser.parse = _with_page_glue(nb_sphinx.Parser.parse)
 
 
+CHOICE_KEY_SUFFIX = "__key"  # transformer_lib.claims.CHOICE_KEY_SUFFIX (not imported: the build needs no torch)
+
+
+def parse_choice(text: str) -> tuple[str, dict[str, str]]:
+    """``name|key=word|key=word`` -> (name, {key: word})."""
+    name, *pairs = [part.strip() for part in text.split("|")]
+    words = {}
+    for pair in pairs:
+        key, sep, word = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{pair!r} is not key=word")
+        words[key.strip()] = word.strip()
+    return name, words
+
+
+def choice_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{glue:choice}`name|key=word|...```: the word of this language for the key a measurement chose."""
+    from myst_nb.core.variables import RetrievalError
+    from myst_nb.ext.glue.utils import retrieve_glue_data
+
+    document = inliner.document
+
+    def problem(message: str):
+        msg = inliner.reporter.warning(f"glue:choice: {message}", line=lineno)
+        return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+    try:
+        glued, words = parse_choice(text)
+        data = retrieve_glue_data(document, glued + CHOICE_KEY_SUFFIX)
+    except (ValueError, RetrievalError) as exc:
+        return problem(str(exc))
+    try:
+        key = ast.literal_eval(data.data.get("text/plain", ""))
+    except (ValueError, SyntaxError):
+        key = data.data.get("text/plain", "")
+    if key not in words:
+        return problem(f"the measurement chose {key!r} for {glued!r}, which the text gives no word for "
+                       f"(it gives {sorted(words)})")
+    return [nodes.inline(words[key], words[key], classes=["pasted-text"])], []
+
+
 def setup(app):
     patch_myst_nb()
+    app.add_role_to_domain("glue", "choice", choice_role)  # myst-nb registers the glue domain first
     app.connect("doctree-read", forget_page)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
