@@ -357,3 +357,34 @@ def test_glossary_has_the_source_articles_standard_terms():
     chinese = {zh for _, zh, _ in glossary_rows()}
     for term in ["注意力", "查询/键/值", "多头注意力", "位置编码", "掩码", "剪枝", "量化"]:
         assert term in chinese, term
+
+
+def test_forced_execution_for_two_editions_writes_the_cache_the_translation_reads(tmp_path, monkeypatch):
+    """Strict mode (CI) executes every notebook; for tools/book_i18n.py it does so into an emptied cache (which
+    the Chinese edition then reads), not in myst-nb's force mode, which writes no cache."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from myst_nb.core.config import NbParserConfig
+
+    spec = importlib.util.spec_from_file_location("book_fixes", ROOT / "tools" / "book_fixes.py")
+    fixes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixes)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("BOOK_CLAIMS", "strict")
+    (tmp_path / "lib.py").write_text("x = 1\n")
+    cache = tmp_path / "_build" / ".jupyter_cache"
+    for into_cache, mode in ((True, "cache"), (False, "force")):
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "global.db").write_text("executed notebooks")
+        config = NbParserConfig(execution_mode="cache", execution_cache_path=str(cache))
+        app = SimpleNamespace(confdir=str(tmp_path), env=SimpleNamespace(mystnb_config=config),
+                              config=SimpleNamespace(book_cache_inputs=["lib.py"], book_execute_into_cache=into_cache))
+        fixes.prepare_execution(app)
+        assert app.env.mystnb_config.execution_mode == mode
+        assert (cache / "global.db").exists() is (not into_cache)  # emptied: every notebook executes, into it
+    assert tool_overrides_execute_into_cache()
+
+
+def tool_overrides_execute_into_cache() -> bool:
+    return _book_i18n().edition_overrides("en")["book_execute_into_cache"] is True

@@ -16,9 +16,10 @@ Chinese one, so both show the numbers of the same run. The Chinese edition is bu
 own doctrees and ``jupyter_execute``, which myst-nb puts beside the output folder) and copied to
 ``_build/html/zh``. Both editions get the language switch (book/_ext/language_switch.py).
 
-Where the cache is forced: ``BOOK_CLAIMS=strict`` and CI make tools/book_fixes.py execute every notebook of the
-English edition in myst-nb's ``force`` mode, which does not write the cache; the Chinese edition is therefore built in
-report mode with CI unset, reading the cache (and executing only what the cache lacks).
+Where execution is forced (``BOOK_CLAIMS=strict``, and CI), tools/book_fixes.py executes every notebook of the English
+edition whatever the cache holds; here it does so into an emptied cache (``book_execute_into_cache``) instead of
+myst-nb's ``force`` mode, which writes no cache. The Chinese edition is then built in report mode with CI unset:
+it reads that cache, and executes only what the cache lacks (nothing, after a successful English build).
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def _title() -> str:
 
 
 def edition_overrides(code: str) -> dict:
-    overrides = {"book_languages": EDITIONS, "nb_execution_cache_path": str(CACHE)}
+    overrides = {"book_languages": EDITIONS, "nb_execution_cache_path": str(CACHE), "book_execute_into_cache": True}
     if code != "en":
         overrides.update(language=code, html_title=TITLES.get(code, ""))
     return overrides
