@@ -23,7 +23,7 @@ STRICT := BOOK_CLAIMS=strict
 # pytest exits 5 when it collected no test: not a failure here
 PYTEST_OK := rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
-.PHONY: book test test-all test-site lint venv triton vendor clean
+.PHONY: book test test-all test-site lint venv triton vendor clean book-zh i18n-update i18n-check
 
 venv: $(STAMP)
 
@@ -53,6 +53,20 @@ vendor: $(STAMP)
 book: $(STAMP) $(TRITON_STAMP) vendor
 	$(VENV)/bin/jupyter-book build . --path-output . -W -n --keep-going
 	@echo "Book built: open file://$(CURDIR)/_build/html/index.html"
+
+# the Chinese edition (README, "Translating the book"; tools/book_i18n.py): both editions with the language switch,
+# English in _build/html, Chinese in _build/html/zh, from one execution cache (nothing executes twice)
+book-zh: $(STAMP) $(TRITON_STAMP) vendor
+	$(PY) tools/book_i18n.py build
+	@echo "Books built: open file://$(CURDIR)/_build/html/index.html and file://$(CURDIR)/_build/html/zh/index.html"
+
+# extract the English messages and update locales/zh_CN/LC_MESSAGES/<page>.po (changed sentences become fuzzy)
+i18n-update: $(STAMP)
+	$(PY) tools/book_i18n.py update
+
+# the catalogs keep every glue role, link, inline code and math of the English; RELEASE=1: nothing fuzzy or missing
+i18n-check: $(STAMP)
+	$(PY) tools/book_i18n.py check $(if $(RELEASE),--release)
 
 # two workers: a notebook's kernel mostly waits on one core while the other runs another notebook or the unit tests
 test: $(STAMP)

@@ -113,7 +113,8 @@ def test_execution_settings_are_bounded():
 
 def test_book_uses_the_execution_cache_and_the_extension_that_keeps_it_fresh():
     assert CONFIG["execute"]["execute_notebooks"] == "cache", "a reader's second make book re-executes nothing"
-    assert CONFIG["sphinx"]["local_extensions"] == {"book_fixes": "tools/"}
+    assert CONFIG["sphinx"]["local_extensions"] == {"book_fixes": "tools/", "glue_i18n": "book/_ext/",
+                                                    "language_switch": "book/_ext/"}  # the last two: 中文版
 
 
 def test_make_test_and_ci_run_in_strict_mode():

@@ -78,7 +78,9 @@ def _pages() -> list[Path]:
     if not (SITE / "index.html").is_file():
         no_built_site(f"no built site at {SITE}: run `make book` first (or set BOOK_HTML to a built html folder)")
     # not under _static/ (the theme's Jinja macro files end in .html too) or other _folders
-    return sorted(p for p in SITE.rglob("*.html") if not p.relative_to(SITE).parts[0].startswith("_"))
+    # (also in the Chinese edition's zh/_static/)
+    return sorted(p for p in SITE.rglob("*.html")
+                  if not any(part.startswith("_") for part in p.relative_to(SITE).parts))
 
 
 def _target(page: Path, link: str) -> tuple[Path | None, str]:
@@ -130,7 +132,7 @@ def test_site_has_a_404_page_and_a_favicon():
 def test_pages_are_canonical_under_the_pages_address():
     for page in _pages():
         name = page.relative_to(SITE).as_posix()
-        if name in {"404.html", "index.html", "genindex.html", "search.html"}:
+        if name.removeprefix("zh/") in {"404.html", "index.html", "genindex.html", "search.html"}:  # zh/: 中文版
             continue  # not content pages (index.html only redirects to the root page)
         canonical = _parse(page).canonical
         assert canonical == SITE_URL + name, f"{name}: canonical {canonical!r}"

@@ -275,7 +275,11 @@ def prepare_execution(app) -> None:
                                    {k: _BUILD[k] for k in ("torch", "capability", "threads", "device")})
     if config is None:
         return
-    if _forced() and config.execution_mode != "force":
+    if _forced() and config.execution_mode == "cache" and getattr(app.config, "book_execute_into_cache", False):
+        # tools/book_i18n.py: the translated editions read this edition's executions from the cache
+        LOGGER.info(f"BOOK_CLAIMS={_BUILD['mode']}: executing every notebook into an emptied execution cache")
+        shutil.rmtree(config.execution_cache_path, ignore_errors=True)
+    elif _forced() and config.execution_mode != "force":
         LOGGER.info(f"BOOK_CLAIMS={_BUILD['mode']}: executing every notebook (execution mode 'force')")
         app.env.mystnb_config = config = config.copy(execution_mode="force")
     if config.execution_mode == "cache":
@@ -565,6 +569,7 @@ def setup(app):
     AsyncZMQSocketChannel.get_msg = get_msg
     _patch_myst_nb()
     app.add_config_value("book_cache_inputs", DEFAULT_CACHE_INPUTS, "env")
+    app.add_config_value("book_execute_into_cache", False, "")  # forced execution writes the cache (book_i18n.py)
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.connect("html-page-context", note_written)
     app.connect("config-inited", set_baseurl)

@@ -36,6 +36,7 @@ PREFIX = "claim no longer holds: "
 MODE_ENV = "BOOK_CLAIMS"
 MODES = ("strict", "report")
 FAILED_CLAIM_MIME = "application/vnd.transformer-book.failed-claim+json"
+CHOICE_KEY_SUFFIX = "__key"  # glue_choice also glues its key as <name>__key, for translations (book/_ext/glue_i18n.py)
 BOX_CLASS = "book-check-failed"  # tools/book_fixes.py finds the boxes on a page by this class
 
 _glued_since_check: dict[str, object] = {}  # name -> value glued since the last claim: what the next one checks
@@ -178,13 +179,15 @@ def glue_choice(name: str, key: str, words: dict[str, str]) -> str:
     """Glue the word that a measurement chose: ``words[key]`` under ``name``, and return ``key``.
 
     The prose writes ``{glue:text}`name``` where the word goes, so the sentence follows the measurement; ``key``
-    (``"faster"``, ``"within_noise"``, ...) is what a translation maps to its own word.
+    (``"faster"``, ``"within_noise"``, ...) is what a translation maps to its own word: it is glued too, as
+    ``name + CHOICE_KEY_SUFFIX``, which a translated sentence reads with ``{glue:choice}`name|key=word|...```.
     """
     if not isinstance(words, dict) or key not in words:
         raise KeyError(f"key {key!r} is not one of the words given for {name!r}: {sorted(words)}")
     from myst_nb import glue
 
     glue(name, words[key], display=False)
+    glue(name + CHOICE_KEY_SUFFIX, key, display=False)
     _glued_since_check[name] = words[key]
     return key
 
