@@ -135,12 +135,14 @@ def accuracy(model: nn.Module, cfg: HeadCountConfig, seed: int = 1234) -> float:
 
 
 @torch.no_grad()
-def flag_weights(model: PairReader, cfg: HeadCountConfig, seed: int = 1234) -> tuple[torch.Tensor, torch.Tensor]:
+def flag_weights(model: PairReader, cfg: HeadCountConfig, seed: int = 1234,
+                 n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Each head's attention weight on the first and on the second flagged position, at every scored position of
-    the fixed fresh batch that ``accuracy`` scores with the same ``seed``: ``(first, second)``, each ``(N, H)``
-    for the ``N`` scored positions (query after the second flag) and ``H`` heads."""
+    a fixed fresh batch of ``n`` sequences (default ``cfg.eval_size``: then the batch ``accuracy`` scores with the
+    same ``seed``): ``(first, second)``, each ``(N, H)`` for the ``N`` scored positions (query after the second
+    flag) and ``H`` heads."""
     device = next(model.parameters()).device
-    idx, targets = flagged_pair_batch(cfg.eval_size, cfg.length, cfg.vocab_size,
+    idx, targets = flagged_pair_batch(cfg.eval_size if n is None else n, cfg.length, cfg.vocab_size,
                                       torch.Generator().manual_seed(seed), device)
     B, T = idx.shape
     with eval_mode(model):
