@@ -1,5 +1,6 @@
 """Chapter 01 exercises: a correct reader solution (written here, independently of the library) passes each
 check; the usual mistakes fail with a message that names them; a stub that raises does not crash."""
+import pytest
 import torch
 
 from transformer_lib.exercises.ch01 import check_rnn_step, check_set_spectral_radius, check_state_jacobian
@@ -102,12 +103,34 @@ def test_state_jacobian_check_names_the_wrong_order():
     assert not result and "newest step" in result.message
 
 
-def test_gradient_prediction_passes_rho_to_the_d_and_explains_a_linear_guess():
-    from transformer_lib.exercises.ch01 import explain_gradient_prediction
-    measured = 0.9 ** 20  # what a rotation scaled to 0.9 gives exactly (the notebook measures it)
-    assert explain_gradient_prediction(0.12, measured, rho=0.9, distance=20)
-    assert "0.122" in explain_gradient_prediction(0.12, measured, rho=0.9, distance=20).message
-    linear = explain_gradient_prediction(1 - 40 * 0.02, 0.98 ** 40, rho=0.98, distance=40)  # 0.2 against 0.446
-    assert not linear and "exponentially" in linear.message
-    assert not explain_gradient_prediction(0.5, measured, rho=0.9, distance=20)
-    assert not explain_gradient_prediction(-1.0, measured, rho=0.9, distance=20)
+def _closed_form_relative(eigenvalues, T=50):
+    """Gradient size by distance for a diagonal (normal) recurrent matrix and a gradient with equal parts along each
+    eigenvector: |sum_i lambda_i^d e_i| / |sum_i e_i| = sqrt(sum_i lambda_i^(2d) / n), exactly."""
+    lam = torch.tensor(eigenvalues, dtype=torch.float64)
+    d = torch.arange(T, dtype=torch.float64)[:, None]
+    return ((lam[None, :] ** (2 * d)).mean(1)).sqrt()
+
+
+def test_random_matrix_prediction_reads_the_verdict_and_the_rate_from_the_measurement():
+    from transformer_lib.exercises.ch01 import explain_random_matrix_prediction
+    eig = [0.9] + [0.5] * 15  # the spectral radius 0.9 is one eigenvalue among smaller ones
+    relative = _closed_form_relative(eig)  # at d = 20 about 0.9^20 / 4: smaller than a rotation's
+    w = torch.diag(torch.tensor(eig))
+    right = explain_random_matrix_prediction("smaller", relative, w, distance=20)
+    assert right and "smaller" in right.message and "0.900" in right.message  # the rate far back is rho
+    wrong = explain_random_matrix_prediction("equal", relative, w, distance=20)
+    assert not wrong and "you predicted 'equal'" in wrong.message and "94%" in wrong.message  # 15 of 16 inside
+    rotation = torch.linalg.qr(torch.randn(16, 16, dtype=torch.float64))[0] * 0.9  # every |lambda| = 0.9
+    assert explain_random_matrix_prediction("equal", _closed_form_relative([0.9] * 16), rotation, distance=20)
+    assert not explain_random_matrix_prediction("larger", _closed_form_relative([0.9] * 16), rotation, distance=20)
+
+
+def test_random_matrix_prediction_without_a_guess_reveals_nothing_and_a_bad_guess_is_named():
+    from transformer_lib.exercises.ch01 import explain_random_matrix_prediction
+    relative, w = _closed_form_relative([0.9, 0.5]), torch.diag(torch.tensor([0.9, 0.5]))
+    empty = explain_random_matrix_prediction(None, relative, w, distance=20)
+    assert not empty and "measured" not in empty.message
+    with pytest.raises(ValueError, match="guess must be one of"):
+        explain_random_matrix_prediction("bigger", relative, w, distance=20)
+    with pytest.raises(ValueError, match="relative must be a 1-D tensor"):
+        explain_random_matrix_prediction("smaller", relative[:10], w, distance=20)

@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 
 from transformer_lib.experiments.head_count import (HEAD_COUNTS, IGNORE, SEEDS, HeadCountConfig, PairReader, accuracy,
-                                                    flagged_pair_batch, load_runs, order_blind_accuracy,
-                                                    run_experiment, save_runs, train_runs)
+                                                    flag_summary, flag_weights, flagged_pair_batch, load_runs,
+                                                    order_blind_accuracy, run_experiment, save_runs, train_runs)
 
 
 @pytest.mark.parametrize("batch, length, vocab", [(1, 4, 2), (5, 9, 3), (16, 16, 8)])
@@ -71,6 +71,53 @@ def test_accuracy_of_a_perfect_reader_is_one_and_of_a_constant_is_small():
     assert accuracy(constant, cfg) < 0.1  # class 0 is the pair (0, 0): about 1 / V**2 of the targets
 
 
+@pytest.mark.parametrize("n_heads", [1, 2, 4])
+def test_flag_weights_of_a_blind_query_are_uniform_over_the_causal_past(n_heads):
+    # with W_Q = 0 every score is 0: query t spreads 1 / (t + 1) over keys 0..t, so each flag gets 1 / (t + 1)
+    cfg = HeadCountConfig(eval_size=32)
+    model = PairReader(cfg, n_heads)
+    with torch.no_grad():
+        q_rows = model.attn.qkv.weight.shape[0] // 3
+        model.attn.qkv.weight[:q_rows] = 0
+        model.attn.qkv.bias[:q_rows] = 0
+    first, second = flag_weights(model, cfg, seed=5)
+    idx, targets = flagged_pair_batch(cfg.eval_size, cfg.length, cfg.vocab_size, torch.Generator().manual_seed(5))
+    expected = torch.tensor([1 / (t + 1) for b in range(idx.shape[0]) for t in range(idx.shape[1])
+                             if targets[b, t] != IGNORE])  # the scored positions, row by row
+    assert first.shape == second.shape == (len(expected), n_heads)
+    torch.testing.assert_close(first, expected[:, None].expand(-1, n_heads), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(second, first)
+
+
+def test_flag_weights_follow_a_query_that_looks_only_at_flags():
+    # a query that scores flagged tokens far above the rest puts (almost) all its weight on the two flags, half each
+    cfg = HeadCountConfig(eval_size=16)
+    model = PairReader(cfg, 1)
+    d = cfg.d_model
+    with torch.no_grad():
+        model.pos.weight.zero_()
+        model.tok.weight.zero_()
+        model.tok.weight[cfg.vocab_size:, 0] = 1.0  # flagged tokens: coordinate 0 is 1, everything else 0
+        model.tok.weight[:, 1] = 1.0  # every token: coordinate 1 is 1 (gives each query the same vector)
+        model.attn.qkv.weight.zero_()
+        model.attn.qkv.bias.zero_()
+        model.attn.qkv.weight[0, 1] = 100.0  # q_0 = 100 for every query
+        model.attn.qkv.weight[d, 0] = 1.0  # k_0 = 1 on flagged keys, 0 elsewhere: scores 100 / sqrt(d) apart
+    first, second = flag_weights(model, cfg)
+    assert (first + second > 0.99).all() and (first - second).abs().max() < 1e-5
+
+
+def test_flag_summary_of_hand_made_weights():
+    first = torch.tensor([[0.9, 0.1], [0.2, 0.7], [0.5, 0.5]])  # 3 positions, 2 heads
+    second = torch.tensor([[0.1, 0.8], [0.8, 0.2], [0.5, 0.5]])
+    s = flag_summary(first, second)
+    assert s["opposite"] == pytest.approx(2 / 3)  # rows 0 and 1 disagree; row 2 is a tie (favours neither)
+    assert s["one_sided"] == pytest.approx((0.8 + 0.7 + 0.6 + 0.5 + 0 + 0) / 6)
+    assert s["on_flags"] == pytest.approx((1.0 + 0.9 + 1.0 + 0.9 + 1.0 + 1.0) / 6)
+    torch.testing.assert_close(s["earlier"], torch.tensor([1.6 / 3, 1.3 / 3]))
+    assert flag_summary(first[:, :1], second[:, :1])["opposite"] is None
+
+
 def test_head_counts_must_divide_d_model():
     with pytest.raises(ValueError, match="head_counts must divide d_model=32"):
         run_experiment(head_counts=(1, 3), cfg=HeadCountConfig(steps=1))
@@ -122,3 +169,8 @@ def test_training_reproduces_the_chapters_claims(seeds):
     one_max, multi_min = max(acc[1]), min(acc[2] + acc[4])
     assert multi_min > one_max + 0.1  # every run with two or four heads beat every run with one head, by > 0.1
     assert one_max < 0.85 and multi_min > 0.8  # two or four heads come close to solving the task; one head does not
+    summary = {h: [flag_summary(*flag_weights(r["model"], cfg, seed=2027, n=256)) for r in results]
+               for h, results in runs.items()}
+    assert all(s["opposite"] > 0.75 for s in summary[2])  # the two heads favour different flags at most positions
+    assert min(s["one_sided"] for s in summary[2]) > max(s["one_sided"] for s in summary[1])
+    assert all(0.3 < e < 0.7 for s in summary[2] for e in s["earlier"].tolist())  # neither is an "earlier-flag head"

@@ -1,6 +1,6 @@
 """Masks: causal, padding, their combination, and boolean <-> additive conversion.
 
-Used in chapters 03, 04, 06 and 10.
+Used in chapters 03, 04, 05, 06 and 10.
 
 Convention used everywhere in the library (and by ``F.scaled_dot_product_attention``):
 a **boolean** mask is ``True`` where attention is allowed. An **additive** mask is added to the

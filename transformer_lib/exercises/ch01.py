@@ -1,4 +1,5 @@
-"""Chapter 01 exercises: one RNN step, rescaling a matrix to a spectral radius, the Jacobian across k steps.
+"""Chapter 01 exercises: one RNN step, rescaling a matrix to a spectral radius, the Jacobian across k steps, and
+the explanation of exercise 4 (predict, then run: a gradient through a random matrix instead of a rotation).
 
 Used in chapter 01.
 
@@ -102,25 +103,42 @@ def check_state_jacobian(fn: Callable) -> ExerciseResult:
 
 
 # ----------------------------------------------------------------------------- exercise 4 (predict, then run)
-def explain_gradient_prediction(guess: float, measured: float, rho: float, distance: int) -> ExerciseResult:
-    """The reader predicted the size of a linear RNN's gradient ``distance`` steps back, relative to the last
-    step, for a recurrent matrix that is a rotation scaled to spectral radius ``rho``; ``measured`` is the
-    notebook's value. A guess within a factor of 1.5 passes; otherwise the message explains ``rho ** distance``.
+VERDICTS = ("larger", "equal", "smaller")
+"""The answers exercise 4 accepts: the gradient compared with the rotation's ``rho ** d``."""
+
+
+def explain_random_matrix_prediction(guess, relative: torch.Tensor, w_hh: torch.Tensor,
+                                     distance: int) -> ExerciseResult:
+    """Exercise 4: the reader predicted whether a linear RNN whose recurrent matrix ``w_hh: (H, H)`` is a random
+    matrix scaled to spectral radius ``rho`` (not a rotation) carries a gradient ``distance`` steps back that is
+    ``"larger"``, ``"equal"`` (within a factor of 1.5) or ``"smaller"`` than a rotation's ``rho ** distance``.
+    ``relative: (T,)`` is the measured gradient size at each distance from the end over its size at distance 0.
+    The message explains the measurement from ``w_hh``'s eigenvalues and the measured factor per step far back.
     """
-    for name, value in (("guess", guess), ("measured", measured), ("rho", rho)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    if guess <= 0:
-        return ExerciseResult(False, f"a gradient's size is positive; you predicted {guess:g}. The measured value "
-                                     f"is {measured:.3g}.")
-    closed = rho ** distance
-    why = (f"each step back multiplies the gradient by the transposed recurrent matrix, a rotation scaled by "
-           f"rho = {rho}, which stretches every vector by exactly rho: after d = {distance} steps, "
-           f"rho^d = {closed:.3g}.")
-    if max(guess / measured, measured / guess) <= 1.5:
-        return ExerciseResult(True, f"measured {measured:.3g}; {why}")
-    slip = (f" You predicted about 1 - d (1 - rho) = {1 - distance * (1 - rho):.3g}, a linear decay: it is a "
-            f"product of d factors, so it decays exponentially." if abs(guess - (1 - distance * (1 - rho))) < 0.05
-            else f" You predicted rho * d = {rho * distance:.3g}: the factors multiply, they do not add."
-            if abs(guess - rho * distance) < 0.05 else "")
-    return ExerciseResult(False, f"measured {measured:.3g}, you predicted {guess:g}: {why}{slip}")
+    if guess is None:
+        return ExerciseResult(False, f"write your prediction first: my_guess = one of {VERDICTS}")
+    if guess not in VERDICTS:
+        raise ValueError(f"guess must be one of {VERDICTS}, got {guess!r}")
+    if not isinstance(relative, torch.Tensor) or relative.dim() != 1 or not distance < relative.numel() - 1:
+        raise ValueError(f"relative must be a 1-D tensor longer than distance + 1 = {distance + 1}, got "
+                         f"{tuple(relative.shape) if isinstance(relative, torch.Tensor) else type(relative).__name__}")
+    moduli = torch.linalg.eigvals(w_hh.detach().double().cpu()).abs()  # |lambda| of every eigenvalue
+    rho = moduli.max().item()
+    closed, measured = rho ** distance, relative[distance].item()
+    ratio = measured / closed
+    verdict = "equal" if 1 / 1.5 <= ratio <= 1.5 else "larger" if ratio > 1.5 else "smaller"
+    last = relative.numel() - 1
+    rate = (relative[last].item() / measured) ** (1 / (last - distance))  # factor per step from d = distance on
+    inner = (moduli < 0.8 * rho).float().mean().item()
+    why = {"smaller": f"a rotation stretches every direction by exactly rho, so every part of the gradient shrinks "
+                      f"by rho per step. A random matrix's eigenvalues fill a disc of radius rho: only the largest "
+                      f"has |lambda| = rho (here {inner:.0%} of them have |lambda| < 0.8 rho), so most directions of "
+                      f"the gradient shrink faster than rho, and far back only the slowest is left",
+           "larger": "a matrix that is not a rotation can stretch some vectors by more than rho for a while (its "
+                     "largest singular value is above its spectral radius) before the slowest eigenvalue sets the "
+                     "rate",
+           "equal": "here the matrix's many eigenvalue directions happen to average out near the rotation's value"}
+    summary = (f"measured {measured:.3g} at d = {distance}, {ratio:.2f} times the rotation's rho^d = {closed:.3g}: "
+               f"{verdict}. Why: {why[verdict]}. From d = {distance} to d = {last} the measured factor per step was "
+               f"{rate:.3f}, against rho = {rho:.3f}: the spectral radius sets the rate far back, not the size.")
+    return ExerciseResult(guess == verdict, summary if guess == verdict else f"you predicted {guess!r}; {summary}")

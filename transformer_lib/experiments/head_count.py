@@ -12,7 +12,8 @@ model must output the *ordered* pair ``(first flagged value, second flagged valu
 ``V * first + second`` out of ``V**2``. One causal attention layer reads the sequence and a small MLP maps its
 output to the class. A head returns one weighted average of value vectors: to give both values and which came
 first, one head must spread its weight over both flagged positions and keep them apart inside a single blend,
-whose weights shift with where the flags fall. With two heads, one can read the earlier flag and one the later.
+whose weights shift with where the flags fall. With two heads, each can read one of the two flags
+(``flag_weights`` measures which).
 Every model has the same ``d_model`` and the same number of parameters: only how the width is cut into heads
 changes.
 
@@ -99,11 +100,20 @@ class PairReader(nn.Module):
         self.attn = MultiHeadAttention(d, n_heads)
         self.mlp = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, cfg.d_hidden), nn.GELU(), nn.Linear(cfg.d_hidden, V * V))
 
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token + position embeddings: ``(B, T) -> (B, T, d_model)``."""
+        return self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
-        x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))  # (B, T, d_model)
+        x = self.embed(idx)  # (B, T, d_model)
         x = x + self.attn(x, attn_mask=causal_mask(T, device=idx.device))[0]  # (B, T, d_model)
         return self.mlp(x)  # (B, T, V**2)
+
+    def attention_weights(self, idx: torch.Tensor) -> torch.Tensor:
+        """The attention layer's weights on ``idx: (B, T)``: ``(B, H, T, T)``, row ``t`` = query ``t``."""
+        T = idx.shape[1]
+        return self.attn(self.embed(idx), attn_mask=causal_mask(T, device=idx.device), need_weights=True)[1]
 
 
 def pair_loss(model: nn.Module, batch) -> torch.Tensor:
@@ -122,6 +132,37 @@ def accuracy(model: nn.Module, cfg: HeadCountConfig, seed: int = 1234) -> float:
     with eval_mode(model):
         correct = (model(idx).argmax(-1) == targets) & valid
     return correct.sum().item() / valid.sum().item()
+
+
+@torch.no_grad()
+def flag_weights(model: PairReader, cfg: HeadCountConfig, seed: int = 1234,
+                 n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each head's attention weight on the first and on the second flagged position, at every scored position of
+    a fixed fresh batch of ``n`` sequences (default ``cfg.eval_size``: then the batch ``accuracy`` scores with the
+    same ``seed``): ``(first, second)``, each ``(N, H)`` for the ``N`` scored positions (query after the second
+    flag) and ``H`` heads."""
+    device = next(model.parameters()).device
+    idx, targets = flagged_pair_batch(cfg.eval_size if n is None else n, cfg.length, cfg.vocab_size,
+                                      torch.Generator().manual_seed(seed), device)
+    B, T = idx.shape
+    with eval_mode(model):
+        w = model.attention_weights(idx)  # (B, H, T, T)
+    places = (idx >= cfg.vocab_size).nonzero()[:, 1].view(B, 2)  # (B, 2): the two flagged positions, in order
+    scored = targets != IGNORE  # (B, T)
+    on = [w.gather(-1, places[:, k].view(B, 1, 1, 1).expand(B, w.shape[1], T, 1)).squeeze(-1)  # (B, H, T)
+          .transpose(1, 2)[scored] for k in (0, 1)]  # (N, H)
+    return on[0], on[1]
+
+
+def flag_summary(first: torch.Tensor, second: torch.Tensor) -> dict:
+    """A few numbers from ``flag_weights``' ``(N, H)`` pair: ``on_flags`` (mean weight on the two flags together),
+    ``one_sided`` (mean ``|first - second|`` over positions and heads: 0 = split evenly between the flags, 1 = all on
+    one), ``earlier`` (``(H,)``, each head's mean weight on the earlier flag) and, for two heads, ``opposite``
+    (share of positions where the two heads favour different flags; ``None`` for other head counts)."""
+    diff = first - second  # (N, H): > 0 where a head favours the earlier flag
+    opposite = (diff[:, 0] * diff[:, 1] < 0).float().mean().item() if first.shape[1] == 2 else None
+    return {"on_flags": (first + second).mean().item(), "one_sided": diff.abs().mean().item(),
+            "earlier": first.mean(0), "opposite": opposite}
 
 
 def train_one(n_heads: int, cfg: HeadCountConfig, device=None) -> dict:

@@ -45,12 +45,13 @@ def plot_attention(weights, x_labels=None, y_labels=None, ax=None, title: str = 
 
 
 def plot_positional_encoding(pe, ax=None, title: str = "Sinusoidal positional encoding"):
-    """Image of a ``(T, d_model)`` encoding table: position down, dimension across."""
+    """Image of a ``(T, d_model)`` encoding table: position ``pos`` down, dimension across (column ``2i`` holds
+    the sine of pair ``i``, column ``2i + 1`` its cosine, as in the formula ``PE[pos, 2i]``)."""
     pe = _np(pe)
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
     im = ax.imshow(pe, cmap="RdBu", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    ax.set_xlabel("encoding dimension i")
+    ax.set_xlabel("dimension 2i (sin) and 2i + 1 (cos): pair i = column // 2")
     ax.set_ylabel("position pos")
     ax.set_title(title, fontsize=10)
     ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="value")
