@@ -212,7 +212,7 @@ def make_variants(shape: Shape, model: GPT, hf, prompt: torch.Tensor, device) ->
         "no cache": lambda n: lambda: generate(model, prompt, n, use_cache=False),
         "concat cache": lambda n: lambda: generate(model, prompt, n, cache="dynamic", transpose_weights=packed),
         "static cache": lambda n: lambda: generate(model, prompt, n, cache="static", transpose_weights=packed),
-        # the same without the (in, out) weight copies of generate.MatvecWeights: what the layout is worth
+        # the same without the (in, out) weight copies of generation.MatvecWeights: what the layout is worth
         "static, Linear layout": lambda n: lambda: generate(model, prompt, n, cache="static", transpose_weights=False),
         "HF cached": lambda n: lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=True, **hf_kw),
         "HF no cache": lambda n: lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=False,
