@@ -39,9 +39,9 @@ from _timing import format_table, interleaved_medians  # noqa: E402
 from transformer_lib import GPT, GPTConfig  # noqa: E402
 from transformer_lib.experiments import quant_methods as QM  # noqa: E402
 from transformer_lib.experiments.threads import torch_threads  # noqa: E402
-from transformer_lib.generate import generate  # noqa: E402
-from transformer_lib.quant_storage import saved_size  # noqa: E402
-from transformer_lib.quantization import lm_quality, quantize_model  # noqa: E402
+from transformer_lib.serving.generation import generate  # noqa: E402
+from transformer_lib.quant.storage import saved_size  # noqa: E402
+from transformer_lib.quant import lm_quality, quantize_model  # noqa: E402
 
 # torchao 0.18 touches TypedStorage when its tensors are copied or saved (a torch deprecation, not our concern)
 warnings.filterwarnings("ignore", message="TypedStorage is deprecated")

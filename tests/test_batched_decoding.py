@@ -6,8 +6,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lib.experiments.batched_decoding import decode_step_cost, decode_throughput
 from transformer_lib.experiments.left_padding import left_pad
-from transformer_lib.generate import generate
-from transformer_lib.kv_cache import StaticCache
+from transformer_lib.serving.generation import generate
+from transformer_lib.serving.kv_cache import StaticCache
 from transformer_lib.models import GPT, GPTConfig
 
 V = 50

@@ -98,8 +98,8 @@ def test_the_modules_the_hand_written_table_had_lost_are_listed():
     for number, module in [("01", "experiments/training_step_cost.py"), ("02", "experiments/score_scale.py"),
                            ("03", "experiments/head_batching.py"), ("03", "experiments/head_count.py"),
                            ("05", "experiments/causal_leak.py"), ("05", "experiments/param_shares.py"),
-                           ("08", "experiments/minilm_pruning.py"), ("07", "paged_cache.py"),
-                           ("09", "gptq.py")]:
+                           ("08", "experiments/minilm_pruning.py"), ("07", "serving/paged_cache.py"),
+                           ("09", "quant/gptq.py")]:
         assert f"`{module}`" in chapter[number], (number, module)
 
 

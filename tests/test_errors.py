@@ -13,8 +13,7 @@ from transformer_lib.models import (GPT, BertConfig, BertEncoder, GPTConfig, Tra
 from transformer_lib.multihead import MultiHeadAttention
 from transformer_lib.positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
                                         alibi_bias, alibi_slopes, sinusoidal_table)
-from transformer_lib.quantization import (QuantLinear, fake_quantize, int8_matmul, keep_outliers, quantize,
-                                         quantize_model)
+from transformer_lib.quant import QuantLinear, fake_quantize, int8_matmul, keep_outliers, quantize, quantize_model
 
 GPT_OK = dict(vocab_size=11, block_size=8, n_layers=1, n_heads=2, d_model=8)
 TF_OK = dict(src_vocab_size=13, tgt_vocab_size=11, d_model=8, n_heads=2, d_ff=16, n_encoder_layers=1,

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from transformer_lib.exercises.ch07 import check_cache_bytes, check_cached_greedy, check_top_p, explain_cache_prediction
-from transformer_lib.kv_cache import DynamicCache, StaticCache
+from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
 
 
 # ----------------------------------------------------------------------------- cache bytes

@@ -8,7 +8,7 @@ import torch
 
 from transformer_lib.exercises.ch09 import check_absmax_int8, check_int4_group_round_trip, check_pack_int4, \
     explain_layer_bytes
-from transformer_lib.quantization import QuantLinear
+from transformer_lib.quant import QuantLinear
 
 
 # ----------------------------------------------------------------------------- reader solutions

@@ -323,7 +323,7 @@ def test_browser_rope_matches_the_closed_form_and_the_library(page):
 
 @pytest.mark.browser
 def test_browser_kv_cache_bytes_match_the_library(page):
-    from transformer_lib.kv_cache import DynamicCache, kv_cache_bytes
+    from transformer_lib.serving.kv_cache import DynamicCache, kv_cache_bytes
     shapes = [(12, 12, 64, 1024, 1, 2), (32, 32, 128, 2048, 16, 2), (80, 8, 128, 4096, 4, 1), (2, 4, 16, 128, 1, 4)]
     got = json.loads(run_module(page, live.KVCacheCalculator,
                                 f"return {json.dumps(shapes)}.map(s => m.kvCacheBytes(...s));"))
@@ -338,7 +338,7 @@ def test_browser_kv_cache_bytes_match_the_library(page):
 @pytest.mark.browser
 def test_browser_kv_cache_sizes_print_as_the_library_prints_them(page):
     from test_kv_cache import HUMAN_BYTES  # the table of expected strings the Python twin is tested on
-    from transformer_lib.kv_cache import human_bytes
+    from transformer_lib.serving.kv_cache import human_bytes
     ns = [n for n, _ in HUMAN_BYTES]
     got = json.loads(run_module(page, live.KVCacheCalculator, f"return {json.dumps(ns)}.map(n => m.human(n));"))
     assert got == [text for _, text in HUMAN_BYTES] == [human_bytes(n) for n in ns]
@@ -346,7 +346,7 @@ def test_browser_kv_cache_sizes_print_as_the_library_prints_them(page):
 
 def quantize_reference(w: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
     """Absmax round trip: the library's for 4 and 8 bits, the same closed form in torch otherwise."""
-    from transformer_lib.quantization import BITS, fake_quantize
+    from transformer_lib.quant import BITS, fake_quantize
     if bits in BITS:
         return fake_quantize(w[None], bits, True, "channel" if group_size is None else "group", group_size)[0]
     qmax = 2 ** (bits - 1) - 1

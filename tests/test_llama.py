@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.activations import SwiGLU, gelu, silu, swiglu_hidden
-from transformer_lib.generate import generate
-from transformer_lib.kv_cache import DynamicCache, StaticCache, kv_cache_bytes
+from transformer_lib.serving.generation import generate
+from transformer_lib.serving.kv_cache import DynamicCache, StaticCache, kv_cache_bytes
 from transformer_lib.llama import (HalfSplitRotary, Llama, LlamaConfig, config_from_hf, half_split_order,
                                    hf_llama_to_ours, rotate_half)
 from transformer_lib.multihead import MultiHeadAttention

@@ -43,7 +43,7 @@ def test_torch_threads_sets_and_restores_the_thread_count():
 def test_sample_texts_continue_the_prompt_like_generate():
     import torch
     from transformer_lib.experiments.causal_leak import sample_texts
-    from transformer_lib.generate import generate
+    from transformer_lib.serving.generation import generate
     from transformer_lib.models import GPT, GPTConfig
     from transformer_lib.tokenization import CharTokenizer
     tok = CharTokenizer.from_text("abcdefgh \n")

@@ -55,7 +55,7 @@ def _evaluators():
     from transformer_lib.book_models import nats_per_char
     from transformer_lib.experiments.causal_leak import last_position_loss
     from transformer_lib.pruning import head_importance
-    from transformer_lib.quantization import lm_quality
+    from transformer_lib.quant import lm_quality
     from transformer_lib.train import evaluate_loss
     gen = torch.Generator().manual_seed(1)
     batches = [(torch.randint(0, 13, (2, 8), generator=gen), torch.randint(0, 13, (2, 8), generator=gen))]

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from transformer_lib.generate import generate
+from transformer_lib.serving.generation import generate
 from transformer_lib.llama import Llama, LlamaConfig, config_from_hf, hf_llama_to_ours
 from transformer_lib.moe import (MoE, capacity_keep, expert_capacity, expert_shares, load_balancing_loss,
                                  load_from_hf_mixtral_block, moe_params, top_k_gating)

@@ -10,7 +10,7 @@ from transformer_lib.experiments.left_padding import left_pad
 from transformer_lib.experiments.prefill_decode import (cached_forward_seconds, cached_forward_times, decode_steps,
                                                         matmul_flops_per_s, matrix_weights, matvec_bandwidth, prefill,
                                                         prefill_flops, time_to_first_token_and_per_token)
-from transformer_lib.generate import generate
+from transformer_lib.serving.generation import generate
 from transformer_lib.models import GPT, GPTConfig
 
 V = 40

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from transformer_lib import GPT, GPTConfig, MultiHeadAttention
 from transformer_lib import pruning as P
-from transformer_lib.generate import generate
+from transformer_lib.serving.generation import generate
 
 
 def tiny_gpt(n_layers=3, n_heads=4, d_model=32, positional="learned", seed=0):

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from transformer_lib.lora import LoRAConfig, LoRALinear, count_parameters, lora_layers
-from transformer_lib.nf4 import nf4_code_book, nf4_dequantize, nf4_quantize
+from transformer_lib.quant.nf4 import nf4_code_book, nf4_dequantize, nf4_quantize
 from transformer_lib.qlora import (NF4Linear, apply_qlora, double_dequantize, double_quantize, nf4_weight_bytes,
                                    qlora_linear)
 

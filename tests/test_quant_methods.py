@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from transformer_lib import GPT, GPTConfig
 from transformer_lib.experiments import model_memory as MM
 from transformer_lib.experiments import quant_methods as QM
-from transformer_lib.quant_linear import QuantLinear, quantize_model
+from transformer_lib.quant.linear import QuantLinear, quantize_model
 
 
 def tiny_gpt():

@@ -27,7 +27,7 @@ def test_text_that_is_not_in_the_source_is_refused_naming_the_argument():
 
 
 def test_the_chapters_parts_of_gptq_and_awq_are_still_there():
-    from transformer_lib import awq, gptq
+    from transformer_lib.quant import awq, gptq
     part = source_part(gptq.gptq_quantize, start="W = weight.detach()")
     assert part.startswith("W = weight.detach()") and "W[:, b1:] -= errs @ U[b0:b1, b1:]" in part
     part = source_part(awq.awq_scales, start="w, x = weight.detach()")

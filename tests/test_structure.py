@@ -12,14 +12,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer_lib"
 # A package's __init__ is listed under the package's own name ("transformer_lib", "transformer_lib.viz").
 LAYERS = {
     "foundation": ["device", "modes", "timing", "claims", "tensor_memory", "params"],
-    "core model": ["attention", "masking", "positional", "multihead", "layers", "models", "kv_cache", "generate",
-                   "paged_cache", "continuous_batching", "quantized_cache",
+    "core model": ["attention", "masking", "positional", "multihead", "layers", "models",
                    "variants", "rnn", "flash", "kernels", "kernels.*",
                    "norms", "activations", "moe", "llama", "model_family"],
+    "serving": ["serving", "serving.*"],  # generation and the KV caches, over the core model's layers
     "package": [""],  # transformer_lib/__init__.py re-exports the core model
     "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
-    "analysis and compression": ["head_stats", "pruning", "quant_grids", "int8_ops", "quant_linear", "calibration",
-                                 "channel_scale", "gptq", "awq", "smoothquant", "nf4", "quantization", "quant_storage"],
+    "analysis and compression": ["head_stats", "pruning", "quant", "quant.*"],
     "fine-tuning": ["lora", "objectives", "qlora", "task_data"],
     "training": ["train", "seq2seq", "book_models"],
     "experiments": ["experiments", "experiments.*"],
@@ -196,6 +195,52 @@ def test_no_module_is_much_longer_than_400_lines():
     assert not long, f"modules over ~400 lines hold two concepts; split them: {long}"
 
 
+# A concept that spans several modules is a package whose __init__ is its face: every public name of its modules,
+# gathered in __all__, except the argument checks listed here (they guard the functions, they are not tools).
+FACES = {"quant": {"check_bits", "check_finite", "check_channel_scale"}, "serving": set()}
+
+
+def public_names(tree: ast.Module) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assigned constants) without a leading ``_``."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if not n.startswith("_")}
+
+
+def face_problems(package: str, trees: dict[str, ast.Module], exempt: set[str]) -> list[str]:
+    """What a package's face (``trees[package]``, its __init__) misses or gets wrong, given its modules' trees."""
+    face = trees[package]
+    listed = next((ast.literal_eval(n.value) for n in face.body if isinstance(n, ast.Assign)
+                   and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)), None)
+    if listed is None:
+        return [f"transformer_lib.{package} has no __all__"]
+    imported = {a.asname or a.name for n in face.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    problems = [f"transformer_lib.{package}.__all__ lists {n!r}, which it does not import" for n in listed
+                if n not in imported]
+    submodules = {name.rsplit(".", 1)[1] for name in trees if name != package}
+    for name, tree in trees.items():
+        if name != package:
+            problems += [f"transformer_lib.{package} does not export {n!r} of transformer_lib.{name}"
+                         for n in sorted(public_names(tree) - exempt - set(listed))]
+    problems += [f"transformer_lib.{package}.{n} is both a module and a name its face exports: one name, one thing"
+                 for n in sorted(submodules & set(listed))]
+    return problems
+
+
+def test_each_package_face_exports_every_public_name_of_its_modules():
+    problems = []
+    for package, exempt in FACES.items():
+        trees = {n: ast.parse(MODULES[n].read_text()) for n in MODULES if n == package or n.startswith(package + ".")}
+        problems += face_problems(package, trees, exempt)
+    assert not problems, "\n".join(problems)
+
+
 # ----------------------------------------------------------------------------- the checker itself
 def test_resolve_reads_relative_and_absolute_imports():
     def edges(source, importer="experiments.recall"):
@@ -220,3 +265,12 @@ def test_the_checks_report_an_upward_import_a_cycle_and_a_private_name():
     edges = {"pruning": [("timing", ["_sync"], 1)]}
     assert private_imports(edges, trees) == ["transformer_lib.pruning:1 imports _sync from transformer_lib.timing",
                                              "transformer_lib.pruning:2 uses T._to (transformer_lib.train)"]
+
+
+def test_the_face_check_reports_a_missing_name_and_a_module_shadowed_by_a_name():
+    trees = {"serving": ast.parse('from .generate import generate, decode_step\n__all__ = ["generate", "decode_step"]'),
+             "serving.generate": ast.parse("def generate(): ...\ndef decode_step(): ...\ndef filter_logits(): ...\n"
+                                           "def _private(): ...\nCACHES = ()\n")}
+    assert face_problems("serving", trees, exempt={"CACHES"}) == [
+        "transformer_lib.serving does not export 'filter_logits' of transformer_lib.serving.generate",
+        "transformer_lib.serving.generate is both a module and a name its face exports: one name, one thing"]

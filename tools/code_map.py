@@ -11,8 +11,8 @@ running anything) and writes two things from them, so that neither can drift fro
 A module is *used* by a chapter when the notebook imports a name that the module defines, or imports the module
 itself. Names are followed through re-exports: ``from transformer_lib.viz import show_source`` uses
 ``viz/source.py`` (``viz/__init__.py`` only re-exports it), ``import transformer_lib as tl`` and ``tl.GPT`` use
-``models.py``, and ``from transformer_lib import quantization as Q`` with ``Q.gptq_quantize`` uses both
-``quantization.py`` and ``gptq.py``. Package ``__init__`` files are never listed (they only gather names).
+``models.py``, and ``from transformer_lib import quant as Q`` with ``Q.gptq_quantize`` uses ``quant/gptq.py``.
+Package ``__init__`` files are never listed (they only gather names).
 
     python tools/code_map.py          # rewrite the README table and the docstrings that are out of date
     python tools/code_map.py --check  # exit 1 (listing them) if anything is out of date

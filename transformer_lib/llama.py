@@ -9,7 +9,8 @@ Used in chapter 11.
 
 ``n_experts > 0`` swaps each block's SwiGLU for a sparse mixture of SwiGLU experts (``moe.MoE``): Mixtral's
 block (Jiang et al. 2024). The attention is the library's ``MultiHeadAttention`` and the cache the library's
-(``kv_cache.py``), threaded through the blocks with a layer index, so ``generate.generate`` decodes this model.
+(``serving/kv_cache.py``), threaded through the blocks with a layer index, so ``serving.generate`` decodes this
+model.
 ``hf_llama_to_ours`` renames a Hugging Face ``LlamaForCausalLM`` / ``MixtralForCausalLM`` state dict to ours;
 ``tests/test_llama.py`` checks the logits against Hugging Face's.
 """

@@ -60,7 +60,7 @@ class MultiHeadAttention(nn.Module):
     Optional extras used by later chapters:
       * ``rope``: a ``RotaryEmbedding`` applied to queries and keys (chapter 04);
       * ``cache``: an object with ``get_seq_length(layer_idx)`` and ``update(k, v, layer_idx) -> (k, v)``
-        (``kv_cache.py``, chapter 07), with ``layer_idx`` set by the model;
+        (``serving/kv_cache.py``, chapter 07), with ``layer_idx`` set by the model;
       * ``n_kv_heads < n_heads``: grouped-query attention (Ainslie et al. 2023; 1 = multi-query, Shazeer 2019):
         each group of ``n_heads // n_kv_heads`` query heads shares one key/value head, so the cache shrinks;
       * ``d_head``: set explicitly when ``n_heads * d_head != d_model`` (e.g. after pruning heads, chapter 08);

@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .lora import LoRAConfig, LoRALinear, check_generator, lora_targets
-from .nf4 import NF4Tensor, nf4_dequantize, nf4_quantize
+from .quant.nf4 import NF4Tensor, nf4_dequantize, nf4_quantize
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # torch.finfo(float8_e4m3fn).max

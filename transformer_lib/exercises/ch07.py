@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from ..generate import filter_logits, generate
-from ..kv_cache import kv_cache_bytes
+from ..serving.generation import filter_logits, generate
+from ..serving.kv_cache import kv_cache_bytes
 from ..models import GPT, GPTConfig, init_weights
 from .checking import ExerciseResult, check_against, random_int
 

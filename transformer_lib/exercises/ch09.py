@@ -3,7 +3,7 @@ and a predict-then-run question on the bytes of a quantized layer (``explain_lay
 
 Used in chapter 09.
 
-Each ``check_*`` runs the reader's function and the library's (``quantization.py``) on the same random inputs
+Each ``check_*`` runs the reader's function and the library's (``transformer_lib.quant``) on the same random inputs
 (``checking.check_against``, which also wants the library's dtype: int8 codes, uint8 packed bytes), and when
 they differ tries the usual mistakes: if the reader's function matches one, the message names it.
 """
@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from ..quantization import fake_quantize, pack_int4, quantize
+from ..quant import fake_quantize, pack_int4, quantize
 from .checking import ExerciseResult, check_against
 
 

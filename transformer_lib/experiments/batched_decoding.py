@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kv_cache import kv_cache_bytes
+from ..serving.kv_cache import kv_cache_bytes
 import statistics
 
 from ..timing import interleaved_times
@@ -55,7 +55,7 @@ def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: 
 
 def decode_throughput(model, batch_sizes, prompt_lengths=(4, 9, 16, 25), new_tokens: int = 32,
                       repeats: int = 5, seed: int = 0) -> list[dict]:
-    """Greedy-decoding tokens per second of the decoding steps (``generate.decode_step``) for each batch size.
+    """Greedy-decoding tokens per second of the decoding steps (``generation.decode_step``) for each batch size.
 
     Row ``i`` of a batch gets a random prompt of length ``prompt_lengths[i % len(prompt_lengths)]``, left-padded.
     Each batch is prefilled once (``prefill_decode.prefill``, untimed), then its ``new_tokens - 1`` decoding steps

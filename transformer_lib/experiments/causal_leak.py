@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
 from ..device import default_device
 from ..corpus import get_batch, shakespeare_corpus
-from ..generate import generate
+from ..serving.generation import generate
 from ..models import GPT, GPTConfig
 from ..modes import eval_mode
 from ..train import History, TrainConfig, evaluate_loss, train

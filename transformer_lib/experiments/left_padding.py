@@ -4,7 +4,7 @@ last position is its newest token and the next token is appended to the right of
 Used in chapter 06.
 
 ``left_pad`` builds the batch and its ``attention_mask`` (True on real tokens, False on the padding);
-``generate_batched_and_alone`` runs ``generate.generate`` on the batch and on each prompt alone, so the chapter
+``generate_batched_and_alone`` runs ``generation.generate`` on the batch and on each prompt alone, so the chapter
 can check that padding changes nothing.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..generate import generate
+from ..serving.generation import generate
 
 
 def left_pad(prompts, pad_id: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,11 +5,11 @@ Used in chapters 09 and 11.
 ``transformer_params`` counts the parameters of a Transformer from its published configuration (checked against
 models we can load: MiniLM, the book's GPT), so a deployment table's "memory" column can be recomputed: bytes =
 parameters x bits per weight / 8. ``FORMATS`` gives the bits per weight of the usual formats, int4 with its share
-of a float16 scale per group (``quant_storage.bits_per_weight``).
+of a float16 scale per group (``quant.storage.bits_per_weight``).
 """
 from __future__ import annotations
 
-from ..quant_storage import bits_per_weight
+from ..quant.storage import bits_per_weight
 
 
 def transformer_params(n_layers: int, d_model: int, d_ff: int, vocab_size: int, positions: int = 0,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..generate import decode_step
-from ..kv_cache import StaticCache
+from ..serving.generation import decode_step
+from ..serving.kv_cache import StaticCache
 import statistics
 
 from ..timing import interleaved_medians, interleaved_times
@@ -117,7 +117,7 @@ def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor
 
 @torch.inference_mode()
 def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
-    """``n`` greedy decoding steps (``generate.decode_step``) after ``state``; returns the ``(B, n)`` new tokens and
+    """``n`` greedy decoding steps (``generation.decode_step``) after ``state``; returns the ``(B, n)`` new tokens and
     sets the cache back to the prompt, so the same steps can run again. (``decode_step``'s default path: without the
     transposed weight copies ``generate`` makes on CPU, which took as long here for one row.)"""
     _check_int("n", n)

@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
-from ..generate import generate
+from ..serving.generation import generate
 from ..pruning import head_mask
 from ..timing import Ratio, interleaved_medians, interleaved_times, ratio_from_times
 

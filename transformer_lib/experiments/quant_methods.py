@@ -11,8 +11,8 @@ Used in chapter 09.
   (``shakespeare_lines``). 1 means the embeddings did not move.
 
 ``compare_methods`` runs every (method, group size) on a fresh copy of the model and records the score and the
-seconds quantization took; the algorithms themselves live in ``gptq.py``, ``awq.py``, ``smoothquant.py`` and
-``nf4.py``.
+seconds quantization took; the algorithms themselves live in ``quant/gptq.py``, ``quant/awq.py``,
+``quant/smoothquant.py`` and ``quant/nf4.py``.
 
 ``method_study`` is chapter 09's whole comparison (both models, per channel and groups of 32, and GPTQ with half the
 calibration): about half a minute of CPU, too long for the page, so ``python -m
@@ -31,16 +31,16 @@ from typing import Callable, Sequence
 import torch
 import torch.nn as nn
 
-from ..awq import awq_quantize_model
+from ..quant.awq import awq_quantize_model
 from ..book_models import load_shakespeare_gpt, shakespeare_val_batches
-from ..calibration import calibration_inputs, lm_quality
+from ..quant.calibration import calibration_inputs, lm_quality
 from ..corpus import get_batch, shakespeare_split
-from ..gptq import gptq_quantize_model
-from ..int8_ops import quantize_per_token
-from ..nf4 import compare_nf4_int4
+from ..quant.gptq import gptq_quantize_model
+from ..quant.int8_ops import quantize_per_token
+from ..quant.nf4 import compare_nf4_int4
 from ..pretrained import load_minilm, sentence_embeddings
-from ..quant_linear import quantize_model, rtn_weight
-from ..smoothquant import smoothing_factors, smoothquant_model
+from ..quant.linear import quantize_model, rtn_weight
+from ..quant.smoothquant import smoothing_factors, smoothquant_model
 
 METHODS = ("rtn", "gptq", "awq")
 STUDY_PATH = Path(__file__).resolve().parents[1] / "checkpoints" / "quant_methods.json"

@@ -18,9 +18,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from ..generate import filter_logits, sample_next
+from ..serving.generation import filter_logits, sample_next
 from ..head_stats import entropy_bits
-from ..kv_cache import DynamicCache, kv_cache_bytes
+from ..serving.kv_cache import DynamicCache, kv_cache_bytes
 from .widgets import frame_slider
 
 SHOW = {"\n": "⏎", " ": "␣", "\t": "⇥"}  # visible forms of whitespace characters

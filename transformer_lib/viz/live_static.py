@@ -6,7 +6,7 @@ first writes the picture made here: a PNG (matplotlib) with alt text that states
 table, of the settings the figure starts with. Each is computed from the numbers the widget sends to the
 browser (its traits, decoded) by the library functions the tests compare the JavaScript with
 (``torch.softmax``, ``attention.scaled_dot_product_attention``, ``positional.sinusoidal_table``,
-``positional.RotaryEmbedding``, ``kv_cache.kv_cache_bytes``, ``quant_grids.fake_quantize``,
+``positional.RotaryEmbedding``, ``serving.kv_cache.kv_cache_bytes``, ``quant.grids.fake_quantize``,
 ``flash.trace_one_query_block``, ``moe.top_k_gating``). Once the live figure has drawn, its JavaScript hides
 the picture (``hideFallback`` in ``js/common.js``).
 """
@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from ..kv_cache import human_bytes
+from ..serving.kv_cache import human_bytes
 
 NOTE = ("A picture of the live figure at its first settings. With JavaScript, the live figure takes its place and "
         "lets you change them.")
@@ -231,7 +231,7 @@ def rope_rotation(w) -> str:
 
 
 def kv_cache_calculator(w) -> str:
-    from ..kv_cache import kv_cache_bytes
+    from ..serving.kv_cache import kv_cache_bytes
     rows = []
     for name, layers, heads, d_head, context, nbytes in w.models:
         total = kv_cache_bytes(layers, heads, d_head, min(context, w.max_length), batch_size=1,
@@ -245,7 +245,7 @@ def kv_cache_calculator(w) -> str:
 
 
 def quant_grid(w) -> str:
-    from ..quant_grids import BITS, fake_quantize
+    from ..quant.grids import BITS, fake_quantize
     plt = _plt()
     row = decode_float32(w.row, (len(base64.b64decode(w.row)) // 4,))
     at = int(row.abs().argmax())

@@ -1,7 +1,7 @@
 // Chapter 09: absmax quantization of one weight row, computed in the browser.
 // Each group of `groupSize` weights shares one scale s = max|w| / qmax with qmax = 2^(bits-1) - 1;
 // a weight is stored as the code q = clamp(round(w / s), -qmax, qmax) and read back as q * s.
-// Math.fround keeps each step in float32, as torch computes it (quantization.quantize).
+// Math.fround keeps each step in float32, as torch computes it (quant.quantize).
 
 import { commit, decodeFloat32, figureRoot, fmt, follow, h, hideFallback, labelled, readout, roundHalfEven, select,
          slider } from "./common.js";

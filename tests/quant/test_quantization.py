@@ -9,11 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_lib import GPT, GPTConfig
-from transformer_lib.generate import generate
-from transformer_lib.quantization import (QuantEmbedding, QuantLinear, fake_quantize, int8_matmul, int_range,
-                                          keep_outliers, pack_int4, padded_int_mm, quantize, quantize_model,
-                                          quantize_per_token, unpack_int4)
-from transformer_lib.quant_storage import saved_size, state_dict_bytes
+from transformer_lib.serving.generation import generate
+from transformer_lib.quant import (QuantEmbedding, QuantLinear, fake_quantize, int8_matmul, int_range, keep_outliers,
+                                   pack_int4, padded_int_mm, quantize, quantize_model, quantize_per_token, unpack_int4)
+from transformer_lib.quant.storage import saved_size, state_dict_bytes
 
 
 def heavy_tailed(shape, gen, outlier_scale=20.0):

@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from transformer_lib.continuous_batching import Request, serve
-from transformer_lib.generate import decode_step, generate
-from transformer_lib.kv_cache import DynamicCache, StaticCache
+from transformer_lib.serving.continuous_batching import Request, serve
+from transformer_lib.serving.generation import decode_step, generate
+from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
 from transformer_lib.models import GPT, GPTConfig, init_weights
-from transformer_lib.paged_cache import PagedKVCache, memory_held
+from transformer_lib.serving.paged_cache import PagedKVCache, memory_held
 
 V, BLOCK = 23, 64
 H_KV, D, L = 2, 4, 2

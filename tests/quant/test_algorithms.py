@@ -8,12 +8,12 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib import GPT, GPTConfig
-from transformer_lib.awq import awq_linear, awq_quantize_model, awq_scales
-from transformer_lib.channel_scale import ScaledInput, scale_columns
-from transformer_lib.gptq import gptq_linear, gptq_quantize, gptq_quantize_model, layer_hessian
-from transformer_lib.quant_grids import int_range
-from transformer_lib.quant_linear import QuantEmbedding, QuantLinear, quantize_model, rtn_weight
-from transformer_lib.smoothquant import smooth_linear, smoothing_factors, smoothquant_model
+from transformer_lib.quant.awq import awq_linear, awq_quantize_model, awq_scales
+from transformer_lib.quant.channel_scale import ScaledInput, scale_columns
+from transformer_lib.quant.gptq import gptq_linear, gptq_quantize, gptq_quantize_model, layer_hessian
+from transformer_lib.quant.grids import int_range
+from transformer_lib.quant.linear import QuantEmbedding, QuantLinear, quantize_model, rtn_weight
+from transformer_lib.quant.smoothquant import smooth_linear, smoothing_factors, smoothquant_model
 
 
 def correlated_inputs(n, K, gen):

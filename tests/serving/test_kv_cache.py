@@ -3,7 +3,7 @@ and the bytes their tensors' storages occupy equal the closed form 2 x layers x 
 import pytest
 import torch
 
-from transformer_lib.kv_cache import DynamicCache, StaticCache, human_bytes, kv_cache_bytes
+from transformer_lib.serving.kv_cache import DynamicCache, StaticCache, human_bytes, kv_cache_bytes
 from transformer_lib.models import GPT, GPTConfig
 
 B, H_KV, D, L = 2, 3, 4, 2

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .generate import decode_step
+from .generation import decode_step
 from .paged_cache import PagedKVCache
 
 

@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .int8_ops import int8_matmul, quantize_per_token
-from .quant_grids import check_bits, check_finite, int_range, pack_int4, quantize, unpack_int4
+from .grids import check_bits, check_finite, int_range, pack_int4, quantize, unpack_int4
 
 
 # ----------------------------------------------------------------------------- modules

@@ -6,7 +6,7 @@ With ``use_cache=True`` the prompt is run once (the *prefill*) and each new toke
 forward pass over a single position, reading the past keys/values from a cache (``kv_cache.py``).
 Without a cache every step recomputes the whole sequence.
 
-Two ways through the model give the same numbers (``tests/test_generate.py`` checks it at every step):
+Two ways through the model give the same numbers (``tests/serving/test_generate.py`` checks it at every step):
 
 * ``model(token, cache=cache)``: the teaching path, the modules of chapters 02-06 with all their checks;
 * ``decode_step(model, token, cache)``: the production path ``generate`` uses, the same blocks with
@@ -30,9 +30,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache
-from .layers import DecoderLayer, FeedForward, LayerNorm, Residual
-from .multihead import MultiHeadAttention
-from .positional import alibi_bias
+from ..layers import DecoderLayer, FeedForward, LayerNorm, Residual
+from ..multihead import MultiHeadAttention
+from ..positional import alibi_bias
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:

@@ -10,8 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .modes import eval_mode
-from .quant_linear import QuantEmbedding, linears_to_replace, set_module
+from ..modes import eval_mode
+from .linear import QuantEmbedding, linears_to_replace, set_module
 
 
 # ----------------------------------------------------------------------------- measuring

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .quant_grids import fake_quantize
+from .grids import fake_quantize
 
 
 # ----------------------------------------------------------------------------- activations

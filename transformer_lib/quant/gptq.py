@@ -21,8 +21,8 @@ import torch
 import torch.nn as nn
 
 from .calibration import replace_linears_calibrated
-from .quant_grids import QuantizedTensor, check_bits, check_finite, int_range, quantize
-from .quant_linear import QuantLinear
+from .grids import QuantizedTensor, check_bits, check_finite, int_range, quantize
+from .linear import QuantLinear
 
 
 def layer_hessian(x: torch.Tensor) -> torch.Tensor:

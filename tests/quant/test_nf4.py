@@ -6,7 +6,8 @@ from statistics import NormalDist
 import pytest
 import torch
 
-from transformer_lib.nf4 import NF4_OFFSET, NF4Tensor, compare_nf4_int4, nf4_code_book, nf4_dequantize, nf4_quantize
+from transformer_lib.quant.nf4 import (NF4_OFFSET, NF4Tensor, compare_nf4_int4, nf4_code_book, nf4_dequantize,
+                                       nf4_quantize)
 
 # QLoRA, Appendix E ("NormalFloat 4-bit data type"): the exact values of NF4, as printed there.
 PUBLISHED_NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,

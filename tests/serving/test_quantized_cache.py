@@ -6,9 +6,9 @@ import torch
 
 from transformer_lib.book_models import load_shakespeare_gpt
 from transformer_lib.corpus import shakespeare_split
-from transformer_lib.kv_cache import DynamicCache
-from transformer_lib.quantized_cache import (QuantizedCache, dequantize_kv, kv_quantization_effect,
-                                             quantize_kv, quantized_kv_cache_bytes)
+from transformer_lib.serving.kv_cache import DynamicCache
+from transformer_lib.serving.quantized_cache import (QuantizedCache, dequantize_kv, kv_quantization_effect,
+                                                     quantize_kv, quantized_kv_cache_bytes)
 
 B, H_KV, D, L = 2, 3, 16, 2
 CHUNKS = (5, 1, 2, 1)

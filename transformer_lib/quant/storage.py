@@ -4,7 +4,7 @@ Used in chapter 09.
 
 A ``b``-bit code per weight, and one ``scale_bits``-bit scale (float16: 16 bits) per run of weights that share it:
 the whole tensor (``"tensor"``), one output row of ``K`` weights (``"channel"``) or ``group_size`` weights
-(``"group"``), the granularities of ``quantization.quantize``. Stored weights cost
+(``"group"``), the granularities of ``grids.quantize``. Stored weights cost
 ``bits + scale_bits / weights_per_scale`` bits each: int4 in groups of 32 with float16 scales is 4.5 bits.
 ``state_dict_bytes`` and ``saved_size`` measure what a whole (quantized) model takes in memory and on disk.
 """
@@ -17,8 +17,8 @@ from typing import Sequence
 
 import torch.nn as nn
 
-from .checkpoint_io import save_weights
-from .quantization import GRANULARITIES
+from ..checkpoint_io import save_weights
+from .grids import GRANULARITIES
 
 
 def weights_per_scale(shape: Sequence[int], granularity: str, group_size: int | None = None) -> int:
@@ -43,7 +43,7 @@ def bits_per_weight(bits: int, shape: Sequence[int], granularity: str = "channel
     """Storage per weight in bits: the ``bits``-bit code plus its share of one ``scale_bits``-bit scale.
 
     ``shape``: the weight's shape ``(..., K)`` (``(out, in)`` for a linear layer); ``granularity`` and
-    ``group_size`` as in ``quantization.quantize``. Absmax has no zero point; for zero-point quantization add the
+    ``group_size`` as in ``grids.quantize``. Absmax has no zero point; for zero-point quantization add the
     zero point's bits to ``scale_bits``.
     """
     if not isinstance(bits, int) or isinstance(bits, bool) or bits < 1:

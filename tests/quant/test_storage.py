@@ -1,10 +1,10 @@
-"""Bits per stored weight (transformer_lib.quant_storage) against closed forms and against the bytes a real
+"""Bits per stored weight (transformer_lib.quant.storage) against closed forms and against the bytes a real
 ``QuantLinear`` keeps in its state dict."""
 import pytest
 import torch
 
-from transformer_lib.quant_storage import bits_per_weight, weights_per_scale
-from transformer_lib.quantization import QuantLinear
+from transformer_lib.quant.storage import bits_per_weight, weights_per_scale
+from transformer_lib.quant import QuantLinear
 
 
 @pytest.mark.parametrize("bits, granularity, group_size, want", [

@@ -12,14 +12,14 @@ import os
 import pytest
 import torch
 
-import transformer_lib.generate as generate_module
-from transformer_lib.generate import (cache_refusal, decode_step, fast_path_refusal, filter_logits, generate,
-                                      MatvecWeights, matvec_weights, sample_next)
-from transformer_lib.kv_cache import DynamicCache, StaticCache
+import transformer_lib.serving.generation as generate_module
+from transformer_lib.serving.generation import (cache_refusal, decode_step, fast_path_refusal, filter_logits,
+                                                generate, MatvecWeights, matvec_weights, sample_next)
+from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
 from transformer_lib.layers import ACTIVATIONS
 from transformer_lib.models import GPT, POSITIONAL, GPTConfig, init_weights
 from transformer_lib.pruning import drop_layers, magnitude_prune, prune_heads
-from transformer_lib.quantization import quantize_model
+from transformer_lib.quant import quantize_model
 from transformer_lib.variants import set_causal, set_norm_placement
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

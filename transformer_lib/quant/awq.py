@@ -17,8 +17,8 @@ import torch.nn as nn
 
 from .calibration import replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
-from .quant_grids import check_bits, check_finite
-from .quant_linear import QuantLinear, rtn_weight
+from .grids import check_bits, check_finite
+from .linear import QuantLinear, rtn_weight
 
 
 @dataclass

@@ -1,0 +1,33 @@
+"""Serving a decoder: generating text, and the caches that make each new token cheap.
+
+This package's face gathers every public name of its modules (``from transformer_lib import serving``, then
+``serving.generate``, ``serving.StaticCache``); each concept lives in its own module, where its documentation is:
+
+* ``generation``: ``generate`` (greedy, temperature, top-k and top-p sampling; the prefill, then one token per step),
+  its pieces (``filter_logits``, ``sample_next``, ``decode_step``, ``MatvecWeights``) and why a model or a cache
+  cannot take the fast path (``fast_path_refusal``, ``cache_refusal``);
+* ``kv_cache``: the caches threaded through the layers, ``DynamicCache`` (concatenation), ``StaticCache``
+  (preallocated) and ``SlidingWindowCache`` (the last ``window`` positions), and their bytes (``kv_cache_bytes``);
+* ``paged_cache``: ``PagedKVCache``, fixed-size blocks shared by many sequences (vLLM's PagedAttention);
+* ``continuous_batching``: ``serve``, a toy of continuous batching of requests (``Request``) over a paged cache;
+* ``quantized_cache``: ``QuantizedCache``, keys and values stored as int8 with one scale per vector, and what that
+  does to a model's next-token distributions (``kv_quantization_effect``).
+
+The module holding ``generate`` is ``generation`` (as in Hugging Face's ``transformers.generation``), so that
+``transformer_lib.serving.generate`` names one thing: the function.
+"""
+from __future__ import annotations
+
+from .continuous_batching import Request, serve
+from .generation import (CACHES, MatvecWeights, cache_refusal, decode_step, fast_path_refusal, filter_logits, generate,
+                         matvec_weights, sample_next)
+from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, kv_cache_bytes
+from .paged_cache import PagedKVCache, memory_held
+from .quantized_cache import (QMAX, SCALE_BYTES, KVQuantizationEffect, QuantizedCache, dequantize_kv,
+                              kv_quantization_effect, quantize_kv, quantized_kv_cache_bytes)
+
+__all__ = ["CACHES", "DynamicCache", "KVQuantizationEffect", "MatvecWeights", "PagedKVCache", "QMAX",
+           "QuantizedCache", "Request", "SCALE_BYTES", "SlidingWindowCache", "StaticCache", "cache_refusal",
+           "decode_step", "dequantize_kv", "fast_path_refusal", "filter_logits", "generate", "kv_cache_bytes",
+           "kv_quantization_effect", "matvec_weights", "memory_held", "quantize_kv", "quantized_kv_cache_bytes",
+           "sample_next", "serve"]
