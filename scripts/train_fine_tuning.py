@@ -1,5 +1,5 @@
 """Train chapter 12's runs (the two objectives' language models; probe, top-layer, LoRA and QLoRA fine-tuning of
-MiniLM for several seeds; LoRA's rank sweep) and write them to transformer_lib/checkpoints/fine_tuning.*.
+MiniLM for several seeds) and write them to transformer_lib/checkpoints/fine_tuning.*.
 
     .venv/bin/python scripts/train_fine_tuning.py
     .venv/bin/python scripts/train_fine_tuning.py --no-save
@@ -24,7 +24,6 @@ def report(runs: dict) -> str:
         accs = ", ".join(f"{r['accuracy']:.3f}" for r in by_seed.values())
         agree = ", ".join(f"{r['agreement']:.3f}" for r in by_seed.values())
         lines.append(f"{method:>10}: accuracy {accs}; agreement {agree}")
-    lines += [f"  rank {r:>3}: accuracy {v['accuracy']:.3f}, trainable {v['trainable']}" for r, v in runs["ranks"].items()]
     return "\n".join(lines)
 
 

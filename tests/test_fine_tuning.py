@@ -80,7 +80,8 @@ def test_fill_a_blank_reads_both_sides_only_for_mlm():
             return mlm(x)[0][:, p]
         assert not torch.allclose(mlm_logits(windows), mlm_logits(changed))
         torch.testing.assert_close(mlm_logits(windows), mlm_logits(answer_changed), atol=0, rtol=0)
-        left = lambda w: causal(w[:, :p])[0][:, -1]
+        def left(w):
+            return causal(w[:, :p])[0][:, -1]
         torch.testing.assert_close(left(windows), left(changed), atol=0, rtol=0)
         torch.testing.assert_close(left(windows), left(answer_changed), atol=0, rtol=0)
 

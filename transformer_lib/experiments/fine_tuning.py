@@ -26,7 +26,7 @@ after a short warm-up, seeded (the seed draws the head's and adapters' initialis
 the same for every seed). ``forgetting`` is chapter 08's agreement: the mean cosine similarity between a model's
 sentence embeddings and the original MiniLM's, on lines of other plays than the task's.
 
-``scripts/train_fine_tuning.py`` runs ``train_runs`` (several seeds, and a rank sweep for LoRA) into
+``scripts/train_fine_tuning.py`` runs ``train_runs`` (several seeds) into
 ``checkpoints/fine_tuning.*``: the record of every run, the two language models, and seed 0's probe head and LoRA and
 QLoRA adapters (not the fully fine-tuned layers: 14 MB; their numbers are in the record and the slow test retrains
 them). The page loads them (``load_runs``) and measures again.
@@ -47,14 +47,14 @@ from safetensors.torch import load_file
 
 from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
 from ..corpus import get_batch, shakespeare_corpus, shakespeare_works
-from ..lora import LoRAConfig, apply_lora, count_parameters, lora_layers
+from ..lora import LoRAConfig, apply_lora, count_parameters
 from ..models import GPT, GPTConfig
 from ..modes import eval_mode
 from ..objectives import mlm_mask
 from ..pretrained import load_minilm, mean_pool
 from ..qlora import apply_qlora
 from ..task_data import DEFAULT_PLAYS, TextClassificationData, play_line_task
-from ..train import History, TrainConfig, evaluate_loss, train
+from ..train import TrainConfig, evaluate_loss, train
 from ..variants import set_causal
 from .threads import torch_threads
 
@@ -251,12 +251,6 @@ def training_step(model: SentenceClassifier, optimizer, enc: dict, labels: torch
     return loss.item()
 
 
-def _warmup(optimizer, step: int, cfg: FineTuneConfig) -> None:
-    for g in optimizer.param_groups:
-        g.setdefault("peak_lr", g["lr"])
-        g["lr"] = g["peak_lr"] * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
-
-
 @torch.no_grad()
 def frozen_features(texts: list[str], batch_size: int = 64) -> torch.Tensor:
     """The original MiniLM's features (``SentenceClassifier.features``) of ``texts``: ``(N, 384)``."""
@@ -288,7 +282,8 @@ def train_method(method: str, seed: int = 0, cfg: FineTuneConfig = FineTuneConfi
         for step in tqdm(range(cfg.steps if steps is None else steps), disable=not progress, leave=False,
                          desc=f"{method} seed {seed}"):
             idx = torch.randint(n, (cfg.batch_size,), generator=gen).tolist()
-            _warmup(opt, step, cfg)
+            for g in opt.param_groups:  # linear warm-up, then constant
+                g["lr"] = g.setdefault("peak_lr", g["lr"]) * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
             losses.append(training_step(model, opt, encode([data.train_texts[i] for i in idx]),
                                         data.train_labels[idx]))
     model.eval()
@@ -336,7 +331,6 @@ def forgetting(encoder: nn.Module, lines: list[str], original: torch.Tensor | No
 @dataclass
 class RunsConfig:
     seeds: tuple[int, ...] = (0, 1, 2)
-    ranks: tuple[int, ...] = (8,)  # LoRA's rank sweep, seed 0 (the chapter's rank only: the budget)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig)
 
@@ -360,7 +354,7 @@ def run_one(method: str, seed: int, cfg: FineTuneConfig, data, lines, original, 
 
 
 def train_runs(cfg: RunsConfig = RunsConfig(), progress: bool = True, device=None) -> dict:
-    """Both language models, every method for every seed, and LoRA's rank sweep (seed 0). CPU only."""
+    """Both language models and every method for every seed. CPU only."""
     if device not in (None, "cpu"):
         raise ValueError(f"the committed runs are trained on the CPU; got device={device!r}")
     start = time.perf_counter()
@@ -379,14 +373,7 @@ def train_runs(cfg: RunsConfig = RunsConfig(), progress: bool = True, device=Non
                                                         progress=progress, train_features=feats)
             if seed == cfg.seeds[0] and method != "full":
                 kept[method] = _adapter_state(model)
-    ranks = {}
-    for r in cfg.ranks:
-        if r == cfg.fine_tune.r:
-            ranks[str(r)] = results["lora"][str(cfg.seeds[0])]
-        else:
-            ranks[str(r)] = run_one("lora", cfg.seeds[0], cfg.fine_tune, data, lines, original, r=r,
-                                    progress=progress)[0]
-    return {"lms": lms, "lm_histories": lm_hist, "results": results, "ranks": ranks, "kept": kept, "cfg": cfg,
+    return {"lms": lms, "lm_histories": lm_hist, "results": results, "kept": kept, "cfg": cfg,
             "seconds": time.perf_counter() - start}
 
 
@@ -402,9 +389,9 @@ def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
         tensors.update({f"{method}.{k}": v.contiguous() for k, v in state.items()})
     cfg = runs["cfg"]
     record = {"objective": asdict(cfg.objective), "fine_tune": asdict(cfg.fine_tune), "seeds": list(cfg.seeds),
-              "ranks": list(cfg.ranks), "train_seconds": round(runs["seconds"], 1),
+              "train_seconds": round(runs["seconds"], 1),
               "lm_histories": {k: h.to_dict() for k, h in runs["lm_histories"].items()},
-              "results": runs["results"], "rank_sweep": runs["ranks"], **provenance(threads=1)}
+              "results": runs["results"], **provenance(threads=1)}
     save_tensors_and_record(stem, tensors, record)
 
 
