@@ -26,7 +26,7 @@ CHAPTERS = ["notebooks/00_quickstart", "notebooks/01_rnn_limits", "notebooks/02_
             "notebooks/03_multi_head_attention", "notebooks/04_positional_encoding",
             "notebooks/05_encoder_decoder", "notebooks/06_masking", "notebooks/07_kv_cache",
             "notebooks/08_pruning", "notebooks/09_quantization", "notebooks/10_flash_attention",
-            "notebooks/11_modern_decoder"]
+            "notebooks/11_modern_decoder", "notebooks/12_fine_tuning"]
 FRONT_MATTER = ["book/intro", "book/notation", "book/references"]
 REQUIRED_REFERENCES = {  # key: (first author's surname, year)
     "vaswani2017attention": ("Vaswani", 2017), "devlin2019bert": ("Devlin", 2019),
@@ -40,6 +40,8 @@ REQUIRED_REFERENCES = {  # key: (first author's surname, year)
     "jacob2018quantization": ("Jacob", 2018), "han2015learning": ("Han", 2015),
     "zhang2019rmsnorm": ("Zhang", 2019), "shazeer2020glu": ("Shazeer", 2020), "fedus2022switch": ("Fedus", 2022),
     "jiang2024mixtral": ("Jiang", 2024), "shazeer2017outrageously": ("Shazeer", 2017),
+    "hu2022lora": ("Hu", 2022), "dettmers2023qlora": ("Dettmers", 2023), "radford2018improving": ("Radford", 2018),
+    "kirkpatrick2017overcoming": ("Kirkpatrick", 2017),
 }
 
 

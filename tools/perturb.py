@@ -30,7 +30,9 @@ Settings (``--settings``, comma-separated; default: all):
   (``Random.__init__`` calling ``seed``) is offset once. ``torch.cuda.manual_seed*`` is not wrapped: it is reached
   through ``torch.manual_seed`` with the offset seed. Not offset: the calls made from within the functions named
   in ``--seed-keep`` (default ``transformer_lib.dates:date_split``, the train/test split of days the committed
-  translator was trained on: offsetting it would put training days into the test set), and anything random that
+  translator was trained on: offsetting it would put training days into the test set; and
+  ``transformer_lib.task_data:play_line_task``, chapter 12's split of lines the committed adapters were trained
+  on), and anything random that
   was fixed when a checkpoint was trained (the committed weights are loaded, not retrained).
 * ``core0-busy``: the notebook's process and a competing CPU-bound process (``python -c "while True: pass"``)
   both pinned to the first core this tool may use, as ``taskset -c 0`` does: a machine half as fast, and busy.
@@ -72,7 +74,7 @@ HERE = Path(__file__).resolve()
 # variables the settings control: removed from the caller's environment first, so "default" is the default
 CONTROLLED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
               "BOOK_CLAIMS", "BOOK_CLAIMS_LOG", "IPYTHONDIR")
-DEFAULT_KEEP = ("transformer_lib.dates:date_split",)
+DEFAULT_KEEP = ("transformer_lib.dates:date_split", "transformer_lib.task_data:play_line_task")
 DEFAULT_OFFSET = 1000
 SPINNER = "while True: pass"
 

@@ -1,6 +1,6 @@
 """Sentences bound to measurements: a number in prose comes from the kernel, a comparison is checked.
 
-Used in chapters 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10 and 11.
+Used in chapters 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11 and 12.
 
 A chapter states a measured number through myst-nb's ``glue`` (``glue_number``: glued for the book *and*
 returned, so the cell can print it for readers of the notebook, where glue roles do not render) and guards each

@@ -1,6 +1,8 @@
 """LoRA: low-rank adapters on frozen linear layers (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language
 Models").
 
+Used in chapter 12.
+
 A frozen ``nn.Linear`` with weight ``W: (out, in)`` learns an update of rank ``r`` instead of a new ``W``:
 
     y = x W^T + b + (alpha / r) * dropout(x) A^T B^T,    A: (r, in),  B: (out, r)

@@ -1,5 +1,7 @@
 """Pre-training objectives as data: masked language modelling (BERT) and next-token prediction (GPT).
 
+Used in chapter 12.
+
 **Masked language modelling** (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for
 Language Understanding", section 3.1 and appendix A.1): each ordinary token is chosen for prediction with
 probability 15%; a chosen token is replaced by ``[MASK]`` 80% of the time, by a random token 10% of the time, and

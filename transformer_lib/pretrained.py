@@ -1,6 +1,6 @@
 """A real trained Transformer, offline: all-MiniLM-L6-v2 loaded into our ``BertEncoder``.
 
-Used in chapters 02, 03, 05, 06, 08 and 09.
+Used in chapters 02, 03, 05, 06, 08, 09 and 12.
 
 all-MiniLM-L6-v2 is a 6-layer BERT (d_model 384, 12 heads, d_ff 1536, 22.7M parameters). Its base is
 MiniLM (Wang et al. 2020, "MiniLM: Deep Self-Attention Distillation for Task-Agnostic Compression of

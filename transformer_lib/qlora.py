@@ -1,6 +1,8 @@
 """QLoRA's base: a frozen linear layer stored in 4-bit NF4, with LoRA adapters on top in float32 (Dettmers et al.
 2023, "QLoRA: Efficient Finetuning of Quantized LLMs").
 
+Used in chapter 12.
+
 The weight ``W: (out, in)`` is stored with chapter 09's NF4 (``nf4.nf4_quantize``: one 4-bit level index per
 weight, two per byte, and one float32 absmax per block of 64 weights) and read back (``nf4.nf4_dequantize``) in
 every forward pass, in the input's dtype; it never receives a gradient. Only the adapters

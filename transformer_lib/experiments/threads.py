@@ -1,5 +1,7 @@
 """``torch_threads(n)``: run a block with ``n`` CPU threads, then restore the previous number.
 
+Used in chapter 12.
+
 The chapters' experiments train models so small (d_model 32-64) that a second CPU thread saves little, while on a
 busy machine it can cost a lot: every operation waits at a barrier for both threads, and a thread the scheduler has
 put aside stalls the other. Measured on the book's shared 2-core machine under load, 60 training steps of

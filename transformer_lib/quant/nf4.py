@@ -3,7 +3,7 @@ weights that are roughly normal (as trained weights are) fall into each level ab
 ``[-1, 1]``. Each block of 64 weights is divided by its largest ``|w|`` (block-wise absmax) and every weight is
 stored as the index of its nearest level.
 
-Used in chapter 09.
+Used in chapters 09 and 12.
 
 The construction (the paper's Eq. 4 made asymmetric, as bitsandbytes' ``create_normal_map`` does): 8 positive
 levels at the N(0,1) quantiles of probabilities equally spaced from ``offset`` down to (not including) 0.5, 7

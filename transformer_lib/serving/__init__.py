@@ -7,7 +7,8 @@ This package's face gathers every public name of its modules (``from transformer
   its pieces (``filter_logits``, ``sample_next``, ``decode_step``, ``MatvecWeights``) and why a model or a cache
   cannot take the fast path (``fast_path_refusal``, ``cache_refusal``);
 * ``kv_cache``: the caches threaded through the layers, ``DynamicCache`` (concatenation), ``StaticCache``
-  (preallocated) and ``SlidingWindowCache`` (the last ``window`` positions), and their bytes (``kv_cache_bytes``);
+  (preallocated) and ``SlidingWindowCache`` (the last ``window`` positions), their bytes (``kv_cache_bytes``) and
+  how a byte count reads (``human_bytes``, the twin of the live calculator's formatter);
 * ``paged_cache``: ``PagedKVCache``, fixed-size blocks shared by many sequences (vLLM's PagedAttention);
 * ``continuous_batching``: ``serve``, a toy of continuous batching of requests (``Request``) over a paged cache;
 * ``quantized_cache``: ``QuantizedCache``, keys and values stored as int8 with one scale per vector, and what that
@@ -21,13 +22,14 @@ from __future__ import annotations
 from .continuous_batching import Request, serve
 from .generation import (CACHES, MatvecWeights, cache_refusal, decode_step, fast_path_refusal, filter_logits, generate,
                          matvec_weights, sample_next)
-from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, kv_cache_bytes
+from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, human_bytes, kv_cache_bytes
 from .paged_cache import PagedKVCache, memory_held
 from .quantized_cache import (QMAX, SCALE_BYTES, KVQuantizationEffect, QuantizedCache, dequantize_kv,
                               kv_quantization_effect, quantize_kv, quantized_kv_cache_bytes)
 
 __all__ = ["CACHES", "DynamicCache", "KVQuantizationEffect", "MatvecWeights", "PagedKVCache", "QMAX",
            "QuantizedCache", "Request", "SCALE_BYTES", "SlidingWindowCache", "StaticCache", "cache_refusal",
-           "decode_step", "dequantize_kv", "fast_path_refusal", "filter_logits", "generate", "kv_cache_bytes",
+           "decode_step", "dequantize_kv", "fast_path_refusal", "filter_logits", "generate", "human_bytes",
+           "kv_cache_bytes",
            "kv_quantization_effect", "matvec_weights", "memory_held", "quantize_kv", "quantized_kv_cache_bytes",
            "sample_next", "serve"]

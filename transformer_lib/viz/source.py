@@ -1,6 +1,6 @@
 """Show the library's own source in a notebook, so the book and the library cannot drift apart.
 
-Used in chapters 01, 02, 03, 04, 05, 06, 07, 08, 09, 10 and 11.
+Used in chapters 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11 and 12.
 """
 from __future__ import annotations
 
