@@ -30,8 +30,9 @@ Settings (``--settings``, comma-separated; default: all):
   (``Random.__init__`` calling ``seed``) is offset once. ``torch.cuda.manual_seed*`` is not wrapped: it is reached
   through ``torch.manual_seed`` with the offset seed. Not offset: the calls made from within the functions named
   in ``--seed-keep`` (default: ``transformer_lib.dates:date_split``, the train/test split of days the committed
-  translator was trained on: offsetting it would put training days into the test set; and
-  ``transformer_lib.experiments.minilm_pruning:sentence_sets`` and ``:sensitivity_importance``, the sentence sets
+  translator was trained on: offsetting it would put training days into the test set;
+  ``transformer_lib.book_models:shakespeare_val_batches``, the held-out windows that the GPT checkpoint's record and
+  chapter 09's committed study were scored on; and ``transformer_lib.experiments.minilm_pruning:sentence_sets`` and ``:sensitivity_importance``, the sentence sets
   and gradient probes of chapter 08's committed study, which the page recomputes with the file's seeds to check the
   file and pairs with its own measurements set by set), and anything random that was fixed when a checkpoint was
   trained (the committed weights are loaded, not retrained).
@@ -75,10 +76,13 @@ HERE = Path(__file__).resolve()
 # variables the settings control: removed from the caller's environment first, so "default" is the default
 CONTROLLED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
               "BOOK_CLAIMS", "BOOK_CLAIMS_LOG", "IPYTHONDIR")
-# seeds fixed by a committed file, not samples to redraw: the days the committed translator was trained on, and the
-# sentence sets and gradient probes of chapter 08's committed MiniLM study (the page recomputes part of it with the
-# same seeds to check that the file belongs to the model, and pairs its own measurements with the file's, set by set)
-DEFAULT_KEEP = ("transformer_lib.dates:date_split", "transformer_lib.experiments.minilm_pruning:sentence_sets",
+# seeds fixed by a committed file, not samples to redraw: the days the committed translator was trained on; the
+# held-out windows of the Shakespeare GPT, which its checkpoint's record and chapter 09's committed study were scored
+# on (the page checks its perplexity on them against the file's); and the sentence sets and gradient probes of
+# chapter 08's committed MiniLM study (the page recomputes part of it with the same seeds to check that the file
+# belongs to the model, and pairs its own measurements with the file's, set by set)
+DEFAULT_KEEP = ("transformer_lib.dates:date_split", "transformer_lib.book_models:shakespeare_val_batches",
+                "transformer_lib.experiments.minilm_pruning:sentence_sets",
                 "transformer_lib.experiments.minilm_pruning:sensitivity_importance")
 DEFAULT_OFFSET = 1000
 SPINNER = "while True: pass"
