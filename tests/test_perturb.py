@@ -247,3 +247,27 @@ def test_arguments_are_checked(tmp_path):
         assert e.value.code == 2
     assert perturb.parse([str(nb)]).settings == list(perturb.SETTINGS)
     assert perturb.parse([]).notebooks == sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def test_default_seed_keep_names_real_functions_and_keeps_their_seeds():
+    """Each ``--seed-keep`` default is a function of its module (a renamed one would silently be offset again), and
+    chapter 08's committed study's sentence sets come back unchanged under the offset, while a bare draw moves."""
+    import importlib
+    import inspect
+    for entry in perturb.DEFAULT_KEEP:
+        module, name = entry.split(":")
+        fn = inspect.unwrap(getattr(importlib.import_module(module), name))  # date_split is cached
+        assert fn.__code__.co_name == name and fn.__module__ == module, entry
+    code = textwrap.dedent(f"""\
+        import importlib.util, random, sys
+        spec = importlib.util.spec_from_file_location("t", {str(ROOT / "tools" / "perturb.py")!r})
+        tool = importlib.util.module_from_spec(spec); sys.modules["t"] = tool; spec.loader.exec_module(tool)
+        from transformer_lib.experiments.minilm_pruning import sentence_sets
+        lines = [f"line {{i}}" for i in range(40)]
+        before = sentence_sets(2, 5, seed=0, lines=lines), random.Random(0).random()
+        tool.install_seed_offset(1000, tool.DEFAULT_KEEP)
+        after = sentence_sets(2, 5, seed=0, lines=lines), random.Random(0).random()
+        print(before[0] == after[0], before[1] == after[1])
+        """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["True", "False"], out.stderr

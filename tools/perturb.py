@@ -29,11 +29,14 @@ Settings (``--settings``, comma-separated; default: all):
   (``None``, strings, bytes, ``SeedSequence`` and arrays pass unchanged); a call made inside another wrapped call
   (``Random.__init__`` calling ``seed``) is offset once. ``torch.cuda.manual_seed*`` is not wrapped: it is reached
   through ``torch.manual_seed`` with the offset seed. Not offset: the calls made from within the functions named
-  in ``--seed-keep`` (default ``transformer_lib.dates:date_split``, the train/test split of days the committed
-  translator was trained on: offsetting it would put training days into the test set; and
-  ``transformer_lib.task_data:play_line_task``, chapter 12's split of lines the committed adapters were trained
-  on), and anything random that
-  was fixed when a checkpoint was trained (the committed weights are loaded, not retrained).
+  in ``--seed-keep`` (default: ``transformer_lib.dates:date_split``, the train/test split of days the committed
+  translator was trained on: offsetting it would put training days into the test set;
+  ``transformer_lib.book_models:shakespeare_val_batches``, the held-out windows that the GPT checkpoint's record and
+  chapter 09's committed study were scored on; and ``transformer_lib.experiments.minilm_pruning:sentence_sets`` and ``:sensitivity_importance``, the sentence sets
+  and gradient probes of chapter 08's committed study, which the page recomputes with the file's seeds to check the
+  file and pairs with its own measurements set by set; ``transformer_lib.task_data:play_line_task``, chapter 12's
+  split of lines the committed adapters were trained on), and anything random that was fixed when a checkpoint was
+  trained (the committed weights are loaded, not retrained).
 * ``core0-busy``: the notebook's process and a competing CPU-bound process (``python -c "while True: pass"``)
   both pinned to the first core this tool may use, as ``taskset -c 0`` does: a machine half as fast, and busy.
   Linux only (skipped with a note where ``os.sched_setaffinity`` is missing).
@@ -74,7 +77,16 @@ HERE = Path(__file__).resolve()
 # variables the settings control: removed from the caller's environment first, so "default" is the default
 CONTROLLED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
               "BOOK_CLAIMS", "BOOK_CLAIMS_LOG", "IPYTHONDIR")
-DEFAULT_KEEP = ("transformer_lib.dates:date_split", "transformer_lib.task_data:play_line_task")
+# seeds fixed by a committed file, not samples to redraw: the days the committed translator was trained on; the
+# held-out windows of the Shakespeare GPT, which its checkpoint's record and chapter 09's committed study were scored
+# on (the page checks its perplexity on them against the file's); and the sentence sets and gradient probes of
+# chapter 08's committed MiniLM study (the page recomputes part of it with the same seeds to check that the file
+# belongs to the model, and pairs its own measurements with the file's, set by set); chapter 12's split of lines
+# that the committed adapters were trained on
+DEFAULT_KEEP = ("transformer_lib.dates:date_split", "transformer_lib.book_models:shakespeare_val_batches",
+                "transformer_lib.experiments.minilm_pruning:sentence_sets",
+                "transformer_lib.experiments.minilm_pruning:sensitivity_importance",
+                "transformer_lib.task_data:play_line_task")
 DEFAULT_OFFSET = 1000
 SPINNER = "while True: pass"
 
