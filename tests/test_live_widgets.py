@@ -377,7 +377,7 @@ def test_browser_attention_steps_match_the_library(page):
         return [a, m.weightedSum(a, V)];
       }}));"""))
     for tau, per_query in zip(taus, got):
-        out, weights = tl.scaled_dot_product_attention(q.double(), k.double(), v.double(), return_weights=True,
+        out, weights = tl.scaled_dot_product_attention(q.double(), k.double(), v.double(), need_weights=True,
                                                        temperature=tau)
         torch.testing.assert_close(torch.tensor([w for w, _ in per_query], dtype=torch.float64), weights,
                                    atol=1e-6, rtol=0)

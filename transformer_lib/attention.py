@@ -104,7 +104,7 @@ def scaled_dot_product_attention(
     v: torch.Tensor,
     mask: torch.Tensor | None = None,
     temperature: float = 1.0,
-    return_weights: bool = False,
+    need_weights: bool = False,
     is_causal: bool = False,
     dropout_p: float = 0.0,
 ):
@@ -116,7 +116,7 @@ def scaled_dot_product_attention(
             (trailing dimensions aligned: a 3-D mask against 4-D ``(B, H, Tq, Tk)`` scores is read as
             ``(H, Tq, Tk)``; ``MultiHeadAttention`` refuses 3-D masks for that reason).
         temperature: divides the scaled scores (not the mask); must be > 0 (tau -> 0: argmax, tau -> inf: uniform).
-        return_weights: if True, take the explicit teaching path and also return the weights.
+        need_weights: if True, take the explicit teaching path and also return the weights.
         is_causal: add a causal mask aligned to the end of the keys (query i sees keys <= i + Tk - Tq).
         dropout_p: dropout on the attention weights (training only; 0 at inference).
 
@@ -131,14 +131,14 @@ def scaled_dot_product_attention(
     if mask is not None:
         check_mask(mask, _scores_shape(q, k), "mask")
     scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
-    if is_causal and mask is None and not return_weights and q.shape[-2] in (1, k.shape[-2]):
+    if is_causal and mask is None and not need_weights and q.shape[-2] in (1, k.shape[-2]):
         # Square: PyTorch's is_causal kernel skips the masked half instead of reading a mask.
         # One query (decoding with a cache) is the newest position: it sees every key, no mask needed.
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=q.shape[-2] > 1, scale=scale)
     if is_causal:
         causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
         mask = causal if mask is None else combine_masks(mask, causal)
-    if return_weights:
+    if need_weights:
         weights = attention_weights(q, k, mask, temperature)  # (..., Tq, Tk)
         return F.dropout(weights, dropout_p) @ v, weights
     keep = None if mask is None else to_boolean(mask)  # True where attention is allowed

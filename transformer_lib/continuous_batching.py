@@ -10,7 +10,7 @@ tokens fit in the free blocks join it. One step of ``serve``:
    its whole sequence will need (``prompt + max_new_tokens - 1`` positions; reserved up front, so a running
    sequence never runs out of blocks). Its prompt is run alone (the *prefill*), which gives its first new token;
 2. decode: one forward pass over one new token per running sequence, rows of different lengths in one batch
-   (``PagedKVCache`` pads them on the left, ``key_padding_mask`` hides the padding, each row keeps its position);
+   (``PagedKVCache`` pads them on the left, ``attention_mask`` hides the padding, each row keeps its position);
 3. retire: a sequence that has its ``max_new_tokens`` leaves and frees its blocks.
 
 Toy limits, said plainly: greedy decoding only, one prefill per admitted request, a Python loop per step, and
@@ -111,5 +111,5 @@ def _decode(model, cache: PagedKVCache, seq_ids: list, tokens: list[int]) -> lis
     cache.set_active(seq_ids)
     device = cache.key_pools[0].device
     token = torch.tensor(tokens, dtype=torch.long, device=device)[:, None]  # (B, 1)
-    logits = decode_step(model, token, cache, position=cache.positions(), key_padding_mask=cache.key_padding_mask(1))
+    logits = decode_step(model, token, cache, position=cache.positions(), attention_mask=cache.attention_mask(1))
     return logits.argmax(-1).tolist()  # (B,)

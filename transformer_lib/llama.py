@@ -125,10 +125,10 @@ class LlamaBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.eps)
         self.ffn = (SwiGLU(cfg.d_model, cfg.d_ff) if cfg.n_experts == 0 else
                     MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.top_k, cfg.capacity_factor))
-        self.attn_weights = None  # (B, H, T, Tk) after a forward with need_weights=True
+        self.self_weights = None  # (B, H, T, Tk) after a forward with need_weights=True
 
-    def forward(self, x, key_padding_mask=None, need_weights: bool = False, cache=None):
-        a, self.attn_weights = self.self_attn(self.attn_norm(x), key_padding_mask=key_padding_mask, is_causal=True,
+    def forward(self, x, attention_mask=None, need_weights: bool = False, cache=None):
+        a, self.self_weights = self.self_attn(self.attn_norm(x), attention_mask=attention_mask, is_causal=True,
                                               need_weights=need_weights, cache=cache)
         x = x + a
         return x + self.ffn(self.ffn_norm(x))
@@ -150,9 +150,9 @@ class Llama(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None,
-                key_padding_mask: torch.Tensor | None = None, need_weights: bool = False,
+                attention_mask: torch.Tensor | None = None, need_weights: bool = False,
                 position_ids: torch.Tensor | None = None):
-        """``cache``: a ``kv_cache`` object; ``key_padding_mask: (B, past + T)`` bool, True on real tokens.
+        """``cache``: a ``kv_cache`` object; ``attention_mask: (B, past + T)`` bool, True on real tokens.
         ``position_ids`` is accepted for ``generate`` and ignored: RoPE depends only on distances, which left padding
         does not change. With ``targets`` (-100 = ignore) the loss is the cross-entropy plus, for a mixture,
         ``aux_loss_coef`` times ``balance_loss()``."""
@@ -163,7 +163,7 @@ class Llama(nn.Module):
             raise ValueError(f"idx ids must be in [0, {self.cfg.vocab_size}), got [{int(idx.min())}, {int(idx.max())}]")
         x = self.tok_emb(idx)  # (B, T, d_model)
         for block in self.blocks:
-            x = block(x, key_padding_mask=key_padding_mask, need_weights=need_weights, cache=cache)
+            x = block(x, attention_mask=attention_mask, need_weights=need_weights, cache=cache)
         logits = self.lm_head(self.norm(x))  # (B, T, V)
         loss = None
         if targets is not None:

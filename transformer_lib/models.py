@@ -173,42 +173,45 @@ class Transformer(nn.Module):
     def embed(self, emb: nn.Embedding, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return self.dropout(self.pos(emb(ids) * math.sqrt(self.cfg.d_model), offset))  # (B, T, d_model)
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None, need_weights: bool = False):
-        """``src: (B, S)`` -> memory ``(B, S, d_model)``. ``src_mask: (B, S)`` bool, True on real tokens
+    def encode(self, src: torch.Tensor, attention_mask: torch.Tensor | None = None, need_weights: bool = False):
+        """``src: (B, S)`` -> memory ``(B, S, d_model)``. ``attention_mask: (B, S)`` bool, True on real tokens
         (default: ``src != pad_id``)."""
         _check_ids(src, self.cfg.src_vocab_size, "src")
-        src_mask = src != self.cfg.pad_id if src_mask is None else src_mask
-        _check_mask_arg(src_mask, src.shape, "src_mask")
+        attention_mask = src != self.cfg.pad_id if attention_mask is None else attention_mask
+        _check_mask_arg(attention_mask, src.shape, "attention_mask")
         x = self.embed(self.src_emb, src)
         for layer in self.encoder:
-            x = layer(x, key_padding_mask=src_mask, need_weights=need_weights)
+            x = layer(x, attention_mask=attention_mask, need_weights=need_weights)
         return self.enc_norm(x)
 
-    def decode(self, tgt, memory, src_mask=None, tgt_mask=None, need_weights: bool = False, cache=None):
+    def decode(self, tgt, memory, attention_mask=None, decoder_attention_mask=None, need_weights: bool = False,
+               cache=None):
         """``tgt: (B, T)`` ids, ``memory: (B, S, d_model)`` -> logits ``(B, T, tgt_vocab)``.
 
-        ``src_mask: (B, S)`` hides padded source positions; ``tgt_mask: (B, past + T)`` padded target keys
-        (``past`` = tokens already in ``cache``, else 0). Both bool, True on real tokens.
+        ``attention_mask: (B, S)`` hides padded source positions; ``decoder_attention_mask: (B, past + T)`` padded
+        target keys (``past`` = tokens already in ``cache``, else 0). Both bool, True on real tokens (the names of
+        Hugging Face's encoder-decoder models).
         """
         _check_ids(tgt, self.cfg.tgt_vocab_size, "tgt")
         B, d = tgt.shape[0], self.cfg.d_model
         if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
             got = tuple(memory.shape) if isinstance(memory, torch.Tensor) else type(memory).__name__
             raise ValueError(f"memory must be (B={B}, S, d_model={d}) from encode(), got {got}")
-        if src_mask is not None:
-            _check_mask_arg(src_mask, memory.shape[:2], "src_mask")
+        if attention_mask is not None:
+            _check_mask_arg(attention_mask, memory.shape[:2], "attention_mask")
         past = 0 if cache is None else cache.get_seq_length(0)
-        if tgt_mask is not None:
-            _check_mask_arg(tgt_mask, (B, past + tgt.shape[1]), "tgt_mask")
+        if decoder_attention_mask is not None:
+            _check_mask_arg(decoder_attention_mask, (B, past + tgt.shape[1]), "decoder_attention_mask")
         x = self.embed(self.tgt_emb, tgt, offset=past)
         for layer in self.decoder:
-            x = layer(x, memory, memory_key_padding_mask=src_mask, key_padding_mask=tgt_mask,
+            x = layer(x, memory, encoder_attention_mask=attention_mask, attention_mask=decoder_attention_mask,
                       need_weights=need_weights, cache=cache)
         return self.generator(self.dec_norm(x))
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask=None, tgt_mask=None) -> torch.Tensor:
-        src_mask = src != self.cfg.pad_id if src_mask is None else src_mask
-        return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, attention_mask=None,
+                decoder_attention_mask=None) -> torch.Tensor:
+        attention_mask = src != self.cfg.pad_id if attention_mask is None else attention_mask
+        return self.decode(tgt, self.encode(src, attention_mask), attention_mask, decoder_attention_mask)
 
 
 # ----------------------------------------------------------------------------- decoder-only
@@ -273,11 +276,11 @@ class GPT(nn.Module):
         self.lm_head.weight = self.tok_emb.weight  # weight tying (Press & Wolf 2017)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None,
-                key_padding_mask: torch.Tensor | None = None, need_weights: bool = False,
+                attention_mask: torch.Tensor | None = None, need_weights: bool = False,
                 position_ids: torch.Tensor | None = None):
         """Returns ``(logits (B, T, V), loss or None)``. ``targets: (B, T)``, -100 = ignore.
 
-        ``cache``: a KV cache (chapter 07); ``key_padding_mask: (B, past + T)`` bool, True on real tokens.
+        ``cache``: a KV cache (chapter 07); ``attention_mask: (B, past + T)`` bool, True on real tokens.
         ``position_ids: (B, T)``: each token's position for the learned/sinusoidal tables (default
         ``past .. past + T - 1``), so a left-padded row can start at 0 as it would alone. RoPE and ALiBi
         depend only on the distance between two tokens, which padding does not change: they ignore it.
@@ -305,7 +308,7 @@ class GPT(nn.Module):
             bias = alibi_bias(self.cfg.n_heads, T, past + T, device=idx.device, dtype=x.dtype)  # (H, T, past + T)
             bias = bias[None]  # (1, H, T, past + T): one bias per head, shared by the batch
         for block in self.blocks:
-            x = block(x, self_mask=bias, key_padding_mask=key_padding_mask, need_weights=need_weights, cache=cache)
+            x = block(x, self_mask=bias, attention_mask=attention_mask, need_weights=need_weights, cache=cache)
         logits = self.lm_head(self.norm(x))
         loss = None
         if targets is not None:
@@ -408,8 +411,8 @@ class BertEncoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, d_model)
         hidden, attentions = [x], []
         for layer in self.layers:
-            x = layer(x, key_padding_mask=attention_mask, need_weights=need_weights)
+            x = layer(x, attention_mask=attention_mask, need_weights=need_weights)
             hidden.append(x)
             if need_weights:
-                attentions.append(layer.attn_weights)
+                attentions.append(layer.self_weights)
         return BertOutput(x, tuple(hidden), tuple(attentions))

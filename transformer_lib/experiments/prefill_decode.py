@@ -110,7 +110,7 @@ def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor
         positions = (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)  # (B, T)
         position = positions[:, -1:]
     cache = StaticCache.for_model(model, B, max_len)
-    logits = model(ids, cache=cache, key_padding_mask=None if mask is None else mask[:, :T],
+    logits = model(ids, cache=cache, attention_mask=None if mask is None else mask[:, :T],
                    position_ids=positions)[0][:, -1]  # (B, V)
     return Prefilled(cache, logits.argmax(-1, keepdim=True), T, mask, position)
 
@@ -129,7 +129,7 @@ def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
         t = state.past + i + 1  # keys after this step
         position = None if state.position is None else state.position + i + 1
         mask = None if state.mask is None else state.mask[:, :t]
-        logits = decode_step(model, token, state.cache, position=position, key_padding_mask=mask)  # (B, V)
+        logits = decode_step(model, token, state.cache, position=position, attention_mask=mask)  # (B, V)
         token = logits.argmax(-1, keepdim=True)  # (B, 1)
         out.append(token)
     state.cache.lengths = [state.past] * len(state.cache.lengths)  # forget the steps: the next run repeats them
