@@ -221,7 +221,7 @@ def test_fully_masked_rows_have_finite_gradients(need_weights):
 def test_non_positive_temperature_is_rejected():
     q, k, v = make_qkv()
     for t in (0.0, -1.0, float("nan")):
-        with pytest.raises(ValueError, match=r"temperature must be > 0, got temperature="):
+        with pytest.raises(ValueError, match=rf"temperature must be a finite number > 0 \(as T -> 0 .*\), got {t}"):
             scaled_dot_product_attention(q, k, v, temperature=t)
         with pytest.raises(ValueError, match=r"temperature"):
             softmax_with_temperature(torch.zeros(3), t)

@@ -440,24 +440,37 @@ def test_without_a_cache_the_window_slides_past_the_context():
 NAN, INF = float("nan"), float("inf")
 
 
-@pytest.mark.parametrize("kw, match", [
-    *[(dict(temperature=t), rf"temperature must be a finite number >= 0 \(0 = greedy\), got {t!r}")
+def _got(value, kind=(int, float)) -> str:
+    """How a refused value shows in the message: its repr, after its type when the type is what is wrong."""
+    return repr(value) if _error(value, kind) is ValueError else f"{type(value).__name__} {value!r}"
+
+
+def _error(value, kind=(int, float)):
+    """TypeError for a value of the wrong type (a bool is no number), ValueError for one out of range."""
+    return ValueError if isinstance(value, kind) and not isinstance(value, bool) else TypeError
+
+
+@pytest.mark.parametrize("kw, error, match", [
+    *[(dict(temperature=t), _error(t), rf"temperature must be a finite number >= 0 \(0 = greedy\), got {_got(t)}")
       for t in (-1.0, NAN, INF, -INF, "0.5", True)],
-    *[(dict(top_k=k), rf"top_k must be an int >= 1 or None, got {k!r}") for k in (0, -3, 2.5, True)],
-    *[(dict(top_p=p), rf"top_p must be a number in \(0, 1\] or None, got {p!r}")
+    *[(dict(top_k=k), _error(k, int), rf"top_k must be an int >= 1 or None, got {_got(k, int)}") for k in (0, -3, 2.5, True)],
+    *[(dict(top_p=p), _error(p), rf"top_p must be a number in \(0, 1\] or None, got {_got(p)}")
       for p in (0.0, -0.1, 1.5, NAN, INF, "0.9")],
-    *[(dict(max_new_tokens=n), rf"max_new_tokens must be an int >= 0, got {n!r}") for n in (-1, 2.0, True)],
-    (dict(use_cache="yes"), "use_cache must be a bool, got 'yes'"),
-    (dict(cache_implementation="paged"), "cache_implementation must be 'static' or 'dynamic', got 'paged'"),
-    (dict(attention_mask=torch.ones(1, 5, dtype=torch.bool)),
+    *[(dict(max_new_tokens=n), _error(n, int), rf"max_new_tokens must be an int >= 0, got {_got(n, int)}")
+      for n in (-1, 2.0, True)],
+    (dict(use_cache="yes"), TypeError, "use_cache must be a bool, got str 'yes'"),
+    (dict(cache_implementation="paged"), ValueError,
+     "cache_implementation must be 'static' or 'dynamic', got 'paged'"),
+    (dict(attention_mask=torch.ones(1, 5, dtype=torch.bool)), ValueError,
      r"attention_mask must be a \(B, T\) = \(1, 4\) tensor, got \(1, 5\)")])
-def test_bad_arguments_are_rejected(kw, match):
+def test_bad_arguments_are_rejected(kw, error, match):
     args = dict(max_new_tokens=3) | kw
     for use_cache in (True, False):
         if "use_cache" in kw or ("cache_implementation" in kw and not use_cache):
             continue
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(error, match=match) as info:
             generate(toy_gpt(), ids((1, 4), seed=0), use_cache=use_cache, **args)
+        assert type(info.value) is error
 
 
 @pytest.mark.parametrize("kw, match", [(dict(temperature=NAN), "temperature must be a finite number"),

@@ -89,7 +89,10 @@ def peft_layers(pm) -> dict[str, nn.Module]:
     ({"target_modules": ["query", 3]}, "target_modules"),
 ])
 def test_config_rejects_bad_values_naming_the_argument(kwargs, word):
-    with pytest.raises(ValueError, match=word):
+    value = next(iter(kwargs.values()))
+    wrong_type = word in ("r", "alpha", "dropout") and (isinstance(value, bool) or type(value) is not type(0 * value))
+    wrong_type = wrong_type or (word == "r" and type(value) is not int)
+    with pytest.raises(TypeError if wrong_type else ValueError, match=rf"\b{word}\b"):
         LoRAConfig(**kwargs)
 
 

@@ -208,7 +208,7 @@ def test_bad_input_gets_clear_errors():
         cache.add_sequence("x")
     with pytest.raises(ValueError, match=r"k, v must be \(B=0 active rows, H_kv=4, T_new, d_head=8\)"):
         cache.update(torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8), 0)
-    with pytest.raises(ValueError, match=r"max_len must be an int >= the longest sequence \(0\), got -1"):
+    with pytest.raises(ValueError, match=r"max_len must be an int >= 0 \(the longest sequence\), got -1"):
         memory_held(cache, max_len=-1)
     with pytest.raises(ValueError, match=r"positional='rope' rotates a whole batch by one offset"):
         serve(toy_gpt("rope"), [Request(torch.tensor([1]), 2)], PagedKVCache(2, 4, 8, 4, 4))

@@ -73,11 +73,13 @@ def test_a_window_changes_only_the_positions_that_reach_past_it():
 
 @pytest.mark.parametrize("bad", [0, -2, 2.5, "4", True])
 def test_bad_window_raises_a_value_error_naming_it(bad):
-    with pytest.raises(ValueError, match=r"GPTConfig.window must be an int >= 1 or None \(full attention\), got"):
+    """An int below 1 is a ValueError; another type (a float, a string, a bool) a TypeError naming the type."""
+    error, got = (ValueError, f"got {bad!r}") if type(bad) is int else (TypeError, f"got {type(bad).__name__} {bad!r}")
+    with pytest.raises(error, match=rf"GPTConfig.window must be an int >= 1 or None \(full attention\), {got}$"):
         GPTConfig(vocab_size=V, window=bad)
-    with pytest.raises(ValueError, match=r"window must be an int >= 1 .* or None \(full attention\), got"):
+    with pytest.raises(error, match=rf"window must be an int >= 1 .* or None \(full attention\), {got}$"):
         MultiHeadAttention(16, 4, window=bad)
-    with pytest.raises(ValueError, match="window must be an int >= 1"):
+    with pytest.raises(error, match=rf"window must be an int >= 1 .*, {got}$"):
         SlidingWindowCache(bad)
 
 

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer_lib"
 # Lowest first. A module may import modules of its own layer or of a lower one, never of a higher one.
 # A package's __init__ is listed under the package's own name ("transformer_lib", "transformer_lib.viz").
 LAYERS = {
-    "foundation": ["device", "modes", "timing", "claims", "tensor_memory", "params"],
+    "foundation": ["checks", "device", "modes", "timing", "claims", "tensor_memory", "params"],
     "core model": ["attention", "masking", "positional", "multihead", "layers", "models", "kv_cache", "generate",
                    "paged_cache", "continuous_batching", "quantized_cache",
                    "variants", "rnn", "flash", "kernels", "kernels.*",

@@ -90,11 +90,11 @@ def test_widget_sends_top_k_logits_whose_probabilities_are_the_softmax():
                             torch.randn(2, 6, 32), torch.randn(2, 6, 32), torch.randn(6, 50))),
      ValueError, "record.embedding must be finite"),
     (dict(vocab=VOCAB[:10]), ValueError, r"vocab must list one string per logit \(50\), got 10"),
-    (dict(top_k=0), ValueError, r"top_k must be an int in \[1, 20\], got top_k=0"),
-    (dict(n_dims=64), ValueError, r"n_dims must be an int in \[1, 32\], got n_dims=64"),
-    (dict(position=6), ValueError, r"position must be an int in \[0, 5\], got position=6"),
-    (dict(layer=2), ValueError, r"layer must be an int in \[0, 1\], got layer=2"),
-    (dict(head=-1), ValueError, r"head must be an int in \[0, 3\], got head=-1"),
+    (dict(top_k=0), ValueError, r"top_k must be an int in \[1, 20\], got 0"),
+    (dict(n_dims=64), ValueError, r"n_dims must be an int in \[1, 32\], got 64"),
+    (dict(position=6), ValueError, r"position must be an int in \[0, 5\], got 6"),
+    (dict(layer=2), ValueError, r"layer must be an int in \[0, 1\], got 2"),
+    (dict(head=-1), ValueError, r"head must be an int in \[0, 3\], got -1"),
     (dict(stage="logits"), ValueError, "stage must be one of .*'probabilities'.*got 'logits'"),
 ])
 def test_token_flow_rejects_bad_input_naming_the_argument(kwargs, err, match):

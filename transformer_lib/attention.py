@@ -15,22 +15,17 @@ may attend to a key; a **float** mask is added to the scores (0 = keep, very neg
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 import torch.nn.functional as F
 
+from .checks import check_number, check_probability
 from .masking import causal_mask, check_mask, combine_masks, to_additive, to_boolean
 
 
 def _check_temperature(temperature: float) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise TypeError(f"temperature must be a positive float, got {type(temperature).__name__} {temperature!r}")
-    if not 0 < temperature < math.inf:
-        raise ValueError(
-            f"temperature must be > 0, got temperature={temperature!r}; it must be a finite number. "
-            "As T -> 0 the softmax tends to argmax (one-hot); as T -> inf it tends to uniform."
-        )
+    check_number("temperature", temperature, min=0, min_open=True,
+                 note="as T -> 0 the softmax tends to argmax (one-hot); as T -> inf it tends to uniform")
 
 
 def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim: int = -1) -> torch.Tensor:
@@ -126,8 +121,7 @@ def scaled_dot_product_attention(
     """
     _check_qkv(q, k, v)
     _check_temperature(temperature)
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
-        raise ValueError(f"dropout_p must be a probability in [0, 1), got {dropout_p!r}")
+    check_probability("dropout_p", dropout_p)
     if mask is not None:
         check_mask(mask, _scores_shape(q, k), "mask")
     scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)

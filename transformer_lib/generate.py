@@ -23,12 +23,11 @@ through its own modules, ``model(token, cache=cache)``. A model whose attention 
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_bool, check_int, check_number
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache
 from .layers import DecoderLayer, FeedForward, LayerNorm, Residual
 from .multihead import MultiHeadAttention
@@ -36,14 +35,9 @@ from .positional import alibi_bias
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 \
-            or math.isinf(temperature):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
-                              or not 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
+    check_number("temperature", temperature, min=0, note="0 = greedy")
+    check_int("top_k", top_k, min=1, optional=True)
+    check_number("top_p", top_p, 0, 1, min_open=True, optional=True)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
@@ -301,10 +295,8 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_i
             type(prompt_ids).__name__
         raise ValueError(f"prompt_ids must be an integer tensor (B, T) with T >= 1, got {got}")
     B, T = prompt_ids.shape
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if not isinstance(use_cache, bool):
-        raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
+    check_int("max_new_tokens", max_new_tokens, min=0)
+    check_bool("use_cache", use_cache)
     if use_cache:
         _check_cacheable(model)
     if T > block:

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_int
 from .activations import SwiGLU, swiglu_hidden
 from .models import init_weights
 from .moe import MoE
@@ -91,18 +92,15 @@ class LlamaConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"LlamaConfig.{name} must be a positive int, got {value!r}")
+            check_int(f"LlamaConfig.{name}", getattr(self, name), min=1)
         self.n_kv_heads = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
         self.d_ff = swiglu_hidden(self.d_model, multiple_of=8) if self.d_ff is None else self.d_ff
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ValueError(f"d_model={self.d_model} must be n_heads={self.n_heads} times an even d_head (RoPE)")
-        if isinstance(self.n_kv_heads, bool) or not isinstance(self.n_kv_heads, int) or self.n_kv_heads < 1 \
-                or self.n_heads % self.n_kv_heads:
+        check_int("LlamaConfig.n_kv_heads", self.n_kv_heads, min=1)
+        if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
-        if isinstance(self.n_experts, bool) or not isinstance(self.n_experts, int) or self.n_experts < 0:
-            raise ValueError(f"LlamaConfig.n_experts must be an int >= 0 (0 = dense), got {self.n_experts!r}")
+        check_int("LlamaConfig.n_experts", self.n_experts, min=0, note="0 = dense")
         if self.n_experts and not 1 <= self.top_k <= self.n_experts:
             raise ValueError(f"top_k={self.top_k} must be in [1, n_experts={self.n_experts}]")
         if not self.aux_loss_coef >= 0:

@@ -41,6 +41,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_int, check_number, check_probability
+
 
 @dataclass(frozen=True)
 class LoRAConfig:
@@ -53,14 +55,9 @@ class LoRAConfig:
     target_modules: str | tuple[str, ...] | list[str] = field(default=("query", "value"))
 
     def __post_init__(self):
-        if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 1:
-            raise ValueError(f"r (the adapter rank) must be a positive int, got {self.r!r}")
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha) \
-                or self.alpha <= 0:
-            raise ValueError(f"alpha must be a positive finite number (scaling alpha / r), got {self.alpha!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {self.dropout!r}")
+        check_int("r", self.r, min=1, note="the adapter rank")
+        check_number("alpha", self.alpha, min=0, min_open=True, note="scaling alpha / r")
+        check_probability("dropout", self.dropout)
         t = self.target_modules
         if isinstance(t, str):
             if not t:
@@ -251,8 +248,7 @@ def apply_sliced_lora(model: nn.Module, config: LoRAConfig, slices: dict[str, tu
 def qkv_slices(d_model: int, which: str = "qv") -> dict[str, tuple[int, int]]:
     """The rows of ``W_Q``, ``W_K``, ``W_V`` in ``MultiHeadAttention``'s stacked ``qkv: (3 d_model, d_model)``, for
     the letters in ``which`` (``"qv"``: the paper's choice)."""
-    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-        raise ValueError(f"d_model must be a positive int, got {d_model!r}")
+    check_int("d_model", d_model, min=1)
     if not isinstance(which, str) or not which or any(c not in "qkv" for c in which) or len(set(which)) != len(which):
         raise ValueError(f"which must be distinct letters of 'qkv', e.g. 'qv', got {which!r}")
     return {c: ("qkv".index(c) * d_model, ("qkv".index(c) + 1) * d_model) for c in which}

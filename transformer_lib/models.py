@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_bool, check_int, check_number, check_probability
 from .layers import ACTIVATIONS, DecoderLayer, EncoderLayer, LayerNorm
 from .params import count_parameters
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
@@ -28,24 +29,16 @@ def _check_ints(cfg, *names: str, minimum: int = 1) -> None:
     """Each ``cfg.<name>`` must be an int >= ``minimum``: TypeError for another type, ValueError below it."""
     for name in names:
         value = getattr(cfg, name)
-        where = f"{type(cfg).__name__}.{name}"
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{where} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
-        if value < minimum:
-            raise ValueError(f"{where} must be an int >= {minimum}, got {value!r}")
+        check_int(f"{type(cfg).__name__}.{name}", value, min=minimum)
 
 
 def _check_flags(cfg, *names: str) -> None:
     for name in names:
-        value = getattr(cfg, name)
-        if not isinstance(value, bool):
-            raise TypeError(f"{type(cfg).__name__}.{name} must be a bool, got {type(value).__name__} {value!r}")
+        check_bool(f"{type(cfg).__name__}.{name}", getattr(cfg, name))
 
 
 def _check_dropout(cfg) -> None:
-    p = cfg.dropout
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-        raise ValueError(f"{type(cfg).__name__}.dropout must be a probability in [0, 1), got {p!r}")
+    check_probability(f"{type(cfg).__name__}.dropout", cfg.dropout)
 
 
 def _check_heads(cfg) -> None:
@@ -86,8 +79,7 @@ def _check_positions(position_ids: torch.Tensor, shape: tuple, block_size: int) 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
     """GPT-2/BERT initialisation: N(0, 0.02) for Linear and Embedding weights, zero biases."""
-    if isinstance(std, bool) or not isinstance(std, (int, float)) or not 0 < std < math.inf:
-        raise ValueError(f"std must be a finite number > 0, got {std!r}")
+    check_number("std", std, min=0, min_open=True)
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
     if isinstance(module, nn.Linear) and module.bias is not None:
@@ -244,8 +236,7 @@ class GPTConfig(_HeadSize):
             _check_ints(self, "n_kv_heads")
             if self.n_heads % self.n_kv_heads != 0:
                 raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
-        if self.window is not None and (type(self.window) is not int or self.window < 1):  # bool is not int here
-            raise ValueError(f"GPTConfig.window must be an int >= 1 or None (full attention), got {self.window!r}")
+        check_int("GPTConfig.window", self.window, min=1, optional="full attention")
         if self.positional == "rope" and self.d_head % 2 != 0:
             raise ValueError(f"positional='rope' rotates feature pairs: d_head = d_model // n_heads must be even, "
                              f"got {self.d_model} // {self.n_heads} = {self.d_model // self.n_heads}")
@@ -344,8 +335,7 @@ class BertConfig(_HeadSize):
         _check_ints(self, "vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len", "type_vocab_size")
         _check_dropout(self)
         _check_heads(self)
-        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
-            raise ValueError(f"BertConfig.eps must be a small positive float in (0, 1), got {self.eps!r}")
+        check_number("BertConfig.eps", self.eps, 0, 1, min_open=True, max_open=True, note="a small positive float")
 
 
 @dataclass

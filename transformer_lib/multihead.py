@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import scaled_dot_product_attention
+from .checks import check_int, check_probability
 from .masking import check_mask, combine_masks, key_padding_to_attention
 
 
@@ -34,9 +35,7 @@ def sliding_window_mask(t_q: int, t_k: int, window: int, device=None) -> torch.T
 
 def check_window(window) -> None:
     """``window`` is None (full attention) or an int >= 1."""
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        raise ValueError(f"window must be an int >= 1 (keys a query sees, itself included) or None (full "
-                         f"attention), got {type(window).__name__} {window!r}")
+    check_int("window", window, min=1, note="keys a query sees, itself included", optional="full attention")
 
 
 def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> None:
@@ -76,18 +75,12 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         sizes = dict(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head)
         for name, value in sizes.items():
-            if name == "d_head" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
-            if value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value}")
+            check_int(name, value, min=1, optional=name == "d_head")
         if d_head is None and d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be a positive multiple of n_heads={n_heads}")
         if n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        check_probability("dropout", dropout)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
         self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head

@@ -29,13 +29,13 @@ from typing import Hashable, Sequence
 
 import torch
 
+from .checks import check_int
 from .kv_cache import kv_cache_bytes
 
 
 def _check_positive(**values) -> None:
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int(name, value, min=1)
 
 
 class PagedKVCache:
@@ -197,8 +197,7 @@ def memory_held(cache: PagedKVCache, max_len: int | None = None) -> dict:
     lengths = [n[0] for n in cache.lengths.values()]
     longest = max(lengths, default=0)
     max_len = longest if max_len is None else max_len
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < longest:
-        raise ValueError(f"max_len must be an int >= the longest sequence ({longest}), got {max_len!r}")
+    check_int("max_len", max_len, min=longest, note="the longest sequence")
     pool = cache.key_pools[0]
     contiguous = kv_cache_bytes(cache.n_layers, pool.shape[1], pool.shape[3], max_len, batch_size=len(lengths),
                                 bytes_per_element=pool.element_size())

@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 import traitlets
 
+from ..checks import check_tensor
 from ..models import GPT
 from .live import LiveWidget, check_range, encode_float32
 
@@ -70,16 +71,9 @@ def trace_token_flow(model: GPT, ids: torch.Tensor) -> FlowRecord:
 
 
 def _tensor(name: str, value, shape: tuple) -> torch.Tensor:
-    """``value`` checked to be a finite tensor of ``shape`` (``None`` entries match any size >= 1)."""
-    ok = isinstance(value, torch.Tensor) and value.dim() == len(shape) and all(
-        s is None or v == s for v, s in zip(value.shape, shape)) and value.numel() > 0
-    if not ok:
-        want = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"
-        got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ValueError(f"{name} must be a tensor of shape {want}, got {got}")
-    if not torch.isfinite(value).all():
-        raise ValueError(f"{name} must be finite (no NaN or inf)")
-    return value.detach().float().cpu()
+    """``value`` checked to be a finite tensor of ``shape`` (``None`` entries match any size >= 1), as float32 on
+    the CPU."""
+    return check_tensor(name, value, shape, finite=True).detach().float().cpu()
 
 
 class TokenFlow(LiveWidget):
