@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import transformer_lib.generate as generate_module
-from transformer_lib.generate import (cache_refusal, decode_step, fast_path_refusal, filter_logits, generate,
+from transformer_lib.generate import (cache_refusal, decode_step, fast_path_refusal, filter_logits,
+                                      fused_decode_step, generate,
                                       MatvecWeights, sample_next)
 from transformer_lib.kv_cache import DynamicCache, StaticCache
 from transformer_lib.layers import ACTIVATIONS
@@ -215,8 +216,8 @@ def test_fast_path_is_taken_only_for_the_block_it_implements(name, monkeypatch):
     model = variant(name)
     assert (fast_path_refusal(model) is None) == (name not in NOT_FAST), fast_path_refusal(model)
     calls = []
-    real = generate_module.decode_step
-    monkeypatch.setattr(generate_module, "decode_step", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = generate_module.fused_decode_step
+    monkeypatch.setattr(generate_module, "fused_decode_step", lambda *a, **k: calls.append(1) or real(*a, **k))
     generate(model, ids((1, 4), seed=0), 5)
     assert len(calls) == (0 if name in NOT_FAST else 4)  # one per new token after the prefill's
 
@@ -224,7 +225,7 @@ def test_fast_path_is_taken_only_for_the_block_it_implements(name, monkeypatch):
 @pytest.mark.parametrize("placement", ["post", "none"])
 def test_decode_step_runs_other_norm_placements_through_the_modules(placement):
     """decode_step on a post-norm or norm-free model falls back to the module forward; the written-out pre-norm
-    block (``checked=True`` skips the check) would compute something else (the old silent bug) or crash."""
+    block (``fused_decode_step``, which skips the check) would compute something else (the old silent bug)."""
     model = variant(f"norm {placement}")
     prompt, token = ids((2, 5), seed=3), ids((2, 1), seed=4)
     with torch.inference_mode():
@@ -234,7 +235,7 @@ def test_decode_step_runs_other_norm_placements_through_the_modules(placement):
         want = model(token, cache=a)[0][:, -1]
         torch.testing.assert_close(decode_step(model, token, b), want, **STEP_TOL)
         if placement == "post":
-            assert not torch.allclose(decode_step(model, token, c, checked=True), want, atol=1e-2)
+            assert not torch.allclose(fused_decode_step(model, token, c), want, atol=1e-2)
         assert "LayerNorm" in fast_path_refusal(model)
 
 
@@ -453,7 +454,8 @@ def _error(value, kind=(int, float)):
 @pytest.mark.parametrize("kw, error, match", [
     *[(dict(temperature=t), _error(t), rf"temperature must be a finite number >= 0 \(0 = greedy\), got {_got(t)}")
       for t in (-1.0, NAN, INF, -INF, "0.5", True)],
-    *[(dict(top_k=k), _error(k, int), rf"top_k must be an int >= 1 or None, got {_got(k, int)}") for k in (0, -3, 2.5, True)],
+    *[(dict(top_k=k), _error(k, int), rf"top_k must be an int >= 1 or None, got {_got(k, int)}")
+      for k in (0, -3, 2.5, True)],
     *[(dict(top_p=p), _error(p), rf"top_p must be a number in \(0, 1\] or None, got {_got(p)}")
       for p in (0.0, -0.1, 1.5, NAN, INF, "0.9")],
     *[(dict(max_new_tokens=n), _error(n, int), rf"max_new_tokens must be an int >= 0, got {_got(n, int)}")
@@ -578,3 +580,28 @@ def test_matvec_weights_built_once_give_the_same_tokens_and_refuse_changed_weigh
         generate(model, prompt, 3, matvec_weights=packed)
     with pytest.raises(ValueError, match="matvec_weights must be"):
         generate(model, prompt, 3, matvec_weights="yes")
+
+
+@pytest.mark.parametrize("positional", ["learned", "alibi"])
+def test_generate_is_its_prefill_then_one_decode_step_per_token_bit_for_bit(positional):
+    """generate() is split into small functions (padding, weight-copy policy, prefill, loop); its tokens and every
+    step's logits are exactly those of the prefill and the public decode_step, written out here."""
+    model = toy_gpt(positional)
+    prompt = ids((2, 6), seed=1)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, :2] = False  # row 1 left-padded
+    got, got_logits = generate(model, prompt, 5, attention_mask=mask, return_logits=True, matvec_weights=False)
+    with torch.inference_mode():
+        cache = StaticCache.for_model(model, 2, 11)
+        full = torch.ones(2, 11, dtype=torch.bool)
+        full[:, :6] = mask
+        position = (mask.long().cumsum(-1) - 1).clamp_min(0)  # (2, 6)
+        logits = model(prompt, cache=cache, attention_mask=mask, position_ids=position)[0][:, -1]
+        seq, want, position = prompt, [logits], position[:, -1:]
+        for t in range(6, 10):
+            token = logits.argmax(-1, keepdim=True)  # (2, 1)
+            seq, position = torch.cat([seq, token], 1), position + 1
+            logits = decode_step(model, token, cache, position, full[:, :t + 1])
+            want.append(logits)
+    assert torch.equal(got[:, :10], seq) and torch.equal(got[:, 10], logits.argmax(-1))
+    assert torch.equal(got_logits, torch.stack(want, 1))

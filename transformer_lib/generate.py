@@ -9,17 +9,14 @@ Without a cache every step recomputes the whole sequence.
 Two ways through the model give the same numbers (``tests/test_generate.py`` checks it at every step):
 
 * ``model(token, cache=cache)``: the teaching path, the modules of chapters 02-06 with all their checks;
-* ``decode_step(model, token, cache)``: the production path ``generate`` uses, the same blocks with
-  fewer kernel launches per token (fused layer norm, inputs validated once before the loop, masks built
-  once per step instead of once per layer). At decoding time each kernel works on a single position,
-  so launch and Python costs are a large share of the time on small models.
+* ``decode_step(model, token, cache)``: the production path, the same blocks with fewer kernel launches per
+  token (fused layer norm, masks built once per step instead of once per layer); ``fused_decode_step`` is the
+  same without the checks, which ``generate`` makes once before its loop. At decoding time each kernel works on a
+  single position, so launch and Python costs are a large share of the time on small models.
 
-``decode_step`` writes out one block structure: GPT's pre-norm, causal ``DecoderLayer`` with the library's
-``LayerNorm``, ``MultiHeadAttention`` and ``FeedForward``, in eval mode and without module hooks.
-``fast_path_refusal(model)`` says why a model is not that (post-norm or no LayerNorm after
-``variants.set_norm_placement``, training mode, a hooked or replaced module, ...); such a model decodes
-through its own modules, ``model(token, cache=cache)``. A model whose attention is not causal
-(``variants.set_causal(model, False)``) cannot use a cache at all (``cache_refusal``).
+``fused_decode_step`` writes out GPT's pre-norm causal block (library ``LayerNorm``, ``MultiHeadAttention``,
+``FeedForward``, eval mode, no hooks); ``fast_path_refusal(model)`` says why a model is not that, and such a model
+decodes through its own modules. A non-causal model cannot use a cache at all (``cache_refusal``).
 """
 from __future__ import annotations
 
@@ -165,8 +162,8 @@ class MatvecWeights:
         layers = [model.lm_head] + [lin for b in model.blocks
                                     for lin in (b.self_attn.qkv, b.self_attn.out, b.ffn.up, b.ffn.down)]
         self.copies = {lin: lin.weight.detach().t().contiguous() for lin in layers
-                          if type(lin) is nn.Linear and type(lin.weight) in (nn.Parameter, torch.Tensor)
-                          and not (lin._forward_hooks or lin._forward_pre_hooks)}
+                       if type(lin) is nn.Linear and type(lin.weight) in (nn.Parameter, torch.Tensor)
+                       and not (lin._forward_hooks or lin._forward_pre_hooks)}
         self._sources = {lin: (lin.weight, _version(lin.weight)) for lin in self.copies}
 
     def get(self, lin):
@@ -221,21 +218,24 @@ def _attend(attn, h: torch.Tensor, cache, past: int, mask, matvec_weights) -> to
 
 @torch.inference_mode()
 def decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, matvec_weights: MatvecWeights | None = None,
-                checked: bool = False) -> torch.Tensor:
-    """One new token through a ``GPT`` in eval mode, reading and extending ``cache``: logits ``(B, V)``.
+                attention_mask: torch.Tensor | None = None, matvec_weights: MatvecWeights | None = None):
+    """One new token through a ``GPT``, reading and extending ``cache``: logits ``(B, V)``, checked.
 
-    The numbers of ``model(token, cache=cache, ...)[0][:, -1]`` with fewer kernels and no input checks
-    (``generate`` checks once before its loop). ``token: (B, 1)`` ids; ``position: (B, 1)`` per-row positions
-    for learned/sinusoidal tables (default: the cache length); ``attention_mask: (B, past + 1)`` bool;
-    ``matvec_weights``: optional ``MatvecWeights(model)``. A model that is not the pre-norm GPT written out below
-    (``fast_path_refusal``) runs through its modules instead; one that is not causal raises ``ValueError``.
-    ``checked=True``: the caller has already made both checks (``generate`` does, once).
-    """
-    if not checked:
-        _check_cacheable(model)
-        if fast_path_refusal(model) is not None:
-            return model(token, cache=cache, attention_mask=attention_mask, position_ids=position)[0][:, -1]
+    ``token: (B, 1)`` ids; ``position: (B, 1)`` per-row positions for learned/sinusoidal tables (default: the cache
+    length); ``attention_mask: (B, past + 1)`` bool; ``matvec_weights``: optional ``MatvecWeights(model)``.
+    A non-causal model raises ``ValueError`` (``cache_refusal``); one that ``fused_decode_step`` does not write out
+    (``fast_path_refusal``) runs through its modules; any other takes ``fused_decode_step``, the same numbers."""
+    _check_cacheable(model)
+    if fast_path_refusal(model) is not None:
+        return model(token, cache=cache, attention_mask=attention_mask, position_ids=position)[0][:, -1]
+    return fused_decode_step(model, token, cache, position, attention_mask, matvec_weights)
+
+
+@torch.inference_mode()
+def fused_decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None = None,
+                      attention_mask: torch.Tensor | None = None, matvec_weights: MatvecWeights | None = None):
+    """``decode_step`` without its checks (``generate`` makes them once before its loop): the pre-norm GPT block
+    written out with fewer kernels. Only for a model whose ``cache_refusal`` and ``fast_path_refusal`` are None."""
     past = cache.get_seq_length(0)
     x = model.tok_emb(token)  # (B, 1, d_model)
     table = model.position_table()
@@ -258,14 +258,9 @@ CACHE_IMPLEMENTATIONS = ("static", "dynamic", "sliding")
 
 
 def _make_cache(kind: str, model, batch: int, max_len: int):
-    if kind == "static":
-        return StaticCache.for_model(model, batch, max_len)
-    if kind == "dynamic":
-        return DynamicCache()
-    if kind == "sliding":
-        return SlidingWindowCache(model.cfg.window)
-    raise ValueError(f"cache_implementation must be 'static' or 'dynamic', got {kind!r} (or 'sliding' for a model with "
-                     "GPTConfig.window)")
+    """A new cache of ``kind``, one of ``CACHE_IMPLEMENTATIONS`` (``_check_generate_inputs`` checked it)."""
+    return {"static": lambda: StaticCache.for_model(model, batch, max_len), "dynamic": DynamicCache,
+            "sliding": lambda: SlidingWindowCache(model.cfg.window)}[kind]()
 
 
 def _check_cacheable(model) -> None:
@@ -278,8 +273,9 @@ def _check_sliding(model, attention_mask) -> None:
     """``cache_implementation='sliding'`` needs a windowed model; its cache drops keys that padding masks and ALiBi
     still count."""
     if getattr(model.cfg, "window", None) is None:
-        raise ValueError("cache_implementation='sliding' needs a model with sliding-window attention (GPTConfig.window), got "
-                         "window=None: this model attends to every past key; use cache_implementation='static' or 'dynamic'")
+        raise ValueError("cache_implementation='sliding' needs a model with sliding-window attention "
+                         "(GPTConfig.window), got window=None: this model attends to every past key; use "
+                         "cache_implementation='static' or 'dynamic'")
     if model.cfg.positional == "alibi" or attention_mask is not None:
         raise ValueError(f"cache_implementation='sliding' takes no attention_mask and no ALiBi (positional="
                          f"{model.cfg.positional!r}, attention_mask given: {attention_mask is not None}); "
@@ -305,7 +301,8 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_i
         raise ValueError(f"prompt length {T} + max_new_tokens {max_new_tokens} exceeds block_size={block}, "
                          "which a cache cannot slide past; use fewer tokens or use_cache=False")
     if use_cache and cache_implementation not in CACHE_IMPLEMENTATIONS:
-        raise ValueError(f"cache_implementation must be 'static' or 'dynamic', got {cache_implementation!r} (or 'sliding' for a model with "
+        raise ValueError(f"cache_implementation must be 'static' or 'dynamic', got {cache_implementation!r} "
+                         "(or 'sliding' for a model with "
                          "GPTConfig.window)")
     if use_cache and cache_implementation == "sliding":
         _check_sliding(model, attention_mask)
@@ -342,67 +339,80 @@ def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: 
         matvec_weights: decode through ``(in, out)`` weight copies (default: on CPU, where it was measured);
             True/None build them for this call, or pass a ``MatvecWeights(model)`` built once to reuse it.
 
-    A prompt longer than the model's context (``block_size``) raises ``ValueError``. Without a cache
-    a sequence that outgrows the context is cropped to its last ``block_size`` tokens; with a cache
-    ``T + max_new_tokens`` must fit in the context (positions cannot slide under a cache).
-    With a cache, a model that ``decode_step`` implements (``fast_path_refusal(model) is None``: an unmodified
-    GPT in eval mode) decodes with it; any other (training mode, post-norm, hooked modules, a sliding window, ...)
-    through its own forward. A model whose attention is not causal refuses ``use_cache=True`` (``ValueError``,
-    ``cache_refusal``).
+    A prompt longer than ``block_size`` raises ``ValueError``. Without a cache a sequence that outgrows the context
+    is cropped to its last ``block_size`` tokens; with one ``T + max_new_tokens`` must fit (positions cannot slide).
+    With a cache, a model ``fused_decode_step`` implements (``fast_path_refusal(model) is None``) decodes with it,
+    any other through its own forward; a model whose attention is not causal refuses ``use_cache=True``.
     """
     _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_implementation, attention_mask)
     _check_sampling(temperature, top_k, top_p)
     B, T = prompt_ids.shape
-    N, block, device = max_new_tokens, model.cfg.block_size, prompt_ids.device
+    N, device = max_new_tokens, prompt_ids.device
     gen = None if seed is None else torch.Generator(device=device).manual_seed(seed)
     ids = torch.empty(B, T + N, dtype=prompt_ids.dtype, device=device)  # filled in place: no cat per step
     ids[:, :T] = prompt_ids
     steps = torch.empty(B, N, model.cfg.vocab_size, device=device) if return_logits else None
-    mask = positions = None  # mask: (B, T + N) True on real tokens; positions: (B, T) of the prompt
-    if attention_mask is not None and not attention_mask.bool().all():
-        mask = torch.ones(B, T + N, dtype=torch.bool, device=device)
-        mask[:, :T] = attention_mask.bool()
-        positions = (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)  # 0 at each row's first real token
+    mask, positions = _left_padding(attention_mask, B, T, N)
     if N == 0:
         return (ids, steps) if return_logits else ids
-
     fast = use_cache and fast_path_refusal(model) is None
-    if matvec_weights is None:
-        matvec_weights = device.type == "cpu"
-    if isinstance(matvec_weights, MatvecWeights):
-        matvec_weights.check(model)
-        matvec_weights = matvec_weights if fast else None
-    elif matvec_weights is True or matvec_weights is False:
-        matvec_weights = MatvecWeights(model) if fast and matvec_weights else None
+    copies = _matvec_copies(model, matvec_weights, fast, device)
+    if use_cache:
+        logits, next_logits = _prefill(model, prompt_ids, N, mask, positions, cache_implementation, fast, copies)
     else:
-        raise ValueError(f"matvec_weights must be a bool, None or MatvecWeights(model), got {matvec_weights!r:.60}")
-    if use_cache:  # prefill: the whole prompt in one pass, filling the cache
-        kv = _make_cache(cache_implementation, model, B, T + N)
-        logits = model(prompt_ids, cache=kv, attention_mask=None if mask is None else mask[:, :T],
-                       position_ids=positions)[0][:, -1]  # (B, V)
-        position = None if positions is None else positions[:, -1:]  # (B, 1)
-    else:
-        logits = _recompute(model, ids[:, :T], mask, T, block)
+        logits, next_logits = _recompute(model, ids, mask, T), lambda ids, t: _recompute(model, ids, mask, t)
     for i in range(N):
         if return_logits:
             steps[:, i] = logits
         ids[:, T + i] = sample_next(logits, temperature, top_k, top_p, gen)
-        if i == N - 1:
-            break
-        t = T + i + 1  # tokens so far
-        if use_cache:
-            token, step_mask = ids[:, t - 1:t], None if mask is None else mask[:, :t]  # (B, 1), (B, t)
-            position = None if position is None else position + 1
-            logits = (decode_step(model, token, kv, position, step_mask, matvec_weights, checked=True) if fast else
-                      model(token, cache=kv, attention_mask=step_mask, position_ids=position)[0][:, -1])
-        else:
-            logits = _recompute(model, ids, mask, t, block)
+        if i < N - 1:
+            logits = next_logits(ids, T + i + 1)  # (B, V) after the first T + i + 1 tokens
     return (ids, steps) if return_logits else ids
 
 
-def _recompute(model, ids: torch.Tensor, mask: torch.Tensor | None, t: int, block: int) -> torch.Tensor:
-    """No cache: run the model on the last ``block`` of the first ``t`` tokens; logits of the last ``(B, V)``."""
-    start = max(0, t - block)
+def _left_padding(attention_mask: torch.Tensor | None, B: int, T: int, N: int):
+    """``mask: (B, T + N)`` True on real tokens, prompt ``positions: (B, T)`` from each row's first; or None, None."""
+    if attention_mask is None or attention_mask.bool().all():
+        return None, None
+    mask = torch.ones(B, T + N, dtype=torch.bool, device=attention_mask.device)
+    mask[:, :T] = attention_mask.bool()
+    return mask, (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)
+
+
+def _matvec_copies(model, matvec_weights, fast: bool, device) -> MatvecWeights | None:
+    """The weight-copy policy (``generate``'s ``matvec_weights``): the ``MatvecWeights`` to decode with, or None."""
+    if matvec_weights is None:
+        matvec_weights = device.type == "cpu"
+    if isinstance(matvec_weights, MatvecWeights):
+        matvec_weights.check(model)
+        return matvec_weights if fast else None
+    if matvec_weights is True or matvec_weights is False:
+        return MatvecWeights(model) if fast and matvec_weights else None
+    raise ValueError(f"matvec_weights must be a bool, None or MatvecWeights(model), got {matvec_weights!r:.60}")
+
+
+def _prefill(model, prompt_ids: torch.Tensor, N: int, mask, positions, cache_implementation: str, fast: bool,
+             copies: MatvecWeights | None):
+    """The prompt once into a new cache: its last logits ``(B, V)`` and ``next_logits(ids, t)`` (decode token t-1)."""
+    B, T = prompt_ids.shape
+    cache = _make_cache(cache_implementation, model, B, T + N)
+    logits = model(prompt_ids, cache=cache, attention_mask=None if mask is None else mask[:, :T],
+                   position_ids=positions)[0][:, -1]  # (B, V)
+    position = None if positions is None else positions[:, -1:]  # (B, 1): the last prompt token's
+
+    def next_logits(ids: torch.Tensor, t: int) -> torch.Tensor:
+        nonlocal position
+        token, step_mask = ids[:, t - 1:t], None if mask is None else mask[:, :t]  # (B, 1), (B, t)
+        position = None if position is None else position + 1
+        if fast:
+            return fused_decode_step(model, token, cache, position, step_mask, copies)
+        return model(token, cache=cache, attention_mask=step_mask, position_ids=position)[0][:, -1]
+    return logits, next_logits
+
+
+def _recompute(model, ids: torch.Tensor, mask: torch.Tensor | None, t: int) -> torch.Tensor:
+    """No cache: run the model on the last ``block_size`` of the first ``t`` tokens; logits of the last ``(B, V)``."""
+    start = max(0, t - model.cfg.block_size)
     if mask is None:
         return model(ids[:, start:t])[0][:, -1]
     window = mask[:, start:t]  # (B, <= block)

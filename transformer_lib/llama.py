@@ -27,6 +27,7 @@ from .models import init_weights
 from .moe import MoE
 from .multihead import MultiHeadAttention
 from .norms import RMSNorm
+from .params import count_parameters
 from .positional import RotaryEmbedding
 
 
@@ -180,7 +181,8 @@ class Llama(nn.Module):
         return torch.stack([b.ffn.balance_loss() for b in self.blocks]).mean()
 
     def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """The model's parameters, each tensor once (``params.count_parameters``)."""
+        return count_parameters(self)
 
 
 # ----------------------------------------------------------------------------- Hugging Face weights

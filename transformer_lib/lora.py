@@ -361,15 +361,6 @@ def merge_and_unload(model: nn.Module) -> nn.Module:
     return model
 
 
-def count_parameters(model: nn.Module) -> tuple[int, int]:
-    """``(trainable, total)`` parameter counts (shared tensors counted once), as peft's
-    ``get_nb_trainable_parameters``."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    params = list(model.parameters())  # nn.Module.parameters() already yields a shared tensor once
-    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
-
-
 def lora_parameter_count(config: LoRAConfig, shapes: list[tuple[int, int]]) -> int:
     """The closed form ``sum r * (in + out)`` over the adapted layers' ``(out, in)`` weight shapes."""
     return sum(config.r * (n_in + n_out) for n_out, n_in in shapes)
