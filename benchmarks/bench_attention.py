@@ -31,13 +31,13 @@ g = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn({B}, {H}, T, {D}, generator=g).to(dev) for _ in range(3))
 def run():
     with torch.inference_mode():
-        return sdpa(q, k, v, is_causal=causal, return_weights=teaching)
+        return sdpa(q, k, v, is_causal=causal, need_weights=teaching)
 if dev == 'cuda':
     run()  # warm-up: kernels loaded before the measurement
     torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats(); base = torch.cuda.memory_allocated()
     run(); torch.cuda.synchronize(); peak = torch.cuda.max_memory_allocated() - base
 else:  # the process's high-water mark: measure the first call (a warm-up would already have set it)
-    run_small = sdpa(q[..., :8, :], k[..., :8, :], v[..., :8, :], is_causal=causal, return_weights=teaching)
+    run_small = sdpa(q[..., :8, :], k[..., :8, :], v[..., :8, :], is_causal=causal, need_weights=teaching)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     run(); peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
 print(json.dumps(peak))
@@ -61,7 +61,7 @@ def bench_sdpa(lengths, device, repeats) -> None:
         for causal in (False, True):
             with torch.inference_mode():
                 med = interleaved_medians({
-                    "teaching": lambda: scaled_dot_product_attention(q, k, v, is_causal=causal, return_weights=True),
+                    "teaching": lambda: scaled_dot_product_attention(q, k, v, is_causal=causal, need_weights=True),
                     "fast": lambda: scaled_dot_product_attention(q, k, v, is_causal=causal),
                     "torch": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal),
                 }, repeats=repeats if T < 2048 else max(3, repeats // 2), device=device)

@@ -14,7 +14,7 @@ are measured under the same load. Tokens/s counts new tokens over the whole call
 one-time cost is printed); "static, Linear layout" reads the weights as nn.Linear stores them, to show what that
 layout is worth. At GPT-2 small two paths read fewer bytes per token: "bf16 static" (the model in bfloat16) and
 "int8 dynamic" (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantized on the fly).
-On a GPU (if present) the same code runs with ``transpose_weights`` off (no CUDA graphs or torch.compile).
+On a GPU (if present) the same code runs with ``matvec_weights`` off (no CUDA graphs or torch.compile).
 
 The limit: a new token must read every weight once plus the cached keys and values. Decoding reads them with
 matrix-vector products, so the limit is measured the same way, interleaved with the variants: one fp32 matrix of
@@ -171,10 +171,10 @@ def decode_profile(model: GPT, prompt: torch.Tensor, packed, steps: int = 20) ->
         model(prompt, cache=cache)
         token = prompt[:, -1:]
         for _ in range(5):
-            decode_step(model, token, cache, weights_t=packed)
+            decode_step(model, token, cache, matvec_weights=packed)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
-                decode_step(model, token, cache, weights_t=packed)
+                decode_step(model, token, cache, matvec_weights=packed)
     rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in rows) / steps / 1e3  # ms per step
     print(f"profile of one fp32 decoding step (static cache, (in, out) weights; {steps} steps): {total:.2f} ms per "
@@ -210,15 +210,18 @@ def make_variants(shape: Shape, model: GPT, hf, prompt: torch.Tensor, device) ->
     hf_kw = dict(attention_mask=ones, do_sample=False)
     variants = {
         "no cache": lambda n: lambda: generate(model, prompt, n, use_cache=False),
-        "concat cache": lambda n: lambda: generate(model, prompt, n, cache="dynamic", transpose_weights=packed),
-        "static cache": lambda n: lambda: generate(model, prompt, n, cache="static", transpose_weights=packed),
+        "concat cache": lambda n: lambda: generate(model, prompt, n, cache_implementation="dynamic",
+                                                   matvec_weights=packed),
+        "static cache": lambda n: lambda: generate(model, prompt, n, cache_implementation="static",
+                                                   matvec_weights=packed),
         # the same without the (in, out) weight copies of generation.MatvecWeights: what the layout is worth
-        "static, Linear layout": lambda n: lambda: generate(model, prompt, n, cache="static", transpose_weights=False),
+        "static, Linear layout": lambda n: lambda: generate(model, prompt, n, cache_implementation="static",
+                                                            matvec_weights=False),
         "HF cached": lambda n: lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=True, **hf_kw),
         "HF no cache": lambda n: lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=False,
                                                      **hf_kw),
         # bf16 decodes faster in nn.Linear's (out, in) layout here (oneDNN), so no (in, out) copies
-        "bf16 static": lambda n: lambda: generate(extra["bf16"], prompt, n, transpose_weights=False),
+        "bf16 static": lambda n: lambda: generate(extra["bf16"], prompt, n, matvec_weights=False),
         "int8 dynamic": lambda n: lambda: generate(extra["int8"], prompt, n),
     }
     return {k: variants[k] for k in shape.variants if (hf is not None or not k.startswith("HF"))

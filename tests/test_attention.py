@@ -58,7 +58,7 @@ MASKS = masks()
 def test_teaching_path_matches_torch_sdpa_fp32(name, mask):
     q, k, v = make_qkv()
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    out, weights = scaled_dot_product_attention(q, k, v, mask, return_weights=True)
+    out, weights = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
     additive = None if mask is None else (
         torch.zeros(mask.shape).masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else mask)
@@ -74,20 +74,20 @@ def test_fast_path_matches_torch_sdpa_fp32(name, mask):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
-@pytest.mark.parametrize("return_weights", [True, False])
-def test_causal_square_matches_torch_is_causal(return_weights, temperature):
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_causal_square_matches_torch_is_causal(need_weights, temperature):
     q, k, v = make_qkv(tq=6, tk=6)
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / (math.sqrt(D) * temperature))
-    out = scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=return_weights,
+    out = scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights,
                                        temperature=temperature)
-    out = out[0] if return_weights else out
+    out = out[0] if need_weights else out
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("tq", [1, 3])
 @pytest.mark.parametrize("padded", [False, True])
-@pytest.mark.parametrize("return_weights", [True, False])
-def test_causal_with_cache_is_aligned_to_the_end_of_the_keys(tq, padded, return_weights):
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_causal_with_cache_is_aligned_to_the_end_of_the_keys(tq, padded, need_weights):
     # Tq < Tk (decoding with a cache): query i sits at absolute position i + Tk - Tq.
     q, k, v = make_qkv(tq=tq, tk=7)
     pad = torch.ones(B, 1, 1, 7, dtype=torch.bool)
@@ -95,11 +95,11 @@ def test_causal_with_cache_is_aligned_to_the_end_of_the_keys(tq, padded, return_
     pad = pad if padded else None
     allowed = loop_causal(tq, 7) if pad is None else loop_causal(tq, 7) & pad
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-    out = scaled_dot_product_attention(q, k, v, pad, is_causal=True, return_weights=return_weights)
-    out = out[0] if return_weights else out
+    out = scaled_dot_product_attention(q, k, v, pad, is_causal=True, need_weights=need_weights)
+    out = out[0] if need_weights else out
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
-    if return_weights:
-        weights = scaled_dot_product_attention(q, k, v, pad, is_causal=True, return_weights=True)[1]
+    if need_weights:
+        weights = scaled_dot_product_attention(q, k, v, pad, is_causal=True, need_weights=True)[1]
         assert (weights[..., ~loop_causal(tq, 7)] == 0).all()
 
 
@@ -110,7 +110,7 @@ def test_both_paths_match_torch_sdpa_low_precision(dtype, name, mask):
     ref_mask = mask if mask is None or mask.dtype == torch.bool else mask.to(dtype)
     expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
                                               attn_mask=None if mask is None else mask)
-    for out in (scaled_dot_product_attention(q, k, v, ref_mask, return_weights=True)[0],
+    for out in (scaled_dot_product_attention(q, k, v, ref_mask, need_weights=True)[0],
                 scaled_dot_product_attention(q, k, v, ref_mask)):
         assert out.dtype == dtype
         assert torch.isfinite(out).all()
@@ -123,7 +123,7 @@ def test_temperature_equals_torch_sdpa_with_scale(temperature, name, mask):
     q, k, v = make_qkv()
     scale = 1.0 / (math.sqrt(D) * temperature)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    teach, weights = scaled_dot_product_attention(q, k, v, mask, temperature=temperature, return_weights=True)
+    teach, weights = scaled_dot_product_attention(q, k, v, mask, temperature=temperature, need_weights=True)
     fast = scaled_dot_product_attention(q, k, v, mask, temperature=temperature)
     torch.testing.assert_close(teach, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(fast, expected, atol=1e-6, rtol=0)
@@ -190,29 +190,29 @@ def fully_masked_bool():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kind", ["bool", "additive"])
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
-@pytest.mark.parametrize("return_weights", [True, False])
-def test_fully_masked_rows_give_zeros_not_nan(dtype, kind, temperature, return_weights):
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_fully_masked_rows_give_zeros_not_nan(dtype, kind, temperature, need_weights):
     q, k, v = make_qkv(dtype=dtype)
     mask = fully_masked_bool()
     if kind == "additive":
         mask = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
-    result = scaled_dot_product_attention(q, k, v, mask, temperature=temperature, return_weights=return_weights)
-    out = result[0] if return_weights else result
+    result = scaled_dot_product_attention(q, k, v, mask, temperature=temperature, need_weights=need_weights)
+    out = result[0] if need_weights else result
     assert out.dtype == dtype
     assert not torch.isnan(out).any()
     assert (out[:, :, 1] == 0).all()
     assert torch.isfinite(out).all()
-    if return_weights:
+    if need_weights:
         assert (result[1][:, :, 1] == 0).all()
         torch.testing.assert_close(result[1][:, :, 0].float().sum(-1), torch.ones(B, H), atol=1e-2, rtol=0)
 
 
-@pytest.mark.parametrize("return_weights", [True, False])
-def test_fully_masked_rows_have_finite_gradients(return_weights):
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_fully_masked_rows_have_finite_gradients(need_weights):
     q, k, v = (t.requires_grad_() for t in make_qkv())
     result = scaled_dot_product_attention(q, k, v, fully_masked_bool(), temperature=0.5,
-                                          return_weights=return_weights)
-    (result[0] if return_weights else result).sum().backward()
+                                          need_weights=need_weights)
+    (result[0] if need_weights else result).sum().backward()
     for t in (q, k, v):
         assert torch.isfinite(t.grad).all()
 
@@ -221,7 +221,7 @@ def test_fully_masked_rows_have_finite_gradients(return_weights):
 def test_non_positive_temperature_is_rejected():
     q, k, v = make_qkv()
     for t in (0.0, -1.0, float("nan")):
-        with pytest.raises(ValueError, match=r"temperature must be > 0, got temperature="):
+        with pytest.raises(ValueError, match=rf"temperature must be a finite number > 0 \(as T -> 0 .*\), got {t}"):
             scaled_dot_product_attention(q, k, v, temperature=t)
         with pytest.raises(ValueError, match=r"temperature"):
             softmax_with_temperature(torch.zeros(3), t)
@@ -235,21 +235,21 @@ def test_non_positive_temperature_is_rejected():
 ])
 def test_mismatched_qkv_shapes_are_rejected(shapes, pattern):
     q, k, v = (torch.randn(s) for s in shapes)
-    for return_weights in (True, False):
+    for need_weights in (True, False):
         with pytest.raises(ValueError, match=pattern):
-            scaled_dot_product_attention(q, k, v, return_weights=return_weights)
+            scaled_dot_product_attention(q, k, v, need_weights=need_weights)
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
-@pytest.mark.parametrize("return_weights", [True, False])
-def test_bad_masks_are_rejected(is_causal, return_weights):
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_bad_masks_are_rejected(is_causal, need_weights):
     q, k, v = make_qkv()
     int_mask = torch.ones(TQ, TK, dtype=torch.int64)
     with pytest.raises(ValueError, match=r"mask must be a bool or float tensor, got dtype torch.int64"):
-        scaled_dot_product_attention(q, k, v, int_mask, is_causal=is_causal, return_weights=return_weights)
+        scaled_dot_product_attention(q, k, v, int_mask, is_causal=is_causal, need_weights=need_weights)
     wrong = torch.ones(TK, TQ, dtype=torch.bool)
     with pytest.raises(ValueError, match=r"mask of shape \(7, 5\) does not broadcast .*\(2, 3, 5, 7\)"):
-        scaled_dot_product_attention(q, k, v, wrong, is_causal=is_causal, return_weights=return_weights)
+        scaled_dot_product_attention(q, k, v, wrong, is_causal=is_causal, need_weights=need_weights)
 
 
 def test_causal_with_more_queries_than_keys_is_rejected():

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from transformer_lib.experiments import fine_tuning as X
-from transformer_lib.lora import count_parameters, lora_layers
+from transformer_lib.lora import lora_layers
+from transformer_lib.params import count_parameters
 from transformer_lib.qlora import NF4Linear
 
 
@@ -41,19 +42,19 @@ def test_committed_models_are_the_ones_the_record_measured(runs, data):
         model = runs["models"][method]
         assert X.accuracy(model, data) == pytest.approx(rec["accuracy"], abs=0.01)
         assert X.forgetting(model.encoder, lines) == pytest.approx(rec["agreement"], abs=2e-3)
-        assert count_parameters(model)[0] == rec["trainable"]
+        assert count_parameters(model, trainable=True) == rec["trainable"]
 
 
 def test_methods_train_what_they_say():
     cfg = X.FineTuneConfig()
     probe, full, lora, qlora = (X.build_model(m, 0, cfg) for m in X.METHODS)
     head = sum(p.numel() for p in probe.head.parameters())
-    assert count_parameters(probe)[0] == head == 384 * 4 + 4
+    assert count_parameters(probe, trainable=True) == head == 384 * 4 + 4
     top = sum(p.numel() for layer in full.encoder.layers[-cfg.top_layers:] for p in layer.parameters())
-    assert count_parameters(full)[0] == top + head
+    assert count_parameters(full, trainable=True) == top + head
     adapters = sum(cfg.r * (m.in_features + m.out_features) for m in lora_layers(lora.encoder).values())
     assert len(lora_layers(lora.encoder)) == 6 * len(X.TARGETS)
-    assert count_parameters(lora)[0] == count_parameters(qlora)[0] == adapters + head
+    assert count_parameters(lora, trainable=True) == count_parameters(qlora, trainable=True) == adapters + head
     assert all(isinstance(m.base, NF4Linear) for m in lora_layers(qlora.encoder).values())
     # a fresh adapter (B = 0) leaves the encoder as it was: same features as the probe's frozen encoder
     enc = X.encode(["So foul and fair a day I have not seen.", "Our revels now are ended."])

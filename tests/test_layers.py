@@ -42,8 +42,8 @@ def test_encoder_layer_matches_torch(norm_first, activation):
     keep = padding_mask(torch.tensor([T, 4]), T)  # (B, T), True on real tokens
     cases = [
         (dict(), dict()),
-        (dict(key_padding_mask=keep), dict(src_key_padding_mask=~keep)),
-        (dict(key_padding_mask=keep, attn_mask=causal_mask(T)), dict(src_key_padding_mask=~keep,
+        (dict(attention_mask=keep), dict(src_key_padding_mask=~keep)),
+        (dict(attention_mask=keep, self_mask=causal_mask(T)), dict(src_key_padding_mask=~keep,
                                                                      src_mask=~causal_mask(T))),
     ]
     for ours_kwargs, ref_kwargs in cases:
@@ -67,7 +67,7 @@ def test_decoder_layer_matches_torch(norm_first, activation):
     expected = ref(x, memory, tgt_mask=~causal_mask(T), tgt_key_padding_mask=~tgt_keep,
                    memory_key_padding_mask=~mem_keep)
     for need_weights in (False, True):
-        out = ours(x, memory, memory_key_padding_mask=mem_keep, key_padding_mask=tgt_keep, is_causal=True,
+        out = ours(x, memory, encoder_attention_mask=mem_keep, attention_mask=tgt_keep, is_causal=True,
                    need_weights=need_weights)
         torch.testing.assert_close(out, expected, atol=ATOL, rtol=ATOL)
     # without masks as well (is_causal=False must mean no mask at all)
@@ -174,3 +174,20 @@ def test_feed_forward_equals_its_closed_form(activation, closed_form):
 def test_feed_forward_rejects_unknown_activation():
     with pytest.raises(ValueError, match=r"activation must be one of .*got 'swish'"):
         FeedForward(D, DFF, activation="swish")
+
+
+def test_encoder_layer_loads_state_dicts_saved_under_the_old_res_attn_name():
+    """The encoder's self-attention residual is ``res_self`` (the decoder's name); checkpoints saved when it was
+    ``res_attn`` (the book's date translator) still load strictly, to the same numbers."""
+    ref = EncoderLayer(D, H, DFF, norm_first=True).eval()
+    with torch.no_grad():
+        ref.res_self.norm.weight.uniform_(0.5, 1.5)  # not the default ones: a dropped key would show
+    old = {k.replace("res_self.", "res_attn."): v for k, v in ref.state_dict().items()}
+    assert any(k.startswith("res_attn.") for k in old) and not any(k.startswith("res_self.") for k in old)
+    fresh = EncoderLayer(D, H, DFF, norm_first=True).eval()
+    fresh.load_state_dict(old, strict=True)
+    x = randn(B, T, D)
+    assert torch.equal(fresh(x), ref(x))
+    nested = torch.nn.ModuleList([EncoderLayer(D, H, DFF, norm_first=True)]).eval()  # keys under a prefix too
+    nested.load_state_dict({f"0.{k}": v for k, v in old.items()}, strict=True)
+    assert torch.equal(nested[0](x), ref(x))

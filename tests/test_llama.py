@@ -238,7 +238,7 @@ def test_rename_table_places_every_weight():
 def test_cached_greedy_generation_equals_recomputation_and_hf(cache):
     hf, ours = _hf_pair()
     prompt = torch.randint(0, 97, (2, 6))
-    cached = generate(ours, prompt, 24, use_cache=True, cache=cache)
+    cached = generate(ours, prompt, 24, use_cache=True, cache_implementation=cache)
     recomputed = generate(ours, prompt, 24, use_cache=False)
     assert torch.equal(cached, recomputed)
     theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False,

@@ -11,8 +11,9 @@ import pytest
 import torch
 import torch.nn as nn
 
+from transformer_lib.params import count_parameters
 from transformer_lib.lora import (LoRAConfig, LoRALinear, SlicedLoRALinear, adam_state_bytes, apply_lora,
-                                  apply_sliced_lora, count_parameters, lora_layers, lora_parameter_count, lora_targets,
+                                  apply_sliced_lora, lora_layers, lora_parameter_count, lora_targets,
                                   merge_and_unload, merge_lora, optimizer_state_bytes, qkv_slices, unmerge_lora)
 
 peft = pytest.importorskip("peft")
@@ -89,7 +90,10 @@ def peft_layers(pm) -> dict[str, nn.Module]:
     ({"target_modules": ["query", 3]}, "target_modules"),
 ])
 def test_config_rejects_bad_values_naming_the_argument(kwargs, word):
-    with pytest.raises(ValueError, match=word):
+    value = next(iter(kwargs.values()))
+    wrong_type = word in ("r", "alpha", "dropout") and (isinstance(value, bool) or type(value) is not type(0 * value))
+    wrong_type = wrong_type or (word == "r" and type(value) is not int)
+    with pytest.raises(TypeError if wrong_type else ValueError, match=rf"\b{word}\b"):
         LoRAConfig(**kwargs)
 
 
@@ -163,7 +167,7 @@ def test_adapted_layers_are_peft_s(hf_pair):
 
 def test_trainable_parameters_equal_peft_s_and_the_closed_form(hf_pair):
     pm, ours = hf_pair
-    trainable, total = count_parameters(ours)
+    trainable, total = count_parameters(ours, trainable=True), count_parameters(ours)
     assert (trainable, total) == pm.get_nb_trainable_parameters()
     shapes = [tuple(m.base.weight.shape) for m in lora_layers(ours).values()]
     assert trainable == lora_parameter_count(LoRAConfig(r=4, alpha=8), shapes)
@@ -224,7 +228,7 @@ def test_our_encoder_with_our_lora_equals_hf_bert_with_peft(minilm_files, encode
 
     copy_adapters(ours, pm, name_map)
     assert len(lora_layers(ours)) == len(peft_layers(pm)) == 18
-    assert count_parameters(ours)[0] == pm.get_nb_trainable_parameters()[0]
+    assert count_parameters(ours, trainable=True) == pm.get_nb_trainable_parameters()[0]
     mask = encoded["attention_mask"].bool()
     with torch.no_grad():
         theirs = pm(**encoded).last_hidden_state
@@ -252,7 +256,7 @@ def test_our_fused_qkv_with_q_and_v_adapters_equals_peft_on_query_and_value(mini
                 theirs = inner.get_submodule(f"encoder.layer.{i}.attention.self.{hf}")
                 layer.lora_A[part].copy_(theirs.lora_A["default"].weight)
                 layer.lora_B[part].copy_(theirs.lora_B["default"].weight)
-    assert count_parameters(ours)[0] == pm.get_nb_trainable_parameters()[0] == 6 * 2 * 4 * (384 + 384)
+    assert count_parameters(ours, trainable=True) == pm.get_nb_trainable_parameters()[0] == 6 * 2 * 4 * (384 + 384)
     mask = encoded["attention_mask"].bool()
     with torch.no_grad():
         theirs = pm(**encoded).last_hidden_state

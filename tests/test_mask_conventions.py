@@ -21,7 +21,7 @@ def test_torch_mha_copy_with_inverted_mask_equals_our_attention():
     x, keep = _batch()
     mha = mc.torch_mha_from(attn)
     with torch.no_grad():
-        ours, w_ours = attn(x, key_padding_mask=keep, need_weights=True)
+        ours, w_ours = attn(x, attention_mask=keep, need_weights=True)
         theirs, w_theirs = mha(x, x, x, key_padding_mask=~keep, need_weights=True, average_attn_weights=False)
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(w_ours, w_theirs, atol=1e-6, rtol=1e-5)

@@ -74,7 +74,7 @@ def test_dropping_a_minilm_layer_equals_running_the_other_layers_by_hand():
         h = model.embeddings(enc["input_ids"], enc["token_type_ids"])
         for i, layer in enumerate(model.layers):
             if i != 2:
-                h = layer(h, key_padding_mask=enc["attention_mask"].bool())
+                h = layer(h, attention_mask=enc["attention_mask"].bool())
         got = dropped(enc["input_ids"], enc["attention_mask"]).last_hidden_state
     torch.testing.assert_close(got, h)
     assert len(dropped.layers) == 5 and dropped.cfg.n_layers == 5 and len(model.layers) == 6

@@ -123,12 +123,12 @@ def test_transformer_cached_decoding_matches_full_recompute(make_cache):
     src[1, 5:] = model.cfg.pad_id  # a padded source sentence
     tgt = random_ids((2, 8), V, seed=7)
     with torch.no_grad():
-        src_mask = src != model.cfg.pad_id
+        attention_mask = src != model.cfg.pad_id
         memory = model.encode(src)
-        full = model.decode(tgt, memory, src_mask)
+        full = model.decode(tgt, memory, attention_mask)
         torch.testing.assert_close(full, model(src, tgt))
         cache = make_cache()
-        steps = [model.decode(tgt[:, i: i + 1], memory, src_mask, cache=cache) for i in range(tgt.shape[1])]
+        steps = [model.decode(tgt[:, i: i + 1], memory, attention_mask, cache=cache) for i in range(tgt.shape[1])]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -259,11 +259,11 @@ def test_multihead_and_gpt_on_cuda_match_fp32(dtype):
     keep = torch.ones(2, 33, dtype=torch.bool, device=device)
     keep[1, 20:] = False
     with torch.no_grad():
-        ref, _ = mha(x, key_padding_mask=keep, is_causal=True)
+        ref, _ = mha(x, attention_mask=keep, is_causal=True)
         low = MultiHeadAttention(64, 4).eval().to(device, dtype)
         low.load_state_dict(mha.state_dict())
         for need_weights in (False, True):
-            out, _ = low(x.to(dtype), key_padding_mask=keep, is_causal=True, need_weights=need_weights)
+            out, _ = low(x.to(dtype), attention_mask=keep, is_causal=True, need_weights=need_weights)
             assert out.dtype == dtype and out.device.type == "cuda"
             torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)
     for positional in GPT_VARIANTS:

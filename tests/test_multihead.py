@@ -61,7 +61,7 @@ def test_key_padding_mask_matches_torch():
     ours, ref = pair()
     q, k, v = inputs()
     keep = padding_mask(torch.tensor([7, 4]), TK)  # (B, Tk), True on real tokens
-    check(ours, ref, dict(query=q, key=k, value=v, key_padding_mask=keep), (q, k, v), dict(key_padding_mask=~keep))
+    check(ours, ref, dict(query=q, key=k, value=v, attention_mask=keep), (q, k, v), dict(key_padding_mask=~keep))
 
 
 def test_causal_mask_matches_torch():
@@ -76,7 +76,7 @@ def test_causal_and_padding_masks_together_match_torch():
     ours, ref = pair()
     x, _, _ = inputs(tq=6)
     keep = padding_mask(torch.tensor([6, 3]), 6)
-    check(ours, ref, dict(query=x, is_causal=True, key_padding_mask=keep), (x, x, x),
+    check(ours, ref, dict(query=x, is_causal=True, attention_mask=keep), (x, x, x),
           dict(attn_mask=~causal_mask(6), key_padding_mask=~keep))
 
 
@@ -96,7 +96,7 @@ def test_fully_masked_rows_give_zero_attention_not_nan(dtype, need_weights):
     ours = ours.to(dtype)
     q, k, v = (t.to(dtype) for t in inputs())
     keep = padding_mask(torch.tensor([0, 4]), TK)  # the first sequence has no real key at all
-    out, weights = ours(q, k, v, key_padding_mask=keep, need_weights=need_weights)
+    out, weights = ours(q, k, v, attention_mask=keep, need_weights=need_weights)
     assert out.dtype == dtype
     assert torch.isfinite(out).all()
     # attention reads nothing, so the output is W_O 0 + b_O = b_O
@@ -152,10 +152,10 @@ def test_mismatched_query_key_value_shapes_are_rejected():
 def test_bad_masks_are_rejected():
     mha = MultiHeadAttention(D, H)
     q, k, v = inputs()
-    with pytest.raises(ValueError, match=r"key_padding_mask must be bool \(B=2, Tk=7\), got torch.int64 \(2, 7\)"):
-        mha(q, k, v, key_padding_mask=torch.ones(B, TK, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"key_padding_mask must be bool \(B=2, Tk=7\), got torch.bool \(2, 5\)"):
-        mha(q, k, v, key_padding_mask=torch.ones(B, TQ, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"attention_mask must be bool \(B=2, Tk=7\), got torch.int64 \(2, 7\)"):
+        mha(q, k, v, attention_mask=torch.ones(B, TK, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"attention_mask must be bool \(B=2, Tk=7\), got torch.bool \(2, 5\)"):
+        mha(q, k, v, attention_mask=torch.ones(B, TQ, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"attn_mask must be a bool or float tensor, got dtype torch.int32"):
         mha(q, k, v, attn_mask=torch.ones(TQ, TK, dtype=torch.int32))
     with pytest.raises(ValueError, match=r"attn_mask of shape \(7, 5\) does not broadcast .*\(2, 4, 5, 7\)"):

@@ -74,8 +74,8 @@ def test_pruned_model_decodes_like_the_masked_model_with_a_cache():
     prompt = batch(B=1, T=4)[0]
     with P.head_mask(model, P.mask_from_heads(P.head_counts(model), plan)):
         want = generate(model, prompt, 10, use_cache=False)
-    assert torch.equal(generate(pruned, prompt, 10, cache="dynamic"), want)
-    assert torch.equal(generate(pruned, prompt, 10, cache="static"), want)
+    assert torch.equal(generate(pruned, prompt, 10, cache_implementation="dynamic"), want)
+    assert torch.equal(generate(pruned, prompt, 10, cache_implementation="static"), want)
 
 
 def test_prune_heads_leaves_the_original_unchanged():
@@ -132,7 +132,7 @@ def test_dropping_layers_equals_running_the_remaining_blocks_by_hand():
 def test_dropped_model_decodes_with_a_static_cache():
     dropped = P.drop_layers(tiny_gpt(n_layers=4), [0])
     prompt = batch(B=1, T=4)[0]
-    assert torch.equal(generate(dropped, prompt, 8, cache="static"), generate(dropped, prompt, 8, use_cache=False))
+    assert torch.equal(generate(dropped, prompt, 8, cache_implementation="static"), generate(dropped, prompt, 8, use_cache=False))
 
 
 @pytest.mark.parametrize("layers, match", [([0, 1, 2], "cannot drop all 3"), ([3], r"in \[0, 3\)"),

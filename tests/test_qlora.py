@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from transformer_lib.lora import LoRAConfig, LoRALinear, count_parameters, lora_layers
+from transformer_lib.lora import LoRAConfig, LoRALinear, lora_layers
+from transformer_lib.params import count_parameters
 from transformer_lib.quant.nf4 import nf4_code_book, nf4_dequantize, nf4_quantize
 from transformer_lib.qlora import (NF4Linear, apply_qlora, double_dequantize, double_quantize, nf4_weight_bytes,
                                    qlora_linear)
@@ -141,7 +142,7 @@ def test_apply_qlora_on_minilm():
     stored = sum(m.base.weight_bytes() for m in layers.values())
     expected = sum(nf4_weight_bytes(m.in_features * m.out_features) for m in layers.values())
     assert stored == expected and stored < 0.14 * 4 * n_linear  # about 4.13 of 32 bits
-    trainable, _ = count_parameters(model)
+    trainable = count_parameters(model, trainable=True)
     assert trainable == sum(8 * (m.in_features + m.out_features) for m in layers.values())
     enc = tok.encode(["The cat sat on the mat.", "Hello!"])
     ours, _ = load_minilm(device="cpu")

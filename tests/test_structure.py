@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer_lib"
 # Lowest first. A module may import modules of its own layer or of a lower one, never of a higher one.
 # A package's __init__ is listed under the package's own name ("transformer_lib", "transformer_lib.viz").
 LAYERS = {
-    "foundation": ["device", "modes", "timing", "claims", "tensor_memory", "params"],
+    "foundation": ["checks", "device", "modes", "timing", "claims", "tensor_memory", "params"],
     "core model": ["attention", "masking", "positional", "multihead", "layers", "models",
                    "variants", "rnn", "flash", "kernels", "kernels.*",
                    "norms", "activations", "moe", "llama", "model_family"],
@@ -268,7 +268,7 @@ def test_the_checks_report_an_upward_import_a_cycle_and_a_private_name():
 
 
 def test_the_face_check_reports_a_missing_name_and_a_module_shadowed_by_a_name():
-    trees = {"serving": ast.parse('from .generate import generate, decode_step\n__all__ = ["generate", "decode_step"]'),
+    trees = {"serving": ast.parse('from .serving.generation import generate, decode_step\n__all__ = ["generate", "decode_step"]'),
              "serving.generate": ast.parse("def generate(): ...\ndef decode_step(): ...\ndef filter_logits(): ...\n"
                                            "def _private(): ...\nCACHES = ()\n")}
     assert face_problems("serving", trees, exempt={"CACHES"}) == [

@@ -63,6 +63,49 @@ def test_recorded_stages_equal_the_models_own_forward_pass(positional):
     torch.testing.assert_close(record.attention.sum(-1), torch.ones(2, 4, 7))
 
 
+@pytest.mark.parametrize("positional", ["rope", "learned"])
+def test_trace_is_bit_identical_to_the_written_out_pre_norm_loop_it_replaced(positional):
+    """The trace used to loop over the blocks itself; it now watches the model's own forward. Same numbers, exactly:
+    the pre-norm block ``x + attn(LN(x))``, ``x + ffn(LN(x))`` written out here as it was."""
+    model = _model(positional)
+    ids = torch.tensor([[3, 14, 15, 9, 2, 6, 5]])
+    record = trace_token_flow(model, ids)
+    with torch.no_grad():
+        x = model.tok_emb(ids) if model.pos is None else model.pos(model.tok_emb(ids))
+        assert torch.equal(record.embedding, x[0])
+        for i, block in enumerate(model.blocks):
+            a, w = block.self_attn(block.res_self.norm(x), is_causal=True, need_weights=True)
+            x = x + a
+            f = block.ffn(block.res_ffn.norm(x))
+            x = x + f
+            assert torch.equal(record.attention[i], w[0]) and torch.equal(record.attn_out[i], a[0])
+            assert torch.equal(record.ffn_out[i], f[0])
+        assert torch.equal(record.logits, model.lm_head(model.norm(x))[0])
+
+
+def test_trace_restores_training_mode_and_removes_its_hooks_even_when_the_forward_fails():
+    model = _model().train()
+    model.blocks[1].ffn.eval()  # a mixed state must come back as it was, not as all-train
+    before = {name: m.training for name, m in model.named_modules()}
+    record = trace_token_flow(model, torch.tensor([1, 2, 3]))
+    assert {name: m.training for name, m in model.named_modules()} == before
+    with torch.no_grad():
+        model.eval()
+        want = model(torch.tensor([[1, 2, 3]]), need_weights=True)[0][0]
+        for name, m in model.named_modules():
+            m.training = before[name]
+    assert torch.equal(record.logits, want)  # traced in eval mode: no dropout
+
+    def boom(module, args):
+        raise RuntimeError("boom")
+    hook = model.blocks[1].register_forward_pre_hook(boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        trace_token_flow(model, torch.tensor([1, 2, 3]))
+    hook.remove()
+    assert {name: m.training for name, m in model.named_modules()} == before
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
 def test_widget_sends_top_k_logits_whose_probabilities_are_the_softmax():
     model = _model()
     record = trace_token_flow(model, torch.tensor([1, 2, 3, 4, 5, 6]))
@@ -90,11 +133,11 @@ def test_widget_sends_top_k_logits_whose_probabilities_are_the_softmax():
                             torch.randn(2, 6, 32), torch.randn(2, 6, 32), torch.randn(6, 50))),
      ValueError, "record.embedding must be finite"),
     (dict(vocab=VOCAB[:10]), ValueError, r"vocab must list one string per logit \(50\), got 10"),
-    (dict(top_k=0), ValueError, r"top_k must be an int in \[1, 20\], got top_k=0"),
-    (dict(n_dims=64), ValueError, r"n_dims must be an int in \[1, 32\], got n_dims=64"),
-    (dict(position=6), ValueError, r"position must be an int in \[0, 5\], got position=6"),
-    (dict(layer=2), ValueError, r"layer must be an int in \[0, 1\], got layer=2"),
-    (dict(head=-1), ValueError, r"head must be an int in \[0, 3\], got head=-1"),
+    (dict(top_k=0), ValueError, r"top_k must be an int in \[1, 20\], got 0"),
+    (dict(n_dims=64), ValueError, r"n_dims must be an int in \[1, 32\], got 64"),
+    (dict(position=6), ValueError, r"position must be an int in \[0, 5\], got 6"),
+    (dict(layer=2), ValueError, r"layer must be an int in \[0, 1\], got 2"),
+    (dict(head=-1), ValueError, r"head must be an int in \[0, 3\], got -1"),
     (dict(stage="logits"), ValueError, "stage must be one of .*'probabilities'.*got 'logits'"),
 ])
 def test_token_flow_rejects_bad_input_naming_the_argument(kwargs, err, match):

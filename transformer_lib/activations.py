@@ -17,6 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_int
+
 GELU_APPROXIMATIONS = ("none", "tanh")
 
 
@@ -41,8 +43,7 @@ def swiglu_hidden(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: floa
     LLaMA 7B: ``swiglu_hidden(4096) == 11008``.
     """
     for name, value in (("d_model", d_model), ("multiple_of", multiple_of)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int(name, value, min=1)
     hidden = int(2 * 4 * d_model / 3)
     if ffn_dim_multiplier is not None:
         hidden = int(ffn_dim_multiplier * hidden)
@@ -58,8 +59,7 @@ class SwiGLU(nn.Module):
     def __init__(self, d_model: int, d_ff: int, bias: bool = False):
         super().__init__()
         for name, value in (("d_model", d_model), ("d_ff", d_ff)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, value, min=1)
         self.gate = nn.Linear(d_model, d_ff, bias=bias)  # W_gate
         self.up = nn.Linear(d_model, d_ff, bias=bias)  # W_up
         self.down = nn.Linear(d_ff, d_model, bias=bias)  # W_down

@@ -15,22 +15,17 @@ may attend to a key; a **float** mask is added to the scores (0 = keep, very neg
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 import torch.nn.functional as F
 
+from .checks import check_number, check_probability
 from .masking import causal_mask, check_mask, combine_masks, to_additive, to_boolean
 
 
 def _check_temperature(temperature: float) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise TypeError(f"temperature must be a positive float, got {type(temperature).__name__} {temperature!r}")
-    if not 0 < temperature < math.inf:
-        raise ValueError(
-            f"temperature must be > 0, got temperature={temperature!r}; it must be a finite number. "
-            "As T -> 0 the softmax tends to argmax (one-hot); as T -> inf it tends to uniform."
-        )
+    check_number("temperature", temperature, min=0, min_open=True,
+                 note="as T -> 0 the softmax tends to argmax (one-hot); as T -> inf it tends to uniform")
 
 
 def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim: int = -1) -> torch.Tensor:
@@ -104,7 +99,7 @@ def scaled_dot_product_attention(
     v: torch.Tensor,
     mask: torch.Tensor | None = None,
     temperature: float = 1.0,
-    return_weights: bool = False,
+    need_weights: bool = False,
     is_causal: bool = False,
     dropout_p: float = 0.0,
 ):
@@ -116,7 +111,7 @@ def scaled_dot_product_attention(
             (trailing dimensions aligned: a 3-D mask against 4-D ``(B, H, Tq, Tk)`` scores is read as
             ``(H, Tq, Tk)``; ``MultiHeadAttention`` refuses 3-D masks for that reason).
         temperature: divides the scaled scores (not the mask); must be > 0 (tau -> 0: argmax, tau -> inf: uniform).
-        return_weights: if True, take the explicit teaching path and also return the weights.
+        need_weights: if True, take the explicit teaching path and also return the weights.
         is_causal: add a causal mask aligned to the end of the keys (query i sees keys <= i + Tk - Tq).
         dropout_p: dropout on the attention weights (training only; 0 at inference).
 
@@ -126,19 +121,18 @@ def scaled_dot_product_attention(
     """
     _check_qkv(q, k, v)
     _check_temperature(temperature)
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
-        raise ValueError(f"dropout_p must be a probability in [0, 1), got {dropout_p!r}")
+    check_probability("dropout_p", dropout_p)
     if mask is not None:
         check_mask(mask, _scores_shape(q, k), "mask")
     scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
-    if is_causal and mask is None and not return_weights and q.shape[-2] in (1, k.shape[-2]):
+    if is_causal and mask is None and not need_weights and q.shape[-2] in (1, k.shape[-2]):
         # Square: PyTorch's is_causal kernel skips the masked half instead of reading a mask.
         # One query (decoding with a cache) is the newest position: it sees every key, no mask needed.
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=q.shape[-2] > 1, scale=scale)
     if is_causal:
         causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
         mask = causal if mask is None else combine_masks(mask, causal)
-    if return_weights:
+    if need_weights:
         weights = attention_weights(q, k, mask, temperature)  # (..., Tq, Tk)
         return F.dropout(weights, dropout_p) @ v, weights
     keep = None if mask is None else to_boolean(mask)  # True where attention is allowed

@@ -26,6 +26,8 @@ import math
 
 import torch
 
+from .checks import check_int
+
 
 def _check_inputs(q, k, v, key_mask, block_q: int, block_k: int) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -39,8 +41,7 @@ def _check_inputs(q, k, v, key_mask, block_q: int, block_k: int) -> None:
         raise ValueError(f"expected q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), got q{tuple(q.shape)}, "
                          f"k{tuple(k.shape)}, v{tuple(v.shape)}")
     for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {b!r}")
+        check_int(name, b, min=1)
     if key_mask is not None:
         if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
             got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
@@ -150,8 +151,7 @@ def split_k_decode(q, k, v, *, n_splits: int = 4, key_mask=None, scale: float | 
     and merged by their log-sum-exp (``merge_partials``). ``q: (B, H, Tq, D)`` with ``Tq`` small (usually 1);
     the queries are the last ``Tq`` positions and see every cached key (no future keys exist).
     """
-    if isinstance(n_splits, bool) or not isinstance(n_splits, int) or n_splits < 1:
-        raise ValueError(f"n_splits must be an int >= 1, got {n_splits!r}")
+    check_int("n_splits", n_splits, min=1)
     _check_inputs(q, k, v, key_mask, 1, 1)
     t_k = k.shape[2]
     if t_k == 0:

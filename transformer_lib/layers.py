@@ -94,17 +94,31 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
         self.ffn = FeedForward(d_model, d_ff, activation, dropout, bias)
-        self.res_attn = Residual(d_model, norm_first, dropout, eps)
+        self.res_self = Residual(d_model, norm_first, dropout, eps)
         self.res_ffn = Residual(d_model, norm_first, dropout, eps)
-        self.attn_weights = None  # (B, H, T, T) after a forward with need_weights=True
+        self.self_weights = None  # (B, H, T, T) after a forward with need_weights=True
+        self.register_load_state_dict_pre_hook(_rename_old_keys)
 
-    def forward(self, x, key_padding_mask=None, attn_mask=None, need_weights: bool = False):
+    def forward(self, x, attention_mask=None, self_mask=None, need_weights: bool = False):
+        """``attention_mask: (B, T)`` bool, True on real tokens; ``self_mask``: the self-attention's ``attn_mask``."""
         def attend(h):
-            out, self.attn_weights = self.self_attn(h, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+            out, self.self_weights = self.self_attn(h, attn_mask=self_mask, attention_mask=attention_mask,
                                                     need_weights=need_weights)
             return out
-        x = self.res_attn(x, attend)
+        x = self.res_self(x, attend)
         return self.res_ffn(x, self.ffn)
+
+
+# the encoder layer's self-attention residual was called ``res_attn`` before it took the decoder's ``res_self``
+_OLD_KEYS = {"res_attn.": "res_self."}
+
+
+def _rename_old_keys(module, state_dict, prefix, *args) -> None:
+    """Load state dicts saved before a sub-module was renamed (``_OLD_KEYS``): their keys move to the new names."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        for old, new in _OLD_KEYS.items():
+            if key[len(prefix):].startswith(old):
+                state_dict[prefix + new + key[len(prefix) + len(old):]] = state_dict.pop(key)
 
 
 class DecoderLayer(nn.Module):
@@ -135,18 +149,18 @@ class DecoderLayer(nn.Module):
         self.res_ffn = Residual(d_model, norm_first, dropout, eps)
         self.self_weights = self.cross_weights = None  # filled when need_weights=True
 
-    def forward(self, x, memory=None, self_mask=None, memory_key_padding_mask=None, key_padding_mask=None,
+    def forward(self, x, memory=None, self_mask=None, encoder_attention_mask=None, attention_mask=None,
                 is_causal: bool | None = None, need_weights: bool = False, cache=None):
         """``is_causal``: None (default) = the layer's ``causal`` attribute; True/False overrides it for this call."""
         is_causal = self.causal if is_causal is None else is_causal
 
         def self_attend(h):
-            out, self.self_weights = self.self_attn(h, attn_mask=self_mask, key_padding_mask=key_padding_mask,
+            out, self.self_weights = self.self_attn(h, attn_mask=self_mask, attention_mask=attention_mask,
                                                     is_causal=is_causal, need_weights=need_weights, cache=cache)
             return out
 
         def cross_attend(h):
-            out, self.cross_weights = self.cross_attn(h, memory, key_padding_mask=memory_key_padding_mask,
+            out, self.cross_weights = self.cross_attn(h, memory, attention_mask=encoder_attention_mask,
                                                       need_weights=need_weights)
             return out
 
@@ -171,7 +185,7 @@ def load_encoder_layer_from_torch(layer: EncoderLayer, ref: nn.TransformerEncode
     layer.self_attn.load_from_torch(ref.self_attn)
     _copy_linear(layer.ffn.up, ref.linear1)
     _copy_linear(layer.ffn.down, ref.linear2)
-    for ours, theirs in ((layer.res_attn.norm, ref.norm1), (layer.res_ffn.norm, ref.norm2)):
+    for ours, theirs in ((layer.res_self.norm, ref.norm1), (layer.res_ffn.norm, ref.norm2)):
         ours.load_state_dict(theirs.state_dict())
     return layer
 

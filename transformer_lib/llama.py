@@ -22,11 +22,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_int
 from .activations import SwiGLU, swiglu_hidden
 from .models import init_weights
 from .moe import MoE
 from .multihead import MultiHeadAttention
 from .norms import RMSNorm
+from .params import count_parameters
 from .positional import RotaryEmbedding
 
 
@@ -92,18 +94,15 @@ class LlamaConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"LlamaConfig.{name} must be a positive int, got {value!r}")
+            check_int(f"LlamaConfig.{name}", getattr(self, name), min=1)
         self.n_kv_heads = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
         self.d_ff = swiglu_hidden(self.d_model, multiple_of=8) if self.d_ff is None else self.d_ff
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise ValueError(f"d_model={self.d_model} must be n_heads={self.n_heads} times an even d_head (RoPE)")
-        if isinstance(self.n_kv_heads, bool) or not isinstance(self.n_kv_heads, int) or self.n_kv_heads < 1 \
-                or self.n_heads % self.n_kv_heads:
+        check_int("LlamaConfig.n_kv_heads", self.n_kv_heads, min=1)
+        if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
-        if isinstance(self.n_experts, bool) or not isinstance(self.n_experts, int) or self.n_experts < 0:
-            raise ValueError(f"LlamaConfig.n_experts must be an int >= 0 (0 = dense), got {self.n_experts!r}")
+        check_int("LlamaConfig.n_experts", self.n_experts, min=0, note="0 = dense")
         if self.n_experts and not 1 <= self.top_k <= self.n_experts:
             raise ValueError(f"top_k={self.top_k} must be in [1, n_experts={self.n_experts}]")
         if not self.aux_loss_coef >= 0:
@@ -126,10 +125,10 @@ class LlamaBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.eps)
         self.ffn = (SwiGLU(cfg.d_model, cfg.d_ff) if cfg.n_experts == 0 else
                     MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.top_k, cfg.capacity_factor))
-        self.attn_weights = None  # (B, H, T, Tk) after a forward with need_weights=True
+        self.self_weights = None  # (B, H, T, Tk) after a forward with need_weights=True
 
-    def forward(self, x, key_padding_mask=None, need_weights: bool = False, cache=None):
-        a, self.attn_weights = self.self_attn(self.attn_norm(x), key_padding_mask=key_padding_mask, is_causal=True,
+    def forward(self, x, attention_mask=None, need_weights: bool = False, cache=None):
+        a, self.self_weights = self.self_attn(self.attn_norm(x), attention_mask=attention_mask, is_causal=True,
                                               need_weights=need_weights, cache=cache)
         x = x + a
         return x + self.ffn(self.ffn_norm(x))
@@ -151,9 +150,9 @@ class Llama(nn.Module):
             self.lm_head.weight = self.tok_emb.weight
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None,
-                key_padding_mask: torch.Tensor | None = None, need_weights: bool = False,
+                attention_mask: torch.Tensor | None = None, need_weights: bool = False,
                 position_ids: torch.Tensor | None = None):
-        """``cache``: a ``kv_cache`` object; ``key_padding_mask: (B, past + T)`` bool, True on real tokens.
+        """``cache``: a ``kv_cache`` object; ``attention_mask: (B, past + T)`` bool, True on real tokens.
         ``position_ids`` is accepted for ``generate`` and ignored: RoPE depends only on distances, which left padding
         does not change. With ``targets`` (-100 = ignore) the loss is the cross-entropy plus, for a mixture,
         ``aux_loss_coef`` times ``balance_loss()``."""
@@ -164,7 +163,7 @@ class Llama(nn.Module):
             raise ValueError(f"idx ids must be in [0, {self.cfg.vocab_size}), got [{int(idx.min())}, {int(idx.max())}]")
         x = self.tok_emb(idx)  # (B, T, d_model)
         for block in self.blocks:
-            x = block(x, key_padding_mask=key_padding_mask, need_weights=need_weights, cache=cache)
+            x = block(x, attention_mask=attention_mask, need_weights=need_weights, cache=cache)
         logits = self.lm_head(self.norm(x))  # (B, T, V)
         loss = None
         if targets is not None:
@@ -183,7 +182,8 @@ class Llama(nn.Module):
         return torch.stack([b.ffn.balance_loss() for b in self.blocks]).mean()
 
     def num_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """The model's parameters, each tensor once (``params.count_parameters``)."""
+        return count_parameters(self)
 
 
 # ----------------------------------------------------------------------------- Hugging Face weights

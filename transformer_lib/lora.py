@@ -43,6 +43,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_int, check_number, check_probability
+
 
 @dataclass(frozen=True)
 class LoRAConfig:
@@ -55,14 +57,9 @@ class LoRAConfig:
     target_modules: str | tuple[str, ...] | list[str] = field(default=("query", "value"))
 
     def __post_init__(self):
-        if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 1:
-            raise ValueError(f"r (the adapter rank) must be a positive int, got {self.r!r}")
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not math.isfinite(self.alpha) \
-                or self.alpha <= 0:
-            raise ValueError(f"alpha must be a positive finite number (scaling alpha / r), got {self.alpha!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {self.dropout!r}")
+        check_int("r", self.r, min=1, note="the adapter rank")
+        check_number("alpha", self.alpha, min=0, min_open=True, note="scaling alpha / r")
+        check_probability("dropout", self.dropout)
         t = self.target_modules
         if isinstance(t, str):
             if not t:
@@ -253,8 +250,7 @@ def apply_sliced_lora(model: nn.Module, config: LoRAConfig, slices: dict[str, tu
 def qkv_slices(d_model: int, which: str = "qv") -> dict[str, tuple[int, int]]:
     """The rows of ``W_Q``, ``W_K``, ``W_V`` in ``MultiHeadAttention``'s stacked ``qkv: (3 d_model, d_model)``, for
     the letters in ``which`` (``"qv"``: the paper's choice)."""
-    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-        raise ValueError(f"d_model must be a positive int, got {d_model!r}")
+    check_int("d_model", d_model, min=1)
     if not isinstance(which, str) or not which or any(c not in "qkv" for c in which) or len(set(which)) != len(which):
         raise ValueError(f"which must be distinct letters of 'qkv', e.g. 'qv', got {which!r}")
     return {c: ("qkv".index(c) * d_model, ("qkv".index(c) + 1) * d_model) for c in which}
@@ -365,15 +361,6 @@ def merge_and_unload(model: nn.Module) -> nn.Module:
         m._original_weight = None
         _set_module(model, name, base)
     return model
-
-
-def count_parameters(model: nn.Module) -> tuple[int, int]:
-    """``(trainable, total)`` parameter counts (shared tensors counted once), as peft's
-    ``get_nb_trainable_parameters``."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    params = list(model.parameters())  # nn.Module.parameters() already yields a shared tensor once
-    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
 
 
 def lora_parameter_count(config: LoRAConfig, shapes: list[tuple[int, int]]) -> int:

@@ -15,5 +15,5 @@ def gpt_loss(model: nn.Module, batch) -> torch.Tensor:
 def seq2seq_loss(model: nn.Module, batch) -> torch.Tensor:
     """Teacher-forced cross-entropy of a ``Transformer`` on a ``TranslationBatch``; padding is ignored."""
     pad = model.cfg.pad_id
-    logits = model(batch.src, batch.tgt_in, tgt_mask=batch.tgt_in != pad)  # (B, T, V)
+    logits = model(batch.src, batch.tgt_in, decoder_attention_mask=batch.tgt_in != pad)  # (B, T, V)
     return F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=pad)

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_bool, check_int, check_number, check_probability
 from .layers import ACTIVATIONS, DecoderLayer, EncoderLayer, LayerNorm
 from .params import count_parameters
 from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
@@ -28,24 +29,16 @@ def _check_ints(cfg, *names: str, minimum: int = 1) -> None:
     """Each ``cfg.<name>`` must be an int >= ``minimum``: TypeError for another type, ValueError below it."""
     for name in names:
         value = getattr(cfg, name)
-        where = f"{type(cfg).__name__}.{name}"
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{where} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
-        if value < minimum:
-            raise ValueError(f"{where} must be an int >= {minimum}, got {value!r}")
+        check_int(f"{type(cfg).__name__}.{name}", value, min=minimum)
 
 
 def _check_flags(cfg, *names: str) -> None:
     for name in names:
-        value = getattr(cfg, name)
-        if not isinstance(value, bool):
-            raise TypeError(f"{type(cfg).__name__}.{name} must be a bool, got {type(value).__name__} {value!r}")
+        check_bool(f"{type(cfg).__name__}.{name}", getattr(cfg, name))
 
 
 def _check_dropout(cfg) -> None:
-    p = cfg.dropout
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-        raise ValueError(f"{type(cfg).__name__}.dropout must be a probability in [0, 1), got {p!r}")
+    check_probability(f"{type(cfg).__name__}.dropout", cfg.dropout)
 
 
 def _check_heads(cfg) -> None:
@@ -86,8 +79,7 @@ def _check_positions(position_ids: torch.Tensor, shape: tuple, block_size: int) 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
     """GPT-2/BERT initialisation: N(0, 0.02) for Linear and Embedding weights, zero biases."""
-    if isinstance(std, bool) or not isinstance(std, (int, float)) or not 0 < std < math.inf:
-        raise ValueError(f"std must be a finite number > 0, got {std!r}")
+    check_number("std", std, min=0, min_open=True)
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
     if isinstance(module, nn.Linear) and module.bias is not None:
@@ -173,42 +165,45 @@ class Transformer(nn.Module):
     def embed(self, emb: nn.Embedding, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return self.dropout(self.pos(emb(ids) * math.sqrt(self.cfg.d_model), offset))  # (B, T, d_model)
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None, need_weights: bool = False):
-        """``src: (B, S)`` -> memory ``(B, S, d_model)``. ``src_mask: (B, S)`` bool, True on real tokens
+    def encode(self, src: torch.Tensor, attention_mask: torch.Tensor | None = None, need_weights: bool = False):
+        """``src: (B, S)`` -> memory ``(B, S, d_model)``. ``attention_mask: (B, S)`` bool, True on real tokens
         (default: ``src != pad_id``)."""
         _check_ids(src, self.cfg.src_vocab_size, "src")
-        src_mask = src != self.cfg.pad_id if src_mask is None else src_mask
-        _check_mask_arg(src_mask, src.shape, "src_mask")
+        attention_mask = src != self.cfg.pad_id if attention_mask is None else attention_mask
+        _check_mask_arg(attention_mask, src.shape, "attention_mask")
         x = self.embed(self.src_emb, src)
         for layer in self.encoder:
-            x = layer(x, key_padding_mask=src_mask, need_weights=need_weights)
+            x = layer(x, attention_mask=attention_mask, need_weights=need_weights)
         return self.enc_norm(x)
 
-    def decode(self, tgt, memory, src_mask=None, tgt_mask=None, need_weights: bool = False, cache=None):
+    def decode(self, tgt, memory, attention_mask=None, decoder_attention_mask=None, need_weights: bool = False,
+               cache=None):
         """``tgt: (B, T)`` ids, ``memory: (B, S, d_model)`` -> logits ``(B, T, tgt_vocab)``.
 
-        ``src_mask: (B, S)`` hides padded source positions; ``tgt_mask: (B, past + T)`` padded target keys
-        (``past`` = tokens already in ``cache``, else 0). Both bool, True on real tokens.
+        ``attention_mask: (B, S)`` hides padded source positions; ``decoder_attention_mask: (B, past + T)`` padded
+        target keys (``past`` = tokens already in ``cache``, else 0). Both bool, True on real tokens (the names of
+        Hugging Face's encoder-decoder models).
         """
         _check_ids(tgt, self.cfg.tgt_vocab_size, "tgt")
         B, d = tgt.shape[0], self.cfg.d_model
         if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
             got = tuple(memory.shape) if isinstance(memory, torch.Tensor) else type(memory).__name__
             raise ValueError(f"memory must be (B={B}, S, d_model={d}) from encode(), got {got}")
-        if src_mask is not None:
-            _check_mask_arg(src_mask, memory.shape[:2], "src_mask")
+        if attention_mask is not None:
+            _check_mask_arg(attention_mask, memory.shape[:2], "attention_mask")
         past = 0 if cache is None else cache.get_seq_length(0)
-        if tgt_mask is not None:
-            _check_mask_arg(tgt_mask, (B, past + tgt.shape[1]), "tgt_mask")
+        if decoder_attention_mask is not None:
+            _check_mask_arg(decoder_attention_mask, (B, past + tgt.shape[1]), "decoder_attention_mask")
         x = self.embed(self.tgt_emb, tgt, offset=past)
         for layer in self.decoder:
-            x = layer(x, memory, memory_key_padding_mask=src_mask, key_padding_mask=tgt_mask,
+            x = layer(x, memory, encoder_attention_mask=attention_mask, attention_mask=decoder_attention_mask,
                       need_weights=need_weights, cache=cache)
         return self.generator(self.dec_norm(x))
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask=None, tgt_mask=None) -> torch.Tensor:
-        src_mask = src != self.cfg.pad_id if src_mask is None else src_mask
-        return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, attention_mask=None,
+                decoder_attention_mask=None) -> torch.Tensor:
+        attention_mask = src != self.cfg.pad_id if attention_mask is None else attention_mask
+        return self.decode(tgt, self.encode(src, attention_mask), attention_mask, decoder_attention_mask)
 
 
 # ----------------------------------------------------------------------------- decoder-only
@@ -241,8 +236,7 @@ class GPTConfig(_HeadSize):
             _check_ints(self, "n_kv_heads")
             if self.n_heads % self.n_kv_heads != 0:
                 raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
-        if self.window is not None and (type(self.window) is not int or self.window < 1):  # bool is not int here
-            raise ValueError(f"GPTConfig.window must be an int >= 1 or None (full attention), got {self.window!r}")
+        check_int("GPTConfig.window", self.window, min=1, optional="full attention")
         if self.positional == "rope" and self.d_head % 2 != 0:
             raise ValueError(f"positional='rope' rotates feature pairs: d_head = d_model // n_heads must be even, "
                              f"got {self.d_model} // {self.n_heads} = {self.d_model // self.n_heads}")
@@ -273,11 +267,11 @@ class GPT(nn.Module):
         self.lm_head.weight = self.tok_emb.weight  # weight tying (Press & Wolf 2017)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None,
-                key_padding_mask: torch.Tensor | None = None, need_weights: bool = False,
+                attention_mask: torch.Tensor | None = None, need_weights: bool = False,
                 position_ids: torch.Tensor | None = None):
         """Returns ``(logits (B, T, V), loss or None)``. ``targets: (B, T)``, -100 = ignore.
 
-        ``cache``: a KV cache (chapter 07); ``key_padding_mask: (B, past + T)`` bool, True on real tokens.
+        ``cache``: a KV cache (chapter 07); ``attention_mask: (B, past + T)`` bool, True on real tokens.
         ``position_ids: (B, T)``: each token's position for the learned/sinusoidal tables (default
         ``past .. past + T - 1``), so a left-padded row can start at 0 as it would alone. RoPE and ALiBi
         depend only on the distance between two tokens, which padding does not change: they ignore it.
@@ -305,7 +299,7 @@ class GPT(nn.Module):
             bias = alibi_bias(self.cfg.n_heads, T, past + T, device=idx.device, dtype=x.dtype)  # (H, T, past + T)
             bias = bias[None]  # (1, H, T, past + T): one bias per head, shared by the batch
         for block in self.blocks:
-            x = block(x, self_mask=bias, key_padding_mask=key_padding_mask, need_weights=need_weights, cache=cache)
+            x = block(x, self_mask=bias, attention_mask=attention_mask, need_weights=need_weights, cache=cache)
         logits = self.lm_head(self.norm(x))
         loss = None
         if targets is not None:
@@ -341,8 +335,7 @@ class BertConfig(_HeadSize):
         _check_ints(self, "vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len", "type_vocab_size")
         _check_dropout(self)
         _check_heads(self)
-        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < self.eps < 1:
-            raise ValueError(f"BertConfig.eps must be a small positive float in (0, 1), got {self.eps!r}")
+        check_number("BertConfig.eps", self.eps, 0, 1, min_open=True, max_open=True, note="a small positive float")
 
 
 @dataclass
@@ -412,8 +405,8 @@ class BertEncoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, d_model)
         hidden, attentions = [x], []
         for layer in self.layers:
-            x = layer(x, key_padding_mask=attention_mask, need_weights=need_weights)
+            x = layer(x, attention_mask=attention_mask, need_weights=need_weights)
             hidden.append(x)
             if need_weights:
-                attentions.append(layer.attn_weights)
+                attentions.append(layer.self_weights)
         return BertOutput(x, tuple(hidden), tuple(attentions))

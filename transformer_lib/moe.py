@@ -20,12 +20,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_int, check_number
 from .activations import SwiGLU
 
 
 def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_int(name, value, min=1)
 
 
 def top_k_gating(router_logits: torch.Tensor, top_k: int, normalize: bool = True):
@@ -35,8 +35,7 @@ def top_k_gating(router_logits: torch.Tensor, top_k: int, normalize: bool = True
     probabilities of the chosen experts (Switch, top-1), renormalized to sum to 1 when ``normalize`` (Mixtral).
     """
     E = router_logits.shape[-1]
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= E:
-        raise ValueError(f"top_k must be an int in [1, n_experts={E}], got {top_k!r}")
+    check_int("top_k", top_k, 1, E, note="n_experts")
     probs = router_logits.float().softmax(dim=-1)  # (N, E)
     weights, experts = probs.topk(top_k, dim=-1)  # (N, k)
     if normalize:
@@ -46,8 +45,7 @@ def top_k_gating(router_logits: torch.Tensor, top_k: int, normalize: bool = True
 
 def expert_capacity(n_tokens: int, n_experts: int, top_k: int, capacity_factor: float) -> int:
     """Slots per expert: ``ceil(capacity_factor * n_tokens * top_k / n_experts)`` (1.0 = a perfectly even share)."""
-    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or not capacity_factor > 0:
-        raise ValueError(f"capacity_factor must be a number > 0 or None (no capacity), got {capacity_factor!r}")
+    check_number("capacity_factor", capacity_factor, min=0, min_open=True, note="None: no capacity")
     return math.ceil(capacity_factor * n_tokens * top_k / n_experts)
 
 

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import scaled_dot_product_attention
+from .checks import check_int, check_probability
 from .masking import check_mask, combine_masks, key_padding_to_attention
 
 
@@ -34,9 +35,7 @@ def sliding_window_mask(t_q: int, t_k: int, window: int, device=None) -> torch.T
 
 def check_window(window) -> None:
     """``window`` is None (full attention) or an int >= 1."""
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        raise ValueError(f"window must be an int >= 1 (keys a query sees, itself included) or None (full "
-                         f"attention), got {type(window).__name__} {window!r}")
+    check_int("window", window, min=1, note="keys a query sees, itself included", optional="full attention")
 
 
 def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> None:
@@ -76,18 +75,12 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         sizes = dict(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head)
         for name, value in sizes.items():
-            if name == "d_head" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
-            if value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value}")
+            check_int(name, value, min=1, optional=name == "d_head")
         if d_head is None and d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be a positive multiple of n_heads={n_heads}")
         if n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        check_probability("dropout", dropout)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
         self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
@@ -142,7 +135,7 @@ class MultiHeadAttention(nn.Module):
         if value.shape != key.shape:
             raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
 
-    def forward(self, query, key=None, value=None, attn_mask=None, key_padding_mask=None,
+    def forward(self, query, key=None, value=None, attn_mask=None, attention_mask=None,
                 is_causal: bool = False, need_weights: bool = False, cache=None):
         """Returns ``(out: (B, Tq, d_model), weights: (B, H, Tq, Tk) or None)``.
 
@@ -152,7 +145,8 @@ class MultiHeadAttention(nn.Module):
                 (the same for every sequence and head) or 4-D ``(B or 1, H or 1, Tq, Tk)``. A 3-D mask is
                 rejected: ``(X, Tq, Tk)`` could be per sequence or per head, which cannot be told apart when
                 ``B == H``; write ``mask[:, None]`` (per sequence) or ``mask[None]`` (per head).
-            key_padding_mask: bool ``(B, Tk)``, True on real tokens.
+            attention_mask: bool ``(B, Tk)``, True on real tokens (Hugging Face's name and meaning; PyTorch's
+                ``key_padding_mask`` means the opposite, True = ignore).
             is_causal: add a causal mask aligned to the end of the keys (the band ``sliding_window_mask`` when
                 ``self.window`` is set; without ``is_causal`` the window is not applied).
             need_weights: take the teaching path and return the per-head weights.
@@ -171,20 +165,20 @@ class MultiHeadAttention(nn.Module):
         B, H, Tq, Tk = q.shape[0], self.n_heads, q.shape[2], k.shape[2]
         if attn_mask is not None:
             _check_attn_mask(attn_mask, B, H, Tq, Tk)
-        if key_padding_mask is not None:
-            if not isinstance(key_padding_mask, torch.Tensor):
-                raise TypeError(f"key_padding_mask must be a bool tensor (B={B}, Tk={Tk}), got "
-                                f"{type(key_padding_mask).__name__}")
-            if key_padding_mask.shape != (B, Tk) or key_padding_mask.dtype != torch.bool:
-                raise ValueError(f"key_padding_mask must be bool (B={B}, Tk={Tk}), got "
-                                 f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
-            key_padding_mask = key_padding_to_attention(key_padding_mask)  # (B, 1, 1, Tk)
+        if attention_mask is not None:
+            if not isinstance(attention_mask, torch.Tensor):
+                raise TypeError(f"attention_mask must be a bool tensor (B={B}, Tk={Tk}), got "
+                                f"{type(attention_mask).__name__}")
+            if attention_mask.shape != (B, Tk) or attention_mask.dtype != torch.bool:
+                raise ValueError(f"attention_mask must be bool (B={B}, Tk={Tk}), got "
+                                 f"{attention_mask.dtype} {tuple(attention_mask.shape)}")
+            attention_mask = key_padding_to_attention(attention_mask)  # (B, 1, 1, Tk)
         if is_causal and self.window is not None:  # the band already holds the causal mask
             band = sliding_window_mask(Tq, Tk, self.window, device=q.device)  # (Tq, Tk)
             attn_mask, is_causal = band if attn_mask is None else combine_masks(attn_mask, band), False
-        mask = combine_masks(attn_mask, key_padding_mask)
+        mask = combine_masks(attn_mask, attention_mask)
         p = self.dropout if self.training else 0.0
-        y = scaled_dot_product_attention(q, k, v, mask, return_weights=need_weights, is_causal=is_causal, dropout_p=p)
+        y = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights, is_causal=is_causal, dropout_p=p)
         y, weights = y if need_weights else (y, None)
         return self.out(self.merge_heads(y)), weights  # (B, Tq, d_model)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from .checks import check_int, check_number
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm written out: ``x / sqrt(mean(x^2) + eps) * weight`` over the last dim of ``x: (..., d_model)``.
@@ -30,10 +32,8 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-6):
         super().__init__()
-        if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-            raise ValueError(f"d_model must be a positive int, got {d_model!r}")
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-            raise ValueError(f"eps must be a small positive number in (0, 1), got {eps!r}")
+        check_int("d_model", d_model, min=1)
+        check_number("eps", eps, 0, 1, min_open=True, max_open=True, note="a small positive number")
         self.weight = nn.Parameter(torch.ones(d_model))  # g
         self.eps = eps
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .checks import check_int
+
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
 
 NOT_CHOSEN, MASKED, RANDOM, UNCHANGED = 0, 1, 2, 3  # the values of MaskedBatch.choice
@@ -76,8 +78,7 @@ def mlm_mask(input_ids: torch.Tensor, mask_token_id: int, vocab_size: int, speci
     _check_ids(input_ids)
     mask = _check_mask(attention_mask, input_ids)
     for name, value in (("mask_token_id", mask_token_id), ("vocab_size", vocab_size), ("ignore_index", ignore_index)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an int, got {value!r}")
+        check_int(name, value)
     if not 0 <= mask_token_id < vocab_size:
         raise ValueError(f"mask_token_id must be a token id in [0, vocab_size={vocab_size}), got {mask_token_id}")
     special = sorted({int(i) for i in special_token_ids} | {mask_token_id})

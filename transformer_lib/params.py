@@ -1,20 +1,29 @@
 """Counting a model's parameters: the library's one counter.
 
-Used in chapter 08.
+Used in chapters 08 and 12.
 
-``GPT.num_params()``, ``pruning.count_parameters`` and the ``num_params`` the trained checkpoints record
-(``book_models``) all call ``count_parameters``, so a number the book prints about a model's size means the same
-thing in every chapter: each parameter tensor once (a tied embedding and output head count once), every entry, or
-with ``nonzero=True`` only the entries a pruned model still computes with.
+``GPT.num_params()``, ``Llama.num_params()``, ``pruning.count_parameters``, LoRA's trainable count and the
+``num_params`` the trained checkpoints record (``book_models``) all call ``count_parameters``, so a number the book
+prints about a model's size means the same thing in every chapter: each parameter tensor once (a tied embedding
+and output head count once), every entry, or with ``nonzero=True`` only the entries a pruned model still computes
+with (``trainable=True``: only those with ``requires_grad``).
 """
 from __future__ import annotations
 
 import torch.nn as nn
 
 
-def count_parameters(model: nn.Module, nonzero: bool = False) -> int:
+def count_parameters(model: nn.Module, nonzero: bool = False, trainable: bool = False) -> int:
     """Parameters of any ``model`` (tied weights once). ``nonzero=True`` counts only entries that are not 0, of the
-    weights the model computes with: under a ``torch.nn.utils.prune`` mask, ``weight`` rather than ``weight_orig``."""
+    weights the model computes with: under a ``torch.nn.utils.prune`` mask, ``weight`` rather than ``weight_orig``.
+    ``trainable=True`` counts only parameters with ``requires_grad`` (what LoRA trains; peft's
+    ``get_nb_trainable_parameters()[0]``)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if trainable:
+        if nonzero:
+            raise ValueError("count_parameters takes nonzero=True or trainable=True, not both")
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
     if not nonzero:
         return sum(p.numel() for p in model.parameters())
     seen, total = set(), 0

@@ -18,13 +18,7 @@ import operator
 import torch
 import torch.nn as nn
 
-
-def _check_int(name: str, value, minimum: int) -> None:
-    """An integer (Python or NumPy; not a float, not a bool) >= ``minimum``."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+from .checks import check_int, check_number
 
 
 def _check_offset(offset) -> None:
@@ -38,14 +32,13 @@ def _check_offset(offset) -> None:
 
 
 def _check_base(base) -> None:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < math.inf:
-        raise ValueError(f"base must be a finite number > 1 (the paper's 10000), got {base!r}")
+    check_number("base", base, min=1, min_open=True, note="the paper's 10000")
 
 
 def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """The paper's ``(max_len, d_model)`` table; d_model must be even."""
-    _check_int("max_len", max_len, 1)
-    _check_int("d_model", d_model, 1)
+    check_int("max_len", max_len, min=1)
+    check_int("d_model", d_model, min=1)
     _check_base(base)
     if d_model % 2 != 0:
         raise ValueError(f"d_model={d_model} must be a positive even number for sinusoidal encoding")
@@ -86,8 +79,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int):
         super().__init__()
-        _check_int("d_model", d_model, 1)
-        _check_int("max_len", max_len, 1)
+        check_int("d_model", d_model, min=1)
+        check_int("max_len", max_len, min=1)
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -104,7 +97,7 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, d_head: int, base: float = 10000.0):
         super().__init__()
-        _check_int("d_head", d_head, 2)
+        check_int("d_head", d_head, min=2)
         _check_base(base)
         if d_head % 2 != 0:
             raise ValueError(f"d_head={d_head} must be even for RoPE")
@@ -128,7 +121,7 @@ class RotaryEmbedding(nn.Module):
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """Head slopes 2^(-8/n), 2^(-16/n), ...; for non-powers of two, the paper's interleaving."""
-    _check_int("n_heads", n_heads, 1)
+    check_int("n_heads", n_heads, min=1)
     def pow2(n):
         start = 2 ** (-8 / n)
         return [start ** (i + 1) for i in range(n)]
@@ -145,8 +138,8 @@ def alibi_bias(n_heads: int, t_q: int, t_k: int | None = None, device=None, dtyp
     Future positions (j > i) get 0 here; combine with a causal mask to hide them.
     """
     t_k = t_q if t_k is None else t_k
-    _check_int("t_q", t_q, 0)
-    _check_int("t_k", t_k, t_q)
+    check_int("t_q", t_q, min=0)
+    check_int("t_k", t_k, min=t_q)
     i = torch.arange(t_k - t_q, t_k, device=device)[:, None]  # query positions (Tq, 1)
     j = torch.arange(t_k, device=device)[None, :]  # key positions (1, Tk)
     distance = (i - j).clamp_min(0).to(dtype)  # (Tq, Tk)

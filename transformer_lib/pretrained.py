@@ -77,7 +77,7 @@ _EMBEDDINGS = {  # Hugging Face name -> ours
 }
 _LAYER = {  # per layer, after "encoder.layer.{i}." / "layers.{i}."
     "attention.output.dense": "self_attn.out",  # W_O
-    "attention.output.LayerNorm": "res_attn.norm",
+    "attention.output.LayerNorm": "res_self.norm",
     "intermediate.dense": "ffn.up",  # W_1
     "output.dense": "ffn.down",  # W_2
     "output.LayerNorm": "res_ffn.norm",

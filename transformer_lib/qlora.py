@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import check_int
 from .lora import LoRAConfig, LoRALinear, check_generator, lora_targets
 from .quant.nf4 import NF4Tensor, nf4_dequantize, nf4_quantize
 
@@ -37,8 +38,7 @@ FP8_MAX = 448.0  # torch.finfo(float8_e4m3fn).max
 
 
 def _check_block(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_int(name, value, min=1)
 
 
 def double_quantize(absmax: torch.Tensor, block_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -87,7 +87,8 @@ class NF4Linear(nn.Module):
         _check_block("in_features", in_features)
         _check_block("out_features", out_features)
         _check_block("scale_block_size", scale_block_size)
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 2 or block_size % 2:
+        check_int("block_size", block_size, min=2, note="even: two codes per byte")
+        if block_size % 2:
             raise ValueError(f"block_size must be an even int >= 2 (two codes per byte), got {block_size!r}")
         n = in_features * out_features
         if n % block_size:

@@ -23,12 +23,12 @@ def greedy_decode(model: nn.Module, src: torch.Tensor, bos_id: int, eos_id: int,
     """Most likely next token at each step (PAD and BOS excluded). ``src: (B, S)`` -> ``(B, <= max_len)`` ids,
     without BOS, padded with ``pad_id`` after EOS."""
     pad = model.cfg.pad_id
-    src_mask = src != pad  # (B, S)
-    memory = model.encode(src, src_mask)  # (B, S, d_model)
+    attention_mask = src != pad  # (B, S)
+    memory = model.encode(src, attention_mask)  # (B, S, d_model)
     out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        logits = model.decode(out, memory, src_mask)[:, -1]  # (B, V)
+        logits = model.decode(out, memory, attention_mask)[:, -1]  # (B, V)
         logits[:, [pad, bos_id]] = float("-inf")  # never valid outputs
         nxt = logits.argmax(-1).masked_fill(done, pad)
         out = torch.cat([out, nxt[:, None]], dim=1)
@@ -49,16 +49,16 @@ def beam_search(model: nn.Module, src: torch.Tensor, bos_id: int, eos_id: int, b
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     pad, (B, S), K = model.cfg.pad_id, src.shape, beam_size
-    src_mask = src != pad
-    memory = model.encode(src, src_mask)  # (B, S, d)
+    attention_mask = src != pad
+    memory = model.encode(src, attention_mask)  # (B, S, d)
     memory = memory.repeat_interleave(K, 0)  # (B*K, S, d): the K beams of source b are rows b*K..b*K+K-1
-    src_mask = src_mask.repeat_interleave(K, 0)
+    attention_mask = attention_mask.repeat_interleave(K, 0)
     seqs = torch.full((B * K, 1), bos_id, dtype=torch.long, device=src.device)
     scores = torch.zeros(B, K, device=src.device)
     scores[:, 1:] = float("-inf")  # start from one live beam per source
     done = torch.zeros(B * K, dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        logits = model.decode(seqs, memory, src_mask)[:, -1].float()  # (B*K, V)
+        logits = model.decode(seqs, memory, attention_mask)[:, -1].float()  # (B*K, V)
         logits[:, [pad, bos_id]] = float("-inf")  # never valid outputs
         logp, V = F.log_softmax(logits, dim=-1), logits.shape[-1]
         # a finished beam can only be extended by PAD, at no cost

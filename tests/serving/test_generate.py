@@ -14,7 +14,7 @@ import torch
 
 import transformer_lib.serving.generation as generate_module
 from transformer_lib.serving.generation import (cache_refusal, decode_step, fast_path_refusal, filter_logits,
-                                                generate, MatvecWeights, matvec_weights, sample_next)
+                                                fused_decode_step, generate, MatvecWeights, sample_next)
 from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
 from transformer_lib.layers import ACTIVATIONS
 from transformer_lib.models import GPT, POSITIONAL, GPTConfig, init_weights
@@ -53,7 +53,7 @@ def test_cached_decoding_matches_full_recompute(positional, n_kv_heads, cache):
     model = toy_gpt(positional, n_kv_heads)
     prompt = ids((2, 6), seed=1)
     want, want_logits = generate(model, prompt, 20, use_cache=False, return_logits=True)
-    got, got_logits = generate(model, prompt, 20, cache=cache, return_logits=True)
+    got, got_logits = generate(model, prompt, 20, cache_implementation=cache, return_logits=True)
     assert torch.equal(got, want)
     torch.testing.assert_close(got_logits, want_logits, **STEP_TOL)  # every step, not only the tokens
 
@@ -84,7 +84,7 @@ def test_decode_step_equals_the_model_forward_with_a_cache(positional, n_kv_head
         model(prompt, cache=a)
         model(prompt, cache=b)
         want = model(token, cache=a)[0][:, -1]
-        got = decode_step(model, token, b, weights_t=matvec_weights(model) if transposed else None)
+        got = decode_step(model, token, b, matvec_weights=MatvecWeights(model) if transposed else None)
     torch.testing.assert_close(got, want, **STEP_TOL)
     torch.testing.assert_close(b.keys[1][:, :, :8], a.keys[1], **STEP_TOL)  # the cache was extended alike
 
@@ -97,7 +97,7 @@ def test_forward_hooks_are_honoured_by_the_decode_step():
     handle = model.blocks[0].self_attn.out.register_forward_pre_hook(lambda m, args: (args[0] * gate,))
     try:
         prompt = ids((1, 5), seed=5)
-        assert model.blocks[0].self_attn.out not in matvec_weights(model)
+        assert model.blocks[0].self_attn.out not in MatvecWeights(model)
         want = generate(model, prompt, 15, use_cache=False)
         assert torch.equal(generate(model, prompt, 15), want)
     finally:
@@ -122,10 +122,10 @@ def test_tensor_subclass_weights_run_as_modules():
     model.load_state_dict(toy_gpt().state_dict())
     ffn = model.blocks[0].ffn.up
     ffn.weight = torch.nn.Parameter(ffn.weight.detach().as_subclass(_RowScaledWeight), requires_grad=False)
-    assert ffn not in matvec_weights(model) and model.blocks[1].ffn.up in matvec_weights(model)
+    assert ffn not in MatvecWeights(model) and model.blocks[1].ffn.up in MatvecWeights(model)
     prompt = ids((1, 5), seed=6)
     want = generate(model, prompt, 15, use_cache=False)
-    assert torch.equal(generate(model, prompt, 15, transpose_weights=True), want)
+    assert torch.equal(generate(model, prompt, 15, matvec_weights=True), want)
 
 
 # ----------------------------------------------------------------------------- every variant the library can make
@@ -190,7 +190,7 @@ def test_every_cacheable_variant_decodes_with_a_cache_as_it_recomputes(name, cac
     model = variant(name)
     prompt, kw = generate_case(mode)
     want, want_logits = generate(model, prompt, 14, use_cache=False, return_logits=True, **kw)
-    got, got_logits = generate(model, prompt, 14, cache=cache, return_logits=True, **kw)
+    got, got_logits = generate(model, prompt, 14, cache_implementation=cache, return_logits=True, **kw)
     assert torch.equal(got, want)
     scale = max(1.0, want_logits.abs().max().item())  # without LayerNorm the logits reach the hundreds
     torch.testing.assert_close(got_logits, want_logits, atol=1e-5 * scale, rtol=1e-4)
@@ -215,8 +215,8 @@ def test_fast_path_is_taken_only_for_the_block_it_implements(name, monkeypatch):
     model = variant(name)
     assert (fast_path_refusal(model) is None) == (name not in NOT_FAST), fast_path_refusal(model)
     calls = []
-    real = generate_module.decode_step
-    monkeypatch.setattr(generate_module, "decode_step", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = generate_module.fused_decode_step
+    monkeypatch.setattr(generate_module, "fused_decode_step", lambda *a, **k: calls.append(1) or real(*a, **k))
     generate(model, ids((1, 4), seed=0), 5)
     assert len(calls) == (0 if name in NOT_FAST else 4)  # one per new token after the prefill's
 
@@ -224,7 +224,7 @@ def test_fast_path_is_taken_only_for_the_block_it_implements(name, monkeypatch):
 @pytest.mark.parametrize("placement", ["post", "none"])
 def test_decode_step_runs_other_norm_placements_through_the_modules(placement):
     """decode_step on a post-norm or norm-free model falls back to the module forward; the written-out pre-norm
-    block (``checked=True`` skips the check) would compute something else (the old silent bug) or crash."""
+    block (``fused_decode_step``, which skips the check) would compute something else (the old silent bug)."""
     model = variant(f"norm {placement}")
     prompt, token = ids((2, 5), seed=3), ids((2, 1), seed=4)
     with torch.inference_mode():
@@ -234,7 +234,7 @@ def test_decode_step_runs_other_norm_placements_through_the_modules(placement):
         want = model(token, cache=a)[0][:, -1]
         torch.testing.assert_close(decode_step(model, token, b), want, **STEP_TOL)
         if placement == "post":
-            assert not torch.allclose(decode_step(model, token, c, checked=True), want, atol=1e-2)
+            assert not torch.allclose(fused_decode_step(model, token, c), want, atol=1e-2)
         assert "LayerNorm" in fast_path_refusal(model)
 
 
@@ -248,7 +248,7 @@ def test_a_model_without_its_causal_mask_refuses_a_cache(blocks):
     prompt = ids((1, 4), seed=0)
     match = (rf"this model cannot decode with a KV cache: block {blocks[0]}'s self-attention is not causal .*"
              r"pass use_cache=False")
-    for kw in (dict(), dict(cache="dynamic")):
+    for kw in (dict(), dict(cache_implementation="dynamic")):
         with pytest.raises(ValueError, match=match):
             generate(model, prompt, 3, **kw)
     with pytest.raises(ValueError, match=match), torch.inference_mode():
@@ -276,7 +276,7 @@ def test_left_padded_rows_generate_what_each_prompt_generates_alone(positional, 
     mask = torch.zeros(len(prompts), T, dtype=torch.bool)
     for row, p in enumerate(prompts):
         batch[row, T - len(p):], mask[row, T - len(p):] = p, True
-    kw = dict(use_cache=False) if mode == "no cache" else dict(cache=mode)
+    kw = dict(use_cache=False) if mode == "no cache" else dict(cache_implementation=mode)
     out, logits = generate(model, batch, 12, attention_mask=mask, return_logits=True, **kw)
     for row, p in enumerate(prompts):
         alone, alone_logits = generate(model, p[None], 12, return_logits=True, **kw)
@@ -411,8 +411,8 @@ def test_same_seed_same_text_with_and_without_cache(kw):
     model = toy_gpt("rope")
     prompt = ids((2, 5), seed=8)
     a = generate(model, prompt, 25, seed=123, use_cache=False, **kw)
-    assert torch.equal(generate(model, prompt, 25, seed=123, cache="static", **kw), a)
-    assert torch.equal(generate(model, prompt, 25, seed=123, cache="dynamic", **kw), a)
+    assert torch.equal(generate(model, prompt, 25, seed=123, cache_implementation="static", **kw), a)
+    assert torch.equal(generate(model, prompt, 25, seed=123, cache_implementation="dynamic", **kw), a)
     assert not torch.equal(generate(model, prompt, 25, seed=124, **kw), a)  # the seed matters
 
 
@@ -440,24 +440,38 @@ def test_without_a_cache_the_window_slides_past_the_context():
 NAN, INF = float("nan"), float("inf")
 
 
-@pytest.mark.parametrize("kw, match", [
-    *[(dict(temperature=t), rf"temperature must be a finite number >= 0 \(0 = greedy\), got {t!r}")
+def _got(value, kind=(int, float)) -> str:
+    """How a refused value shows in the message: its repr, after its type when the type is what is wrong."""
+    return repr(value) if _error(value, kind) is ValueError else f"{type(value).__name__} {value!r}"
+
+
+def _error(value, kind=(int, float)):
+    """TypeError for a value of the wrong type (a bool is no number), ValueError for one out of range."""
+    return ValueError if isinstance(value, kind) and not isinstance(value, bool) else TypeError
+
+
+@pytest.mark.parametrize("kw, error, match", [
+    *[(dict(temperature=t), _error(t), rf"temperature must be a finite number >= 0 \(0 = greedy\), got {_got(t)}")
       for t in (-1.0, NAN, INF, -INF, "0.5", True)],
-    *[(dict(top_k=k), rf"top_k must be an int >= 1 or None, got {k!r}") for k in (0, -3, 2.5, True)],
-    *[(dict(top_p=p), rf"top_p must be a number in \(0, 1\] or None, got {p!r}")
+    *[(dict(top_k=k), _error(k, int), rf"top_k must be an int >= 1 or None, got {_got(k, int)}")
+      for k in (0, -3, 2.5, True)],
+    *[(dict(top_p=p), _error(p), rf"top_p must be a number in \(0, 1\] or None, got {_got(p)}")
       for p in (0.0, -0.1, 1.5, NAN, INF, "0.9")],
-    *[(dict(max_new_tokens=n), rf"max_new_tokens must be an int >= 0, got {n!r}") for n in (-1, 2.0, True)],
-    (dict(use_cache="yes"), "use_cache must be a bool, got 'yes'"),
-    (dict(cache="paged"), "cache must be 'static' or 'dynamic', got 'paged'"),
-    (dict(attention_mask=torch.ones(1, 5, dtype=torch.bool)),
+    *[(dict(max_new_tokens=n), _error(n, int), rf"max_new_tokens must be an int >= 0, got {_got(n, int)}")
+      for n in (-1, 2.0, True)],
+    (dict(use_cache="yes"), TypeError, "use_cache must be a bool, got str 'yes'"),
+    (dict(cache_implementation="paged"), ValueError,
+     "cache_implementation must be 'static' or 'dynamic', got 'paged'"),
+    (dict(attention_mask=torch.ones(1, 5, dtype=torch.bool)), ValueError,
      r"attention_mask must be a \(B, T\) = \(1, 4\) tensor, got \(1, 5\)")])
-def test_bad_arguments_are_rejected(kw, match):
+def test_bad_arguments_are_rejected(kw, error, match):
     args = dict(max_new_tokens=3) | kw
     for use_cache in (True, False):
-        if "use_cache" in kw or ("cache" in kw and not use_cache):
+        if "use_cache" in kw or ("cache_implementation" in kw and not use_cache):
             continue
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(error, match=match) as info:
             generate(toy_gpt(), ids((1, 4), seed=0), use_cache=use_cache, **args)
+        assert type(info.value) is error
 
 
 @pytest.mark.parametrize("kw, match", [(dict(temperature=NAN), "temperature must be a finite number"),
@@ -499,7 +513,7 @@ def test_cached_decoding_matches_recompute_on_cuda(cache):
     model.load_state_dict(toy_gpt("rope", 2).state_dict())
     prompt = ids((2, 6), seed=1).cuda()
     want, want_logits = generate(model, prompt, 20, use_cache=False, return_logits=True)
-    got, got_logits = generate(model, prompt, 20, cache=cache, return_logits=True)
+    got, got_logits = generate(model, prompt, 20, cache_implementation=cache, return_logits=True)
     assert torch.equal(got, want)
     torch.testing.assert_close(got_logits, want_logits, atol=1e-4, rtol=1e-4)
 
@@ -555,13 +569,38 @@ def test_matvec_weights_built_once_give_the_same_tokens_and_refuse_changed_weigh
     prompt = ids((2, 5), seed=7)
     packed = MatvecWeights(model)
     want = generate(model, prompt, 12, use_cache=False)
-    assert torch.equal(generate(model, prompt, 12, transpose_weights=packed), want)
-    assert torch.equal(generate(model, prompt, 12, transpose_weights=packed), want)  # reused
+    assert torch.equal(generate(model, prompt, 12, matvec_weights=packed), want)
+    assert torch.equal(generate(model, prompt, 12, matvec_weights=packed), want)  # reused
     with pytest.raises(ValueError, match="another model"):
-        generate(toy_gpt(), prompt, 3, transpose_weights=packed)
+        generate(toy_gpt(), prompt, 3, matvec_weights=packed)
     with torch.no_grad():
         model.blocks[0].ffn.up.weight.mul_(2.0)  # an in-place change, as an optimizer step makes
     with pytest.raises(ValueError, match="stale"):
-        generate(model, prompt, 3, transpose_weights=packed)
-    with pytest.raises(ValueError, match="transpose_weights must be"):
-        generate(model, prompt, 3, transpose_weights="yes")
+        generate(model, prompt, 3, matvec_weights=packed)
+    with pytest.raises(ValueError, match="matvec_weights must be"):
+        generate(model, prompt, 3, matvec_weights="yes")
+
+
+@pytest.mark.parametrize("positional", ["learned", "alibi"])
+def test_generate_is_its_prefill_then_one_decode_step_per_token_bit_for_bit(positional):
+    """generate() is split into small functions (padding, weight-copy policy, prefill, loop); its tokens and every
+    step's logits are exactly those of the prefill and the public decode_step, written out here."""
+    model = toy_gpt(positional)
+    prompt = ids((2, 6), seed=1)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, :2] = False  # row 1 left-padded
+    got, got_logits = generate(model, prompt, 5, attention_mask=mask, return_logits=True, matvec_weights=False)
+    with torch.inference_mode():
+        cache = StaticCache.for_model(model, 2, 11)
+        full = torch.ones(2, 11, dtype=torch.bool)
+        full[:, :6] = mask
+        position = (mask.long().cumsum(-1) - 1).clamp_min(0)  # (2, 6)
+        logits = model(prompt, cache=cache, attention_mask=mask, position_ids=position)[0][:, -1]
+        seq, want, position = prompt, [logits], position[:, -1:]
+        for t in range(6, 10):
+            token = logits.argmax(-1, keepdim=True)  # (2, 1)
+            seq, position = torch.cat([seq, token], 1), position + 1
+            logits = decode_step(model, token, cache, position, full[:, :t + 1])
+            want.append(logits)
+    assert torch.equal(got[:, :10], seq) and torch.equal(got[:, 10], logits.argmax(-1))
+    assert torch.equal(got_logits, torch.stack(want, 1))

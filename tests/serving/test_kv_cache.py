@@ -140,10 +140,11 @@ def test_crop_past_the_length_keeps_everything_and_bad_lengths_are_refused():
         cache.update(torch.ones(B, H_KV, 4, D), torch.ones(B, H_KV, 4, D), layer)
     cache.crop(9)  # longer than what is held: nothing to forget (as in Hugging Face's crop)
     assert cache.lengths == [4, 4]
-    for bad, match in ((-5, r"length=-5 would remove more positions than the cache holds \(4\)"),
-                       (2.0, r"length must be an int \(positions to keep; negative: to remove\), got 2.0"),
-                       (True, r"length must be an int \(positions to keep; negative: to remove\), got True")):
-        with pytest.raises(ValueError, match=match):
+    for bad, error, match in (
+            (-5, ValueError, r"length=-5 would remove more positions than the cache holds \(4\)"),
+            (2.0, TypeError, r"length must be an int \(positions to keep; negative: to remove\), got float 2.0"),
+            (True, TypeError, r"length must be an int \(positions to keep; negative: to remove\), got bool True")):
+        with pytest.raises(error, match=match):
             cache.crop(bad)
     assert cache.lengths == [4, 4]  # a refused crop changed nothing
     cache.crop(0)

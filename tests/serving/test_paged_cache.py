@@ -56,7 +56,7 @@ def test_rows_of_different_lengths_come_back_right_aligned_with_their_padding_ma
         cache.update(keys[seq], keys[seq], 0)
     cache.set_active(["long", "short"])
     new = kv(1, seed=9, b=2)[0]
-    mask = cache.key_padding_mask(1)
+    mask = cache.attention_mask(1)
     got, _ = cache.update(new, new, 0)  # (2, H_kv, 6, d_head)
     assert got.shape == (2, H_KV, 6, D)
     assert torch.equal(got[0], torch.cat([keys["long"][0], new[0]], dim=1))
@@ -89,7 +89,7 @@ def _step(model, cache, seq_ids, tokens):
     """One batched decoding step of ``seq_ids``: logits ``(B, V)``."""
     cache.set_active(seq_ids)
     token = torch.tensor(tokens)[:, None]  # (B, 1)
-    return decode_step(model, token, cache, position=cache.positions(), key_padding_mask=cache.key_padding_mask(1))
+    return decode_step(model, token, cache, position=cache.positions(), attention_mask=cache.attention_mask(1))
 
 
 def _prefilled(model, prompts: dict) -> PagedKVCache:
@@ -208,7 +208,7 @@ def test_bad_input_gets_clear_errors():
         cache.add_sequence("x")
     with pytest.raises(ValueError, match=r"k, v must be \(B=0 active rows, H_kv=4, T_new, d_head=8\)"):
         cache.update(torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8), 0)
-    with pytest.raises(ValueError, match=r"max_len must be an int >= the longest sequence \(0\), got -1"):
+    with pytest.raises(ValueError, match=r"max_len must be an int >= 0 \(the longest sequence\), got -1"):
         memory_held(cache, max_len=-1)
     with pytest.raises(ValueError, match=r"positional='rope' rotates a whole batch by one offset"):
         serve(toy_gpt("rope"), [Request(torch.tensor([1]), 2)], PagedKVCache(2, 4, 8, 4, 4))

@@ -103,9 +103,10 @@ def test_bad_input_gets_clear_errors():
     with pytest.raises(ValueError, match=r"x must be a floating-point tensor \(..., d_head\), got torch.int64"):
         quantize_kv(torch.ones(2, 3, dtype=torch.long))
     ids = torch.zeros(1, 5, dtype=torch.long)
-    with pytest.raises(ValueError, match=r"prefill must be an int in \[1, T=5\)"):
+    with pytest.raises(ValueError,
+                       match=r"prefill must be an int in \[1, 4\] \(T=5: at least one token left to decode\)"):
         kv_quantization_effect(None, ids, prefill=5)
     with pytest.raises(ValueError, match=r"ids must be an integer tensor \(B, T\), got torch.float32 \(5,\)"):
         kv_quantization_effect(None, torch.zeros(5))
-    with pytest.raises(ValueError, match="seq_len must be a non-negative int, got -1"):
+    with pytest.raises(ValueError, match="seq_len must be an int >= 0, got -1"):
         quantized_kv_cache_bytes(1, 1, 1, -1)

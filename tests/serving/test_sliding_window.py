@@ -73,11 +73,13 @@ def test_a_window_changes_only_the_positions_that_reach_past_it():
 
 @pytest.mark.parametrize("bad", [0, -2, 2.5, "4", True])
 def test_bad_window_raises_a_value_error_naming_it(bad):
-    with pytest.raises(ValueError, match=r"GPTConfig.window must be an int >= 1 or None \(full attention\), got"):
+    """An int below 1 is a ValueError; another type (a float, a string, a bool) a TypeError naming the type."""
+    error, got = (ValueError, f"got {bad!r}") if type(bad) is int else (TypeError, f"got {type(bad).__name__} {bad!r}")
+    with pytest.raises(error, match=rf"GPTConfig.window must be an int >= 1 or None \(full attention\), {got}$"):
         GPTConfig(vocab_size=V, window=bad)
-    with pytest.raises(ValueError, match=r"window must be an int >= 1 .* or None \(full attention\), got"):
+    with pytest.raises(error, match=rf"window must be an int >= 1 .* or None \(full attention\), {got}$"):
         MultiHeadAttention(16, 4, window=bad)
-    with pytest.raises(ValueError, match="window must be an int >= 1"):
+    with pytest.raises(error, match=rf"window must be an int >= 1 .*, {got}$"):
         SlidingWindowCache(bad)
 
 
@@ -87,7 +89,7 @@ def test_windowed_model_decodes_with_a_cache_as_it_recomputes(positional, cache)
     model = windowed_gpt(positional)
     prompt = ids((2, 7), seed=4)  # 7 + 30 tokens: six windows past the prompt
     want, want_logits = generate(model, prompt, 30, use_cache=False, return_logits=True)
-    got, got_logits = generate(model, prompt, 30, cache=cache, return_logits=True)
+    got, got_logits = generate(model, prompt, 30, cache_implementation=cache, return_logits=True)
     assert torch.equal(got, want)
     torch.testing.assert_close(got_logits, want_logits, **TOL)
 
@@ -110,7 +112,7 @@ def test_windowed_model_decodes_as_it_recomputes_on_cuda(cache):
     model.load_state_dict(windowed_gpt("rope").state_dict())
     prompt = ids((2, 7), seed=4).cuda()
     want, want_logits = generate(model, prompt, 30, use_cache=False, return_logits=True)
-    got, got_logits = generate(model, prompt, 30, cache=cache, return_logits=True)
+    got, got_logits = generate(model, prompt, 30, cache_implementation=cache, return_logits=True)
     assert torch.equal(got, want)
     torch.testing.assert_close(got_logits, want_logits, **TOL)
 
@@ -144,13 +146,13 @@ def test_decode_fast_path_refuses_a_windowed_model_and_decode_step_still_agrees(
 
 
 def test_sliding_cache_refuses_what_it_cannot_serve():
-    with pytest.raises(ValueError, match=r"cache='sliding' needs a model with sliding-window attention"):
-        generate(windowed_gpt(window=None), ids((1, 3), seed=8), 4, cache="sliding")
-    with pytest.raises(ValueError, match=r"cache='sliding' takes no attention_mask and no ALiBi"):
-        generate(windowed_gpt(), ids((2, 3), seed=8), 4, cache="sliding",
+    with pytest.raises(ValueError, match=r"cache_implementation='sliding' needs a model with sliding-window attention"):
+        generate(windowed_gpt(window=None), ids((1, 3), seed=8), 4, cache_implementation="sliding")
+    with pytest.raises(ValueError, match=r"cache_implementation='sliding' takes no attention_mask and no ALiBi"):
+        generate(windowed_gpt(), ids((2, 3), seed=8), 4, cache_implementation="sliding",
                  attention_mask=torch.tensor([[False, True, True], [True, True, True]]))
-    with pytest.raises(ValueError, match=r"cache='sliding' takes no attention_mask and no ALiBi"):
-        generate(windowed_gpt("alibi"), ids((1, 3), seed=8), 4, cache="sliding")
+    with pytest.raises(ValueError, match=r"cache_implementation='sliding' takes no attention_mask and no ALiBi"):
+        generate(windowed_gpt("alibi"), ids((1, 3), seed=8), 4, cache_implementation="sliding")
 
 
 def test_pruning_heads_keeps_the_window():

@@ -26,8 +26,8 @@ def cross_attention_maps(model: Transformer, src_tok, tgt_tok, text: str, max_le
         out = greedy_decode(model, src, tgt_tok.bos_id, tgt_tok.eos_id, max_len)[0].tolist()
         out = out[: out.index(tgt_tok.eos_id) + 1] if tgt_tok.eos_id in out else out
         tgt_in = torch.tensor([[tgt_tok.bos_id] + out[:-1]], device=device)  # (1, T): BOS + all but the last
-        src_mask = src != model.cfg.pad_id
-        model.decode(tgt_in, model.encode(src, src_mask), src_mask, need_weights=True)
+        attention_mask = src != model.cfg.pad_id
+        model.decode(tgt_in, model.encode(src, attention_mask), attention_mask, need_weights=True)
         weights = torch.stack([layer.cross_weights[0] for layer in model.decoder]).float().cpu()  # (L, H, T, S)
     labels = [tgt_tok.itos[i] for i in out]
     return list(text), labels, weights

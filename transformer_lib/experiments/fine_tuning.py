@@ -47,7 +47,8 @@ from safetensors.torch import load_file
 
 from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
 from ..corpus import get_batch, shakespeare_corpus, shakespeare_works
-from ..lora import LoRAConfig, apply_lora, count_parameters
+from ..lora import LoRAConfig, apply_lora
+from ..params import count_parameters
 from ..models import GPT, GPTConfig
 from ..modes import eval_mode
 from ..objectives import mlm_mask
@@ -348,7 +349,7 @@ def run_one(method: str, seed: int, cfg: FineTuneConfig, data, lines, original, 
                                               train_features=train_features)
         acc = accuracy(model, data)
         agree = forgetting(model.encoder, lines, original)
-    trainable, total = count_parameters(model)
+    trainable, total = count_parameters(model, trainable=True), count_parameters(model)
     return {"accuracy": acc, "agreement": agree, "trainable": trainable, "total": total,
             "final_loss": sum(losses[-10:]) / len(losses[-10:]), "seconds": round(seconds, 1)}, model
 

@@ -97,7 +97,7 @@ def convention_outputs(model: BertEncoder, hf_model, input_ids: torch.Tensor,
     ignore = ~keep  # nn.MultiheadAttention's key_padding_mask
     ours = model(input_ids, keep, need_weights=True)
     x = ours.hidden_states[0]  # (B, T, d_model): the embeddings, layer 0's input
-    lib_out, lib_w = model.layers[0].self_attn(x, key_padding_mask=keep, need_weights=True)
+    lib_out, lib_w = model.layers[0].self_attn(x, attention_mask=keep, need_weights=True)
     mha = torch_mha_from(model.layers[0].self_attn)
     torch_out, torch_w = mha(x, x, x, key_padding_mask=ignore, need_weights=True, average_attn_weights=False)
     hf = hf_model(input_ids=input_ids, attention_mask=attention_mask.long(), output_attentions=True)

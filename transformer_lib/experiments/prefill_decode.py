@@ -24,16 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import check_int
 from ..serving.generation import decode_step
 from ..serving.kv_cache import StaticCache
 import statistics
 
 from ..timing import interleaved_medians, interleaved_times
-
-
-def _check_int(name: str, value, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
 
 
 def matrix_weights(cfg) -> int:
@@ -50,15 +46,15 @@ def prefill_flops(cfg, prompt_len: int, batch_size: int = 1) -> int:
     """FLOPs of one forward pass over ``prompt_len`` positions without a cache: ``B (2 N T + 4 L d T^2)``, with
     ``N = matrix_weights(cfg)`` (the head too: logits are computed at every position) and every query-key pair
     counted (the scores and the weighted sum of the values; a causal kernel may skip the masked half)."""
-    _check_int("prompt_len", prompt_len)
-    _check_int("batch_size", batch_size)
+    check_int("prompt_len", prompt_len, min=1)
+    check_int("batch_size", batch_size, min=1)
     return batch_size * (2 * matrix_weights(cfg) * prompt_len + 4 * cfg.n_layers * cfg.d_model * prompt_len ** 2)
 
 
 def matmul_flops_per_s(n: int = 2048, repeats: int = 5, device=None, dtype=torch.float32) -> float:
     """Measured FLOP/s of an ``(n, n) @ (n, n)`` product (``2 n^3`` FLOPs over the median time): the arithmetic
     ceiling a long prefill meets."""
-    _check_int("n", n)
+    check_int("n", n, min=1)
     a = torch.ones(n, n, device=device, dtype=dtype)
     b = torch.ones(n, n, device=device, dtype=dtype)
     seconds = interleaved_medians({"gemm": lambda: a @ b}, repeats=repeats, warmup=1, device=device)["gemm"]
@@ -70,8 +66,8 @@ def matvec_bandwidth(n_bytes: int, in_features: int = 768, repeats: int = 5, dev
     """Measured bytes/s that ``x (1, in) @ W (in, out)`` streams from ``W`` of about ``n_bytes``: the memory ceiling
     a decoding step meets. Size ``W`` like the model's weights, so it is read from where they are (a matrix that
     fits in a CPU's caches reads faster than one that streams from memory); ``in_features``: the model's width."""
-    _check_int("n_bytes", n_bytes)
-    _check_int("in_features", in_features)
+    check_int("n_bytes", n_bytes, min=1)
+    check_int("in_features", in_features, min=1)
     out_features = n_bytes // (in_features * torch.finfo(dtype).bits // 8)
     if out_features < 1:
         raise ValueError(f"n_bytes={n_bytes} is smaller than one row of in_features={in_features} {dtype} numbers")
@@ -102,7 +98,7 @@ def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor
         got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
         raise ValueError(f"ids must be a long tensor (B, T), got {got}")
     B, T = ids.shape
-    _check_int("max_len", max_len, T + 1)
+    check_int("max_len", max_len, min=T + 1)
     mask = position = positions = None
     if attention_mask is not None and not attention_mask.bool().all():
         mask = torch.ones(B, max_len, dtype=torch.bool, device=ids.device)
@@ -110,7 +106,7 @@ def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor
         positions = (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)  # (B, T)
         position = positions[:, -1:]
     cache = StaticCache.for_model(model, B, max_len)
-    logits = model(ids, cache=cache, key_padding_mask=None if mask is None else mask[:, :T],
+    logits = model(ids, cache=cache, attention_mask=None if mask is None else mask[:, :T],
                    position_ids=positions)[0][:, -1]  # (B, V)
     return Prefilled(cache, logits.argmax(-1, keepdim=True), T, mask, position)
 
@@ -120,7 +116,7 @@ def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
     """``n`` greedy decoding steps (``generation.decode_step``) after ``state``; returns the ``(B, n)`` new tokens and
     sets the cache back to the prompt, so the same steps can run again. (``decode_step``'s default path: without the
     transposed weight copies ``generate`` makes on CPU, which took as long here for one row.)"""
-    _check_int("n", n)
+    check_int("n", n, min=1)
     if state.past + n > state.cache.max_len:
         raise ValueError(f"n={n} steps after {state.past} positions do not fit the cache's max_len="
                          f"{state.cache.max_len}")
@@ -129,7 +125,7 @@ def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
         t = state.past + i + 1  # keys after this step
         position = None if state.position is None else state.position + i + 1
         mask = None if state.mask is None else state.mask[:, :t]
-        logits = decode_step(model, token, state.cache, position=position, key_padding_mask=mask)  # (B, V)
+        logits = decode_step(model, token, state.cache, position=position, attention_mask=mask)  # (B, V)
         token = logits.argmax(-1, keepdim=True)  # (B, 1)
         out.append(token)
     state.cache.crop(state.past)  # forget the steps: the next run repeats them
@@ -152,10 +148,10 @@ def time_to_first_token_and_per_token(model, prompt_lens, n_new: int = 8, repeat
     if isinstance(prompt_lens, int) or not prompt_lens:
         raise ValueError(f"prompt_lens must be a non-empty list of ints, got {prompt_lens!r}")
     for i, T in enumerate(prompt_lens):
-        _check_int(f"prompt_lens[{i}]", T)
-    _check_int("n_new", n_new)
+        check_int(f"prompt_lens[{i}]", T, min=1)
+    check_int("n_new", n_new, min=1)
     prefill_repeats = repeats if prefill_repeats is None else prefill_repeats
-    _check_int("prefill_repeats", prefill_repeats)
+    check_int("prefill_repeats", prefill_repeats, min=1)
     if prefill_repeats > repeats:
         raise ValueError(f"prefill_repeats={prefill_repeats} must be at most repeats={repeats}")
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
@@ -193,7 +189,7 @@ def cached_forward_seconds(model, past: int, ks=(1, 4), repeats: int = 5, seed: 
 def cached_forward_times(model, past: int, ks=(1, 4), repeats: int = 5, seed: int = 0) -> dict[int, list[float]]:
     """Every round's seconds of ``cached_forward_seconds``' passes (round ``r`` of each ``k`` measured in the same
     pass over ``ks``: pairs for ``timing.ratio_from_times``)."""
-    _check_int("past", past)
+    check_int("past", past, min=1)
     if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
         raise ValueError(f"ks must be a non-empty list of ints >= 1, got {ks!r}")
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)

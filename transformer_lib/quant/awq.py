@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..checks import check_int
 from .calibration import replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
 from .grids import check_bits, check_finite
@@ -51,8 +52,7 @@ def awq_scales(weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size:
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != K or x.shape[0] == 0:
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"x must be (n, K={K}) calibration inputs with n >= 1, got {got}")
-    if isinstance(n_grid, bool) or not isinstance(n_grid, int) or n_grid < 1:
-        raise ValueError(f"n_grid must be a positive int (alphas 0, 1/n_grid, ..., 1), got {n_grid!r}")
+    check_int("n_grid", n_grid, min=1, note="alphas 0, 1/n_grid, ..., 1")
     _check_finite(weight, x)
     w, x = weight.detach().float(), x.detach().float().to(weight.device)
     ref = x @ w.T  # (n, N): the float layer's output

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..checks import check_int, check_number
 from .calibration import replace_linears_calibrated
 from .grids import QuantizedTensor, check_bits, check_finite, int_range, quantize
 from .linear import QuantLinear
@@ -70,12 +71,10 @@ def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, bits: int = 4, gr
     if not isinstance(hessian, torch.Tensor) or hessian.shape != (K, K):
         got = tuple(hessian.shape) if isinstance(hessian, torch.Tensor) else type(hessian).__name__
         raise ValueError(f"hessian must be (K, K) = ({K}, {K}) for weight {tuple(weight.shape)}, got {got}")
-    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not damp > 0:
-        raise ValueError(f"damp must be a positive number (a fraction of H's mean diagonal, e.g. 0.01), got {damp!r}")
+    check_number("damp", damp, min=0, min_open=True, note="a fraction of H's mean diagonal, e.g. 0.01")
     if group_size is not None and (not isinstance(group_size, int) or group_size < 1 or K % group_size != 0):
         raise ValueError(f"group_size must be None or a positive int dividing K={K}, got {group_size!r}")
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be a positive int (columns per lazy update), got {block!r}")
+    check_int("block", block, min=1, note="columns per lazy update")
     _check_finite(weight=weight, hessian=hessian)  # a NaN calibration input makes a NaN H: say so, not cholesky
     W = weight.detach().double().clone()  # (N, K), updated in place as columns are rounded
     h = hessian.detach().double().to(W.device)

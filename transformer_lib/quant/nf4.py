@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import check_int
 from .grids import check_finite, fake_quantize, pack_int4, unpack_int4
 
 NF4_OFFSET = 1 - (1 / (2 * 15) + 1 / (2 * 16)) / 2  # 0.9677083...
@@ -52,7 +53,8 @@ def nf4_quantize(w: torch.Tensor, block_size: int = 64) -> NF4Tensor:
     if not isinstance(w, torch.Tensor) or not w.is_floating_point():
         got = w.dtype if isinstance(w, torch.Tensor) else type(w).__name__
         raise ValueError(f"w must be a floating-point tensor, got {got}")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 2 or block_size % 2:
+    check_int("block_size", block_size, min=2, note="even: two codes per byte")
+    if block_size % 2:
         raise ValueError(f"block_size must be an even int >= 2 (two codes per byte), got {block_size!r}")
     if w.numel() == 0 or w.numel() % block_size:
         raise ValueError(f"w.numel() must be a positive multiple of block_size={block_size}, got {w.numel()}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..checks import check_number
 from .calibration import replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
 from .grids import check_finite
@@ -24,8 +25,7 @@ from .linear import QuantLinear
 def smoothing_factors(x_absmax: torch.Tensor, weight: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
     """``s: (K,)`` from the per-channel input maxima ``x_absmax: (K,)`` (over calibration tokens) and
     ``weight: (N, K)``; channels that are zero in either keep ``s = 1``."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be a number in [0, 1] (the share of difficulty moved), got {alpha!r}")
+    check_number("alpha", alpha, 0, 1, note="the share of difficulty moved")
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         got = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
         raise ValueError(f"weight must be a matrix (N, K), got {got}")

@@ -4,7 +4,8 @@ This package's face gathers every public name of its modules (``from transformer
 ``serving.generate``, ``serving.StaticCache``); each concept lives in its own module, where its documentation is:
 
 * ``generation``: ``generate`` (greedy, temperature, top-k and top-p sampling; the prefill, then one token per step),
-  its pieces (``filter_logits``, ``sample_next``, ``decode_step``, ``MatvecWeights``) and why a model or a cache
+  its pieces (``filter_logits``, ``sample_next``, ``decode_step`` and its unchecked twin ``fused_decode_step``,
+  ``MatvecWeights``) and why a model or a cache
   cannot take the fast path (``fast_path_refusal``, ``cache_refusal``);
 * ``kv_cache``: the caches threaded through the layers, ``DynamicCache`` (concatenation), ``StaticCache``
   (preallocated) and ``SlidingWindowCache`` (the last ``window`` positions), their bytes (``kv_cache_bytes``) and
@@ -20,16 +21,16 @@ The module holding ``generate`` is ``generation`` (as in Hugging Face's ``transf
 from __future__ import annotations
 
 from .continuous_batching import Request, serve
-from .generation import (CACHES, MatvecWeights, cache_refusal, decode_step, fast_path_refusal, filter_logits, generate,
-                         matvec_weights, sample_next)
+from .generation import (CACHE_IMPLEMENTATIONS, MatvecWeights, cache_refusal, decode_step, fast_path_refusal,
+                         filter_logits, fused_decode_step, generate, sample_next)
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, human_bytes, kv_cache_bytes
 from .paged_cache import PagedKVCache, memory_held
 from .quantized_cache import (QMAX, SCALE_BYTES, KVQuantizationEffect, QuantizedCache, dequantize_kv,
                               kv_quantization_effect, quantize_kv, quantized_kv_cache_bytes)
 
-__all__ = ["CACHES", "DynamicCache", "KVQuantizationEffect", "MatvecWeights", "PagedKVCache", "QMAX",
+__all__ = ["CACHE_IMPLEMENTATIONS", "DynamicCache", "KVQuantizationEffect", "MatvecWeights", "PagedKVCache", "QMAX",
            "QuantizedCache", "Request", "SCALE_BYTES", "SlidingWindowCache", "StaticCache", "cache_refusal",
            "decode_step", "dequantize_kv", "fast_path_refusal", "filter_logits", "generate", "human_bytes",
            "kv_cache_bytes",
-           "kv_quantization_effect", "matvec_weights", "memory_held", "quantize_kv", "quantized_kv_cache_bytes",
+           "kv_quantization_effect", "fused_decode_step", "memory_held", "quantize_kv", "quantized_kv_cache_bytes",
            "sample_next", "serve"]

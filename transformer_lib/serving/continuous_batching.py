@@ -10,7 +10,7 @@ tokens fit in the free blocks join it. One step of ``serve``:
    its whole sequence will need (``prompt + max_new_tokens - 1`` positions; reserved up front, so a running
    sequence never runs out of blocks). Its prompt is run alone (the *prefill*), which gives its first new token;
 2. decode: one forward pass over one new token per running sequence, rows of different lengths in one batch
-   (``PagedKVCache`` pads them on the left, ``key_padding_mask`` hides the padding, each row keeps its position);
+   (``PagedKVCache`` pads them on the left, ``attention_mask`` hides the padding, each row keeps its position);
 3. retire: a sequence that has its ``max_new_tokens`` leaves and frees its blocks.
 
 Toy limits, said plainly: greedy decoding only, one prefill per admitted request, a Python loop per step, and
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import check_int
 from .generation import decode_step
 from .paged_cache import PagedKVCache
 
@@ -45,10 +46,8 @@ def _check_requests(model, requests, cache: PagedKVCache) -> None:
         if not isinstance(r.prompt, torch.Tensor) or r.prompt.dim() != 1 or len(r.prompt) < 1:
             got = tuple(r.prompt.shape) if isinstance(r.prompt, torch.Tensor) else type(r.prompt).__name__
             raise ValueError(f"requests[{i}].prompt must be a 1-D tensor of >= 1 token ids, got {got}")
-        if isinstance(r.max_new_tokens, bool) or not isinstance(r.max_new_tokens, int) or r.max_new_tokens < 1:
-            raise ValueError(f"requests[{i}].max_new_tokens must be an int >= 1, got {r.max_new_tokens!r}")
-        if isinstance(r.arrival, bool) or not isinstance(r.arrival, int) or r.arrival < 0:
-            raise ValueError(f"requests[{i}].arrival must be an int >= 0 (a decoding step), got {r.arrival!r}")
+        check_int(f"requests[{i}].max_new_tokens", r.max_new_tokens, min=1)
+        check_int(f"requests[{i}].arrival", r.arrival, min=0, note="a decoding step")
         total = len(r.prompt) + r.max_new_tokens - 1
         if total > model.cfg.block_size or cache.blocks_for(total) > cache.n_blocks:
             raise ValueError(f"requests[{i}] needs {total} positions: more than block_size={model.cfg.block_size} "
@@ -64,8 +63,7 @@ def serve(model, requests: list[Request], cache: PagedKVCache, max_batch: int = 
     "blocks_in_use", "block_tables" (copies)}``: what the batch and the pool looked like.
     """
     _check_requests(model, requests, cache)
-    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-        raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+    check_int("max_batch", max_batch, min=1)
     waiting = sorted(range(len(requests)), key=lambda i: requests[i].arrival)
     running, reserved, out, trace, step = [], {}, {i: [] for i in range(len(requests))}, [], 0
     while waiting or running:
@@ -111,5 +109,5 @@ def _decode(model, cache: PagedKVCache, seq_ids: list, tokens: list[int]) -> lis
     cache.set_active(seq_ids)
     device = cache.key_pools[0].device
     token = torch.tensor(tokens, dtype=torch.long, device=device)[:, None]  # (B, 1)
-    logits = decode_step(model, token, cache, position=cache.positions(), key_padding_mask=cache.key_padding_mask(1))
+    logits = decode_step(model, token, cache, position=cache.positions(), attention_mask=cache.attention_mask(1))
     return logits.argmax(-1).tolist()  # (B,)

@@ -9,26 +9,22 @@ Without a cache every step recomputes the whole sequence.
 Two ways through the model give the same numbers (``tests/serving/test_generate.py`` checks it at every step):
 
 * ``model(token, cache=cache)``: the teaching path, the modules of chapters 02-06 with all their checks;
-* ``decode_step(model, token, cache)``: the production path ``generate`` uses, the same blocks with
-  fewer kernel launches per token (fused layer norm, inputs validated once before the loop, masks built
-  once per step instead of once per layer). At decoding time each kernel works on a single position,
-  so launch and Python costs are a large share of the time on small models.
+* ``decode_step(model, token, cache)``: the production path, the same blocks with fewer kernel launches per
+  token (fused layer norm, masks built once per step instead of once per layer); ``fused_decode_step`` is the
+  same without the checks, which ``generate`` makes once before its loop. At decoding time each kernel works on a
+  single position, so launch and Python costs are a large share of the time on small models.
 
-``decode_step`` writes out one block structure: GPT's pre-norm, causal ``DecoderLayer`` with the library's
-``LayerNorm``, ``MultiHeadAttention`` and ``FeedForward``, in eval mode and without module hooks.
-``fast_path_refusal(model)`` says why a model is not that (post-norm or no LayerNorm after
-``variants.set_norm_placement``, training mode, a hooked or replaced module, ...); such a model decodes
-through its own modules, ``model(token, cache=cache)``. A model whose attention is not causal
-(``variants.set_causal(model, False)``) cannot use a cache at all (``cache_refusal``).
+``fused_decode_step`` writes out GPT's pre-norm causal block (library ``LayerNorm``, ``MultiHeadAttention``,
+``FeedForward``, eval mode, no hooks); ``fast_path_refusal(model)`` says why a model is not that, and such a model
+decodes through its own modules. A non-causal model cannot use a cache at all (``cache_refusal``).
 """
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..checks import check_bool, check_int, check_number
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache
 from ..layers import DecoderLayer, FeedForward, LayerNorm, Residual
 from ..multihead import MultiHeadAttention
@@ -36,14 +32,9 @@ from ..positional import alibi_bias
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 \
-            or math.isinf(temperature):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
-                              or not 0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
+    check_number("temperature", temperature, min=0, note="0 = greedy")
+    check_int("top_k", top_k, min=1, optional=True)
+    check_number("top_p", top_p, 0, 1, min_open=True, optional=True)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
@@ -170,30 +161,30 @@ class MatvecWeights:
     def __init__(self, model):
         layers = [model.lm_head] + [lin for b in model.blocks
                                     for lin in (b.self_attn.qkv, b.self_attn.out, b.ffn.up, b.ffn.down)]
-        self.weights_t = {lin: lin.weight.detach().t().contiguous() for lin in layers
-                          if type(lin) is nn.Linear and type(lin.weight) in (nn.Parameter, torch.Tensor)
-                          and not (lin._forward_hooks or lin._forward_pre_hooks)}
-        self._sources = {lin: (lin.weight, _version(lin.weight)) for lin in self.weights_t}
+        self.copies = {lin: lin.weight.detach().t().contiguous() for lin in layers
+                       if type(lin) is nn.Linear and type(lin.weight) in (nn.Parameter, torch.Tensor)
+                       and not (lin._forward_hooks or lin._forward_pre_hooks)}
+        self._sources = {lin: (lin.weight, _version(lin.weight)) for lin in self.copies}
 
     def get(self, lin):
         """The ``(in, out)`` weight of ``lin``, or None: it runs as a module."""
-        return self.weights_t.get(lin)
+        return self.copies.get(lin)
 
     def __contains__(self, lin) -> bool:
-        return lin in self.weights_t
+        return lin in self.copies
 
     def __len__(self) -> int:
-        return len(self.weights_t)
+        return len(self.copies)
 
     def check(self, model) -> None:
         """Raise ``ValueError`` unless every copy belongs to ``model`` and its source weight is unchanged."""
         mine = set(model.modules())
         for lin, (weight, version) in self._sources.items():
             if lin not in mine:
-                raise ValueError("transpose_weights holds layers of another model: build it with "
+                raise ValueError("matvec_weights holds layers of another model: build it with "
                                  "MatvecWeights(model) for the model you decode")
             if lin.weight is not weight or _version(weight) != version:
-                raise ValueError("transpose_weights is stale: a weight changed after MatvecWeights(model) copied it; "
+                raise ValueError("matvec_weights is stale: a weight changed after MatvecWeights(model) copied it; "
                                  "build a new one")
 
 
@@ -202,14 +193,9 @@ def _version(t: torch.Tensor) -> int | None:
     return None if t.is_inference() else t._version
 
 
-def matvec_weights(model) -> MatvecWeights:
-    """``MatvecWeights(model)``: the ``(in, out)`` weight copies ``decode_step`` reads (see the class)."""
-    return MatvecWeights(model)
-
-
-def _linear(lin, x: torch.Tensor, weights_t: MatvecWeights | None) -> torch.Tensor:
+def _linear(lin, x: torch.Tensor, matvec_weights: MatvecWeights | None) -> torch.Tensor:
     """``lin(x)`` for ``x: (B, 1, in)``, through the ``(in, out)`` copy of its weight when there is one."""
-    w = None if weights_t is None else weights_t.get(lin)  # weights_t: MatvecWeights
+    w = None if matvec_weights is None else matvec_weights.get(lin)
     if w is None:
         return lin(x)
     x2 = x.view(x.shape[0], -1)  # (B, in)
@@ -217,65 +203,64 @@ def _linear(lin, x: torch.Tensor, weights_t: MatvecWeights | None) -> torch.Tens
     return y.view(x.shape[0], 1, -1)
 
 
-def _attend(attn, h: torch.Tensor, cache, past: int, mask, weights_t) -> torch.Tensor:
+def _attend(attn, h: torch.Tensor, cache, past: int, mask, matvec_weights) -> torch.Tensor:
     """``MultiHeadAttention.forward(h, is_causal=True, cache=cache)`` for one new position per row."""
     B, H, H_kv = h.shape[0], attn.n_heads, attn.n_kv_heads
-    qkv = _linear(attn.qkv, h, weights_t)  # (B, 1, (H + 2 H_kv) d_head): [q heads | k heads | v heads]
+    qkv = _linear(attn.qkv, h, matvec_weights)  # (B, 1, (H + 2 H_kv) d_head): [q heads | k heads | v heads]
     q, k, v = qkv.view(B, 1, H + 2 * H_kv, attn.d_head).transpose(1, 2).split([H, H_kv, H_kv], dim=1)
     if attn.rope is not None:
         q, k = attn.rope(q, offset=past), attn.rope(k, offset=past)
     k, v = cache.update(k, v, attn.layer_idx)  # (B, H_kv, past + 1, d_head)
     # the newest position sees every cached key: no causal mask; grouped kv heads are shared in the kernel
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=H_kv != H)  # (B, H, 1, d_head)
-    return _linear(attn.out, y.transpose(1, 2).reshape(B, 1, H * attn.d_head), weights_t)  # (B, 1, d_model)
+    return _linear(attn.out, y.transpose(1, 2).reshape(B, 1, H * attn.d_head), matvec_weights)  # (B, 1, d_model)
 
 
 @torch.inference_mode()
 def decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None = None,
-                key_padding_mask: torch.Tensor | None = None, weights_t: MatvecWeights | None = None,
-                checked: bool = False) -> torch.Tensor:
-    """One new token through a ``GPT`` in eval mode, reading and extending ``cache``: logits ``(B, V)``.
+                attention_mask: torch.Tensor | None = None, matvec_weights: MatvecWeights | None = None):
+    """One new token through a ``GPT``, reading and extending ``cache``: logits ``(B, V)``, checked.
 
-    The numbers of ``model(token, cache=cache, ...)[0][:, -1]`` with fewer kernels and no input checks
-    (``generate`` checks once before its loop). ``token: (B, 1)`` ids; ``position: (B, 1)`` per-row positions
-    for learned/sinusoidal tables (default: the cache length); ``key_padding_mask: (B, past + 1)`` bool;
-    ``weights_t``: optional ``matvec_weights(model)``. A model that is not the pre-norm GPT written out below
-    (``fast_path_refusal``) runs through its modules instead; one that is not causal raises ``ValueError``.
-    ``checked=True``: the caller has already made both checks (``generate`` does, once).
-    """
-    if not checked:
-        _check_cacheable(model)
-        if fast_path_refusal(model) is not None:
-            return model(token, cache=cache, key_padding_mask=key_padding_mask, position_ids=position)[0][:, -1]
+    ``token: (B, 1)`` ids; ``position: (B, 1)`` per-row positions for learned/sinusoidal tables (default: the cache
+    length); ``attention_mask: (B, past + 1)`` bool; ``matvec_weights``: optional ``MatvecWeights(model)``.
+    A non-causal model raises ``ValueError`` (``cache_refusal``); one that ``fused_decode_step`` does not write out
+    (``fast_path_refusal``) runs through its modules; any other takes ``fused_decode_step``, the same numbers."""
+    _check_cacheable(model)
+    if fast_path_refusal(model) is not None:
+        return model(token, cache=cache, attention_mask=attention_mask, position_ids=position)[0][:, -1]
+    return fused_decode_step(model, token, cache, position, attention_mask, matvec_weights)
+
+
+@torch.inference_mode()
+def fused_decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None = None,
+                      attention_mask: torch.Tensor | None = None, matvec_weights: MatvecWeights | None = None):
+    """``decode_step`` without its checks (``generate`` makes them once before its loop): the pre-norm GPT block
+    written out with fewer kernels. Only for a model whose ``cache_refusal`` and ``fast_path_refusal`` are None."""
     past = cache.get_seq_length(0)
     x = model.tok_emb(token)  # (B, 1, d_model)
     table = model.position_table()
     if table is not None:
         x = x + (table[past] if position is None else table[position]).to(x.dtype)
-    mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]  # (B, 1, 1, past + 1)
+    mask = None if attention_mask is None else attention_mask[:, None, None, :]  # (B, 1, 1, past + 1)
     if model.cfg.positional == "alibi":
         bias = alibi_bias(model.cfg.n_heads, 1, past + 1, device=x.device, dtype=x.dtype)  # (H, 1, past + 1)
         mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(x.dtype).min)  # (B, H, 1, past + 1)
     for block in model.blocks:  # pre-norm GPT block: x + attn(norm(x)), then x + ffn(norm(x))
-        x = x + _attend(block.self_attn, _layer_norm(block.res_self.norm, x), cache, past, mask, weights_t)
+        x = x + _attend(block.self_attn, _layer_norm(block.res_self.norm, x), cache, past, mask, matvec_weights)
         ffn = block.ffn  # eval mode: its dropout is the identity
-        x = x + _linear(ffn.down, ffn.act(_linear(ffn.up, _layer_norm(block.res_ffn.norm, x), weights_t)), weights_t)
-    return _linear(model.lm_head, _layer_norm(model.norm, x), weights_t)[:, -1]  # (B, V)
+        up = _linear(ffn.up, _layer_norm(block.res_ffn.norm, x), matvec_weights)
+        x = x + _linear(ffn.down, ffn.act(up), matvec_weights)
+    return _linear(model.lm_head, _layer_norm(model.norm, x), matvec_weights)[:, -1]  # (B, V)
 
 
 # ----------------------------------------------------------------------------- the loop
-CACHES = ("static", "dynamic", "sliding")
+CACHE_IMPLEMENTATIONS = ("static", "dynamic", "sliding")
 
 
 def _make_cache(kind: str, model, batch: int, max_len: int):
-    if kind == "static":
-        return StaticCache.for_model(model, batch, max_len)
-    if kind == "dynamic":
-        return DynamicCache()
-    if kind == "sliding":
-        return SlidingWindowCache(model.cfg.window)
-    raise ValueError(f"cache must be 'static' or 'dynamic', got {kind!r} (or 'sliding' for a model with "
-                     "GPTConfig.window)")
+    """A new cache of ``kind``, one of ``CACHE_IMPLEMENTATIONS`` (``_check_generate_inputs`` checked it)."""
+    return {"static": lambda: StaticCache.for_model(model, batch, max_len), "dynamic": DynamicCache,
+            "sliding": lambda: SlidingWindowCache(model.cfg.window)}[kind]()
 
 
 def _check_cacheable(model) -> None:
@@ -285,17 +270,20 @@ def _check_cacheable(model) -> None:
 
 
 def _check_sliding(model, attention_mask) -> None:
-    """``cache='sliding'`` needs a windowed model; its cache drops keys that padding masks and ALiBi still count."""
+    """``cache_implementation='sliding'`` needs a windowed model; its cache drops keys that padding masks and ALiBi
+    still count."""
     if getattr(model.cfg, "window", None) is None:
-        raise ValueError("cache='sliding' needs a model with sliding-window attention (GPTConfig.window), got "
-                         "window=None: this model attends to every past key; use cache='static' or 'dynamic'")
+        raise ValueError("cache_implementation='sliding' needs a model with sliding-window attention "
+                         "(GPTConfig.window), got window=None: this model attends to every past key; use "
+                         "cache_implementation='static' or 'dynamic'")
     if model.cfg.positional == "alibi" or attention_mask is not None:
-        raise ValueError(f"cache='sliding' takes no attention_mask and no ALiBi (positional="
+        raise ValueError(f"cache_implementation='sliding' takes no attention_mask and no ALiBi (positional="
                          f"{model.cfg.positional!r}, attention_mask given: {attention_mask is not None}); "
-                         "use cache='static'")
+                         "use cache_implementation='static'")
 
 
-def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, attention_mask) -> None:
+def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_implementation,
+                           attention_mask) -> None:
     block = model.cfg.block_size
     if not isinstance(prompt_ids, torch.Tensor) or prompt_ids.dim() != 2 or prompt_ids.shape[1] < 1 \
             or prompt_ids.dtype not in (torch.long, torch.int):
@@ -303,10 +291,8 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, 
             type(prompt_ids).__name__
         raise ValueError(f"prompt_ids must be an integer tensor (B, T) with T >= 1, got {got}")
     B, T = prompt_ids.shape
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if not isinstance(use_cache, bool):
-        raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
+    check_int("max_new_tokens", max_new_tokens, min=0)
+    check_bool("use_cache", use_cache)
     if use_cache:
         _check_cacheable(model)
     if T > block:
@@ -314,10 +300,11 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, 
     if use_cache and T + max_new_tokens > block:
         raise ValueError(f"prompt length {T} + max_new_tokens {max_new_tokens} exceeds block_size={block}, "
                          "which a cache cannot slide past; use fewer tokens or use_cache=False")
-    if use_cache and cache not in CACHES:
-        raise ValueError(f"cache must be 'static' or 'dynamic', got {cache!r} (or 'sliding' for a model with "
+    if use_cache and cache_implementation not in CACHE_IMPLEMENTATIONS:
+        raise ValueError(f"cache_implementation must be 'static' or 'dynamic', got {cache_implementation!r} "
+                         "(or 'sliding' for a model with "
                          "GPTConfig.window)")
-    if use_cache and cache == "sliding":
+    if use_cache and cache_implementation == "sliding":
         _check_sliding(model, attention_mask)
     if attention_mask is not None:
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != (B, T):
@@ -331,87 +318,103 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, 
 
 @torch.inference_mode()
 def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-             top_p: float | None = None, use_cache: bool = True, cache: str = "static", seed: int | None = None,
+             top_p: float | None = None, use_cache: bool = True,
+             cache_implementation: str = "static", seed: int | None = None,
              attention_mask: torch.Tensor | None = None, return_logits: bool = False,
-             transpose_weights: bool | MatvecWeights | None = None):
+             matvec_weights: bool | MatvecWeights | None = None):
     """Continue ``prompt_ids: (B, T)`` by ``max_new_tokens`` tokens; returns ``(B, T + max_new_tokens)`` ids.
 
     Args:
         temperature: 0 = greedy; otherwise divide the logits by it before sampling (``sample_next``: any
             positive value, however small, is safe and tends to greedy).
         top_k, top_p: optional filters applied before sampling (``filter_logits``).
-        use_cache: reuse past keys/values (``cache='static'`` preallocated, ``'dynamic'`` concatenating or
-            ``'sliding'``, the last ``window`` positions of a sliding-window model: ``kv_cache.SlidingWindowCache``).
+        use_cache: reuse past keys/values, in a cache built for this call.
+        cache_implementation: which cache (Hugging Face's name for it): ``'static'`` preallocated, ``'dynamic'``
+            concatenating or ``'sliding'``, the last ``window`` positions of a sliding-window model
+            (``kv_cache.SlidingWindowCache``). ``cache`` elsewhere in the library is a cache object.
         seed: seeds the sampling generator (same seed, same text, with or without a cache).
         attention_mask: ``(B, T)``, False on the left padding of shorter prompts. Each row then gets
             positions counted from its first real token, so it continues exactly as that prompt alone.
         return_logits: also return the ``(B, max_new_tokens, V)`` fp32 logits of every step.
-        transpose_weights: decode through ``(in, out)`` weight copies (default: on CPU, where it was measured);
+        matvec_weights: decode through ``(in, out)`` weight copies (default: on CPU, where it was measured);
             True/None build them for this call, or pass a ``MatvecWeights(model)`` built once to reuse it.
 
-    A prompt longer than the model's context (``block_size``) raises ``ValueError``. Without a cache
-    a sequence that outgrows the context is cropped to its last ``block_size`` tokens; with a cache
-    ``T + max_new_tokens`` must fit in the context (positions cannot slide under a cache).
-    With a cache, a model that ``decode_step`` implements (``fast_path_refusal(model) is None``: an unmodified
-    GPT in eval mode) decodes with it; any other (training mode, post-norm, hooked modules, a sliding window, ...)
-    through its own forward. A model whose attention is not causal refuses ``use_cache=True`` (``ValueError``,
-    ``cache_refusal``).
+    A prompt longer than ``block_size`` raises ``ValueError``. Without a cache a sequence that outgrows the context
+    is cropped to its last ``block_size`` tokens; with one ``T + max_new_tokens`` must fit (positions cannot slide).
+    With a cache, a model ``fused_decode_step`` implements (``fast_path_refusal(model) is None``) decodes with it,
+    any other through its own forward; a model whose attention is not causal refuses ``use_cache=True``.
     """
-    _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache, attention_mask)
+    _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_implementation, attention_mask)
     _check_sampling(temperature, top_k, top_p)
     B, T = prompt_ids.shape
-    N, block, device = max_new_tokens, model.cfg.block_size, prompt_ids.device
+    N, device = max_new_tokens, prompt_ids.device
     gen = None if seed is None else torch.Generator(device=device).manual_seed(seed)
     ids = torch.empty(B, T + N, dtype=prompt_ids.dtype, device=device)  # filled in place: no cat per step
     ids[:, :T] = prompt_ids
     steps = torch.empty(B, N, model.cfg.vocab_size, device=device) if return_logits else None
-    mask = positions = None  # mask: (B, T + N) True on real tokens; positions: (B, T) of the prompt
-    if attention_mask is not None and not attention_mask.bool().all():
-        mask = torch.ones(B, T + N, dtype=torch.bool, device=device)
-        mask[:, :T] = attention_mask.bool()
-        positions = (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)  # 0 at each row's first real token
+    mask, positions = _left_padding(attention_mask, B, T, N)
     if N == 0:
         return (ids, steps) if return_logits else ids
-
     fast = use_cache and fast_path_refusal(model) is None
-    if transpose_weights is None:
-        transpose_weights = device.type == "cpu"
-    if isinstance(transpose_weights, MatvecWeights):
-        transpose_weights.check(model)
-        weights_t = transpose_weights if fast else None
-    elif transpose_weights is True or transpose_weights is False:
-        weights_t = MatvecWeights(model) if fast and transpose_weights else None
+    copies = _matvec_copies(model, matvec_weights, fast, device)
+    if use_cache:
+        logits, next_logits = _prefill(model, prompt_ids, N, mask, positions, cache_implementation, fast, copies)
     else:
-        raise ValueError(f"transpose_weights must be a bool, None or MatvecWeights(model), got {transpose_weights!r:.60}")
-    if use_cache:  # prefill: the whole prompt in one pass, filling the cache
-        kv = _make_cache(cache, model, B, T + N)
-        logits = model(prompt_ids, cache=kv, key_padding_mask=None if mask is None else mask[:, :T],
-                       position_ids=positions)[0][:, -1]  # (B, V)
-        position = None if positions is None else positions[:, -1:]  # (B, 1)
-    else:
-        logits = _recompute(model, ids[:, :T], mask, T, block)
+        logits, next_logits = _recompute(model, ids, mask, T), lambda ids, t: _recompute(model, ids, mask, t)
     for i in range(N):
         if return_logits:
             steps[:, i] = logits
         ids[:, T + i] = sample_next(logits, temperature, top_k, top_p, gen)
-        if i == N - 1:
-            break
-        t = T + i + 1  # tokens so far
-        if use_cache:
-            token, step_mask = ids[:, t - 1:t], None if mask is None else mask[:, :t]  # (B, 1), (B, t)
-            position = None if position is None else position + 1
-            logits = (decode_step(model, token, kv, position, step_mask, weights_t, checked=True) if fast else
-                      model(token, cache=kv, key_padding_mask=step_mask, position_ids=position)[0][:, -1])
-        else:
-            logits = _recompute(model, ids, mask, t, block)
+        if i < N - 1:
+            logits = next_logits(ids, T + i + 1)  # (B, V) after the first T + i + 1 tokens
     return (ids, steps) if return_logits else ids
 
 
-def _recompute(model, ids: torch.Tensor, mask: torch.Tensor | None, t: int, block: int) -> torch.Tensor:
-    """No cache: run the model on the last ``block`` of the first ``t`` tokens; logits of the last ``(B, V)``."""
-    start = max(0, t - block)
+def _left_padding(attention_mask: torch.Tensor | None, B: int, T: int, N: int):
+    """``mask: (B, T + N)`` True on real tokens, prompt ``positions: (B, T)`` from each row's first; or None, None."""
+    if attention_mask is None or attention_mask.bool().all():
+        return None, None
+    mask = torch.ones(B, T + N, dtype=torch.bool, device=attention_mask.device)
+    mask[:, :T] = attention_mask.bool()
+    return mask, (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)
+
+
+def _matvec_copies(model, matvec_weights, fast: bool, device) -> MatvecWeights | None:
+    """The weight-copy policy (``generate``'s ``matvec_weights``): the ``MatvecWeights`` to decode with, or None."""
+    if matvec_weights is None:
+        matvec_weights = device.type == "cpu"
+    if isinstance(matvec_weights, MatvecWeights):
+        matvec_weights.check(model)
+        return matvec_weights if fast else None
+    if matvec_weights is True or matvec_weights is False:
+        return MatvecWeights(model) if fast and matvec_weights else None
+    raise ValueError(f"matvec_weights must be a bool, None or MatvecWeights(model), got {matvec_weights!r:.60}")
+
+
+def _prefill(model, prompt_ids: torch.Tensor, N: int, mask, positions, cache_implementation: str, fast: bool,
+             copies: MatvecWeights | None):
+    """The prompt once into a new cache: its last logits ``(B, V)`` and ``next_logits(ids, t)`` (decode token t-1)."""
+    B, T = prompt_ids.shape
+    cache = _make_cache(cache_implementation, model, B, T + N)
+    logits = model(prompt_ids, cache=cache, attention_mask=None if mask is None else mask[:, :T],
+                   position_ids=positions)[0][:, -1]  # (B, V)
+    position = None if positions is None else positions[:, -1:]  # (B, 1): the last prompt token's
+
+    def next_logits(ids: torch.Tensor, t: int) -> torch.Tensor:
+        nonlocal position
+        token, step_mask = ids[:, t - 1:t], None if mask is None else mask[:, :t]  # (B, 1), (B, t)
+        position = None if position is None else position + 1
+        if fast:
+            return fused_decode_step(model, token, cache, position, step_mask, copies)
+        return model(token, cache=cache, attention_mask=step_mask, position_ids=position)[0][:, -1]
+    return logits, next_logits
+
+
+def _recompute(model, ids: torch.Tensor, mask: torch.Tensor | None, t: int) -> torch.Tensor:
+    """No cache: run the model on the last ``block_size`` of the first ``t`` tokens; logits of the last ``(B, V)``."""
+    start = max(0, t - model.cfg.block_size)
     if mask is None:
         return model(ids[:, start:t])[0][:, -1]
     window = mask[:, start:t]  # (B, <= block)
     positions = (window.long().cumsum(-1) - 1).clamp_min(0)
-    return model(ids[:, start:t], key_padding_mask=window, position_ids=positions)[0][:, -1]
+    return model(ids[:, start:t], attention_mask=window, position_ids=positions)[0][:, -1]

@@ -24,6 +24,8 @@ from typing import Sequence
 
 import torch
 
+from ..checks import check_int
+
 
 class DynamicCache:
     """Concatenating cache: one growing ``(B, H_kv, T, d_head)`` tensor pair per layer."""
@@ -66,8 +68,7 @@ class SlidingWindowCache:
     """
 
     def __init__(self, window: int):
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be an int >= 1 (the model's GPTConfig.window), got {window!r}")
+        check_int("window", window, min=1, note="the model's GPTConfig.window")
         self.window = window
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
@@ -163,8 +164,7 @@ class StaticCache:
         ``update`` writes at position ``length``. A negative ``length`` removes that many positions from the end; a
         cache that holds no more than ``length`` positions is left as it is. Nothing is copied: the slots past the
         new length are never read again and the next update overwrites them."""
-        if isinstance(length, bool) or not isinstance(length, int):
-            raise ValueError(f"length must be an int (positions to keep; negative: to remove), got {length!r}")
+        check_int("length", length, note="positions to keep; negative: to remove")
         held = self.lengths[0]
         keep = held + length if length < 0 else length
         if keep < 0:

@@ -15,7 +15,7 @@ short the sequence turns out to be. A paged cache cuts memory into *blocks* of `
 The cache follows the library's convention (``kv_cache.py``): the model calls ``update(k, v, layer_idx)`` with
 ``k, v: (B, H_kv, T_new, d_head)``. Which sequence each of the B rows is, the caller says first with
 ``set_active([seq_id, ...])``. Rows of different lengths come back right-aligned (left padding, zeros) so each
-row's newest key is last, as the causal mask expects; ``key_padding_mask(T_new)`` hides the padding and
+row's newest key is last, as the causal mask expects; ``attention_mask(T_new)`` hides the padding and
 ``positions()`` gives each row's position for a learned position table (``continuous_batching.py`` uses both).
 
 Clarity over speed: ``update`` writes and gathers with a Python loop over rows and copies each sequence's blocks
@@ -29,13 +29,13 @@ from typing import Hashable, Sequence
 
 import torch
 
+from ..checks import check_int
 from .kv_cache import kv_cache_bytes
 
 
 def _check_positive(**values) -> None:
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int(name, value, min=1)
 
 
 class PagedKVCache:
@@ -126,7 +126,7 @@ class PagedKVCache:
         device = self.key_pools[0].device
         return torch.tensor([[self.lengths[s][0]] for s in self.active], dtype=torch.long, device=device)
 
-    def key_padding_mask(self, new_tokens: int = 1) -> torch.Tensor:
+    def attention_mask(self, new_tokens: int = 1) -> torch.Tensor:
         """``(B, past + new_tokens)`` bool, True on each row's real keys (right-aligned), after ``new_tokens``."""
         lengths = torch.tensor([self.lengths[s][0] + new_tokens for s in self.active], device=self.key_pools[0].device)
         width = self.get_seq_length(0) + new_tokens
@@ -197,8 +197,7 @@ def memory_held(cache: PagedKVCache, max_len: int | None = None) -> dict:
     lengths = [n[0] for n in cache.lengths.values()]
     longest = max(lengths, default=0)
     max_len = longest if max_len is None else max_len
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < longest:
-        raise ValueError(f"max_len must be an int >= the longest sequence ({longest}), got {max_len!r}")
+    check_int("max_len", max_len, min=longest, note="the longest sequence")
     pool = cache.key_pools[0]
     contiguous = kv_cache_bytes(cache.n_layers, pool.shape[1], pool.shape[3], max_len, batch_size=len(lengths),
                                 bytes_per_element=pool.element_size())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..checks import check_int
 from .kv_cache import DynamicCache
 
 QMAX = 127  # symmetric int8: -127 .. 127 (-128 unused, so that q and -q are both representable)
@@ -86,8 +87,7 @@ def quantized_kv_cache_bytes(n_layers: int, n_kv_heads: int, d_head: int, seq_le
     """Closed form: ``2 x n_layers x B x n_kv_heads x T x (d_head x 1 byte + 4 bytes of scale)``."""
     for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("d_head", d_head),
                         ("seq_len", seq_len), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        check_int(name, value, min=0)
     return 2 * n_layers * batch_size * n_kv_heads * seq_len * (d_head + SCALE_BYTES)
 
 
@@ -113,9 +113,7 @@ def kv_quantization_effect(model, ids: torch.Tensor, prefill: int = 1) -> KVQuan
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in (torch.long, torch.int):
         got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
         raise ValueError(f"ids must be an integer tensor (B, T), got {got}")
-    if isinstance(prefill, bool) or not isinstance(prefill, int) or not 1 <= prefill < ids.shape[1]:
-        raise ValueError(f"prefill must be an int in [1, T={ids.shape[1]}) (at least one token left to decode), "
-                         f"got {prefill!r}")
+    check_int("prefill", prefill, 1, ids.shape[1] - 1, note=f"T={ids.shape[1]}: at least one token left to decode")
     runs = []
     for cache in (DynamicCache(), QuantizedCache()):
         steps = [model(ids[:, :prefill], cache=cache)[0][:, -1]]  # (B, V) after the prompt

@@ -72,7 +72,7 @@ def _ffn_label(ffn) -> str:
 def _layer_boxes(layer: nn.Module) -> tuple[list[Box], list[tuple[int, int]], int | None]:
     boxes, residuals, cross = [], [], None
     if isinstance(layer, EncoderLayer):
-        _sublayer(_attn_label("Self-attention", layer.self_attn), "attn", layer.res_attn, boxes, residuals)
+        _sublayer(_attn_label("Self-attention", layer.self_attn), "attn", layer.res_self, boxes, residuals)
     elif isinstance(layer, DecoderLayer):
         _sublayer(_attn_label("Masked self-attention", layer.self_attn), "attn", layer.res_self, boxes, residuals)
         if layer.cross_attn is not None:

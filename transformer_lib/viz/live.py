@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import traitlets
 
+from ..checks import check_int, check_number
 from . import live_static
 from .esm import JS_DIR, bundle  # noqa: F401  (JS_DIR: where the figures' modules live, for the tests)
 
@@ -35,11 +36,12 @@ def encode_float32(x: torch.Tensor | np.ndarray) -> str:
 
 
 def check_range(name: str, value, low, high, kind=int) -> None:
-    """Raise ``ValueError`` unless ``low <= value <= high`` and ``value`` is a ``kind`` (bools refused)."""
-    ok_type = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
-    if not ok_type or not (low <= value <= high) or (kind is float and not math.isfinite(value)):
-        raise ValueError(f"{name} must be {'a number' if kind is float else 'an int'} in [{low}, {high}], "
-                         f"got {name}={value!r}")
+    """Raise unless ``value`` is a ``kind`` (int, or float for any finite real; bools refused) in ``[low, high]``:
+    ``TypeError`` for the type, ``ValueError`` for the range (``checks.check_int`` / ``check_number``)."""
+    if kind is float:
+        check_number(name, value, low, high)
+    else:
+        check_int(name, value, low, high)
 
 
 class LiveWidget(anywidget.AnyWidget):

@@ -124,7 +124,7 @@ def attention_steps(w) -> str:
     T, d, dv = len(w.tokens), w.d, w.d_v
     q, k, v = (decode_float32(x, (T, n)).double() for x, n in ((w.q, d), (w.k, d), (w.v, dv)))
     i, tau = w.query, w.temperature
-    out, weights = scaled_dot_product_attention(q, k, v, return_weights=True, temperature=tau)  # (T, dv), (T, T)
+    out, weights = scaled_dot_product_attention(q, k, v, need_weights=True, temperature=tau)  # (T, dv), (T, T)
     scores = q[i] @ k.T / math.sqrt(d)
     rows = [(tok, _vec(k[j]), f"{scores[j]:.3f}", f"{weights[i, j]:.3f}", _vec(v[j]))
             for j, tok in enumerate(w.tokens)]

@@ -2,8 +2,8 @@
 
 Used in chapter 00.
 
-``trace_token_flow(model, ids)`` runs one forward pass of a library ``GPT`` stage by stage (the same modules its
-``forward`` calls, in the same order) and keeps what each stage produces. ``TokenFlow`` hands those numbers to
+``trace_token_flow(model, ids)`` runs one forward pass of a library ``GPT`` (its own ``forward``, watched by
+hooks) and keeps what each stage produces. ``TokenFlow`` hands those numbers to
 the reader's browser (``js/token_flow.js``), which lets them pick a position, a layer, a head and a stage, and
 computes what it shows: the attention row's largest weight, the probabilities ``exp(z - logsumexp(z))`` of the
 likeliest next tokens. Chapter 00 shows it on the Shakespeare GPT.
@@ -16,7 +16,9 @@ from typing import Sequence
 import torch
 import traitlets
 
+from ..checks import check_tensor
 from ..models import GPT
+from ..modes import eval_mode
 from .live import LiveWidget, check_range, encode_float32
 
 STAGES = ("ids", "embedding", "attention", "feed-forward", "probabilities")
@@ -40,7 +42,12 @@ class FlowRecord:
 
 @torch.no_grad()
 def trace_token_flow(model: GPT, ids: torch.Tensor) -> FlowRecord:
-    """Run ``model`` on ``ids: (T,)`` or ``(1, T)`` stage by stage and record each stage (see ``FlowRecord``)."""
+    """Run ``model`` on ``ids: (T,)`` or ``(1, T)`` and record each stage (see ``FlowRecord``).
+
+    One ordinary ``model(ids, need_weights=True)`` in eval mode (restored after, even on an error): forward hooks
+    read the first block's input and what each block's attention and feed-forward return, and each block keeps
+    its attention weights, so the record is what the model computes, not a copy of its block loop.
+    """
     if not isinstance(model, GPT):
         raise TypeError(f"model must be a transformer_lib GPT, got {type(model).__name__}")
     if model.cfg.positional == "alibi":
@@ -50,36 +57,27 @@ def trace_token_flow(model: GPT, ids: torch.Tensor) -> FlowRecord:
     ids = ids.reshape(1, -1).to(next(model.parameters()).device)  # (1, T)
     if not 1 <= ids.shape[1] <= model.cfg.block_size:
         raise ValueError(f"ids must hold 1..block_size={model.cfg.block_size} tokens, got T={ids.shape[1]}")
-    was_training = model.training
-    model.eval()
-    x = model.tok_emb(ids)  # (1, T, d_model)
-    if model.pos is not None:
-        x = model.pos(x)  # learned or sinusoidal positions; RoPE acts inside attention
-    embedding, attn, a_out, f_out = x[0], [], [], []
-    for block in model.blocks:  # pre-norm: x + Attn(LN(x)), then x + FFN(LN(x))
-        a, w = block.self_attn(block.res_self.norm(x), is_causal=True, need_weights=True)  # (1,T,d), (1,H,T,T)
-        x = x + a
-        f = block.ffn(block.res_ffn.norm(x))  # (1, T, d_model)
-        x = x + f
-        attn.append(w[0]), a_out.append(a[0]), f_out.append(f[0])
-    logits = model.lm_head(model.norm(x))[0]  # (T, V)
-    model.train(was_training)
+    seen = {"embedding": [], "attention": [], "feed-forward": []}
+    hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: seen["embedding"].append(args[0][0]))]
+    for block in model.blocks:
+        hooks.append(block.self_attn.register_forward_hook(lambda m, a, out: seen["attention"].append(out[0][0])))
+        hooks.append(block.ffn.register_forward_hook(lambda m, a, out: seen["feed-forward"].append(out[0])))
+    try:
+        with eval_mode(model):
+            logits = model(ids, need_weights=True)[0][0]  # (T, V)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    weights = [block.self_weights[0] for block in model.blocks]  # L of (H, T, T)
     cpu = lambda t: t.detach().float().cpu()  # noqa: E731
-    return FlowRecord(ids[0].tolist(), cpu(embedding), cpu(torch.stack(attn)), cpu(torch.stack(a_out)),
-                      cpu(torch.stack(f_out)), cpu(logits))
+    return FlowRecord(ids[0].tolist(), cpu(seen["embedding"][0]), cpu(torch.stack(weights)),
+                      cpu(torch.stack(seen["attention"])), cpu(torch.stack(seen["feed-forward"])), cpu(logits))
 
 
 def _tensor(name: str, value, shape: tuple) -> torch.Tensor:
-    """``value`` checked to be a finite tensor of ``shape`` (``None`` entries match any size >= 1)."""
-    ok = isinstance(value, torch.Tensor) and value.dim() == len(shape) and all(
-        s is None or v == s for v, s in zip(value.shape, shape)) and value.numel() > 0
-    if not ok:
-        want = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"
-        got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-        raise ValueError(f"{name} must be a tensor of shape {want}, got {got}")
-    if not torch.isfinite(value).all():
-        raise ValueError(f"{name} must be finite (no NaN or inf)")
-    return value.detach().float().cpu()
+    """``value`` checked to be a finite tensor of ``shape`` (``None`` entries match any size >= 1), as float32 on
+    the CPU."""
+    return check_tensor(name, value, shape, finite=True).detach().float().cpu()
 
 
 class TokenFlow(LiveWidget):

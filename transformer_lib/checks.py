@@ -1,0 +1,149 @@
+"""Argument checks shared by the whole library (house rule 6: a clear error naming the argument, what was expected
+and what was received; never a silent NaN).
+
+Used by every chapter's modules; no chapter imports it directly.
+
+Each check returns its value, so a caller can write ``n = check_int("n", n, min=1)``. A value of the wrong type
+raises ``TypeError``; one of the right type outside its range raises ``ValueError``. A ``bool`` is never accepted as
+a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, not a 1). The message reads
+``"<name> must be <expected>, got <received>"``; the received part names the type when the type is what is wrong.
+
+* ``check_int(name, value, min=None, max=None, note="", optional=False)``: an integer (Python or NumPy), not a bool, not a float;
+* ``check_number(name, value, min=None, max=None, min_open=False, max_open=False, finite=True, ...)``: a real number;
+* ``check_probability(name, value, allow_one=False)``: a number in ``[0, 1)`` (dropout) or ``[0, 1]``;
+* ``check_bool(name, value)``: exactly ``True`` or ``False``;
+* ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False)``: a tensor, of ``shape``
+  (``None`` entries match any size >= 1) and, with ``finite=True``, holding no NaN or infinity.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+
+def _received(value) -> str:
+    """``value`` as an error message shows it: its repr, cut at 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _wrong_type(name: str, expected: str, value) -> TypeError:
+    return TypeError(f"{name} must be {expected}, got {type(value).__name__} {_received(value)}")
+
+
+def _range_text(kind: str, min, max, min_open: bool = False, max_open: bool = False) -> str:
+    """``"an int >= 1"``, ``"a number in (0, 1]"``, ...: what a range check expects, in words."""
+    if min is not None and max is not None:
+        return f"{kind} in {'(' if min_open else '['}{min}, {max}{')' if max_open else ']'}"
+    if min is not None:
+        return f"{kind} {'>' if min_open else '>='} {min}"
+    if max is not None:
+        return f"{kind} {'<' if max_open else '<='} {max}"
+    return kind
+
+
+def _expected(text: str, note: str, optional: bool | str) -> str:
+    """``"an int >= 1 (note) or None (what None means)"``."""
+    text += f" ({note})" if note else ""
+    if optional:
+        text += " or None" + (f" ({optional})" if isinstance(optional, str) else "")
+    return text
+
+
+def check_int(name: str, value, min: int | None = None, max: int | None = None, note: str = "",
+              optional: bool | str = False) -> int | None:
+    """``value`` as an ``int``: an integer (``int`` or NumPy integer; not a bool, not a float) in ``[min, max]``.
+
+    ``TypeError`` for another type, ``ValueError`` outside the range. ``None`` bounds are open ended; ``note``
+    says in the message what the number is for; ``optional``: ``None`` is accepted (and returned), and a string
+    says what ``None`` means (``optional="full attention"``).
+    """
+    if optional and value is None:
+        return None
+    expected = _expected(_range_text("an int", min, max), note, optional)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _wrong_type(name, expected, value)
+    if (min is not None and value < min) or (max is not None and value > max):
+        raise ValueError(f"{name} must be {expected}, got {_received(value)}")
+    return int(value)
+
+
+def check_number(name: str, value, min: float | None = None, max: float | None = None, min_open: bool = False,
+                 max_open: bool = False, finite: bool = True, note: str = "",
+                 optional: bool | str = False) -> float | None:
+    """``value`` as a ``float``: a real number (not a bool) in the range the bounds give (closed unless
+    ``min_open``/``max_open``), finite unless ``finite=False``. NaN is never in a range.
+
+    ``TypeError`` for another type, ``ValueError`` for NaN, infinity (with ``finite``) or outside the range.
+    ``note`` and ``optional`` as in ``check_int``.
+    """
+    if optional and value is None:
+        return None
+    kind = "a number" if not finite or min is not None and max is not None else "a finite number"
+    expected = _expected(_range_text(kind, min, max, min_open, max_open), note, optional)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _wrong_type(name, expected, value)
+    x = float(value)
+    bad = math.isnan(x) or (finite and math.isinf(x))
+    bad = bad or (min is not None and (x <= min if min_open else x < min))
+    bad = bad or (max is not None and (x >= max if max_open else x > max))
+    if bad:
+        raise ValueError(f"{name} must be {expected}, got {_received(value)}")
+    return x
+
+
+def check_probability(name: str, value, allow_one: bool = False) -> float:
+    """A probability: a number in ``[0, 1)`` (a dropout rate: 1 would drop everything), or ``[0, 1]`` with
+    ``allow_one``."""
+    if allow_one:
+        return check_number(name, value, 0, 1)
+    expected = "a probability in [0, 1)"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _wrong_type(name, expected, value)
+    if not 0 <= value < 1:  # also refuses NaN
+        raise ValueError(f"{name} must be {expected}, got {_received(value)}")
+    return float(value)
+
+
+def check_bool(name: str, value) -> bool:
+    """Exactly ``True`` or ``False`` (not 0/1, not a tensor): ``TypeError`` otherwise."""
+    if not isinstance(value, bool):
+        raise _wrong_type(name, "a bool", value)
+    return value
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join("any" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def check_tensor(name: str, value, shape: tuple | None = None, finite: bool = False, dtype=None,
+                 floating: bool = False) -> torch.Tensor:
+    """``value`` checked to be a ``torch.Tensor`` and returned as it is.
+
+    ``shape``: the sizes it must have (``None`` entries match any size >= 1); ``dtype``: one dtype or a tuple of
+    them; ``floating``: a floating-point dtype; ``finite``: no NaN or infinity. ``TypeError`` for a non-tensor,
+    ``ValueError`` for the rest, naming the shape or dtype received and, for ``finite``, how many values are not
+    finite and where the first is.
+    """
+    if not isinstance(value, torch.Tensor):
+        want = "a tensor" if shape is None else f"a tensor of shape {_shape_text(shape)}"
+        raise TypeError(f"{name} must be {want}, got {type(value).__name__}")
+    if shape is not None:
+        ok = value.dim() == len(shape) and all(s is None and v >= 1 or v == s for v, s in zip(value.shape, shape))
+        if not ok:
+            raise ValueError(f"{name} must be a tensor of shape {_shape_text(shape)}, got {tuple(value.shape)}")
+    dtypes = (dtype,) if isinstance(dtype, torch.dtype) else dtype
+    if dtypes is not None and value.dtype not in dtypes:
+        want = " or ".join(str(d) for d in dtypes)
+        raise ValueError(f"{name} must be a {want} tensor, got {value.dtype}")
+    if floating and not value.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got {value.dtype}")
+    if finite and (value.is_floating_point() or value.is_complex()):
+        bad = ~torch.isfinite(value)
+        if bad.any():
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{name} must be finite (no NaN or inf), got {int(bad.sum())} non-finite value(s), "
+                             f"the first {value[first].item()} at index {first}")
+    return value
