@@ -154,17 +154,18 @@ def test_expert_routing_rejects_bad_input_naming_the_argument(kwargs, match):
 
 
 def test_router_logits_are_what_each_mixture_layer_routed():
+    from transformer_lib.experiments.moe_vs_dense import router_logits
     from transformer_lib.llama import Llama, LlamaConfig
     from transformer_lib.moe import top_k_gating
     torch.manual_seed(0)
     model = Llama(LlamaConfig(vocab_size=30, n_layers=2, d_model=16, n_heads=2, n_experts=4, top_k=2)).eval()
     ids = torch.randint(0, 30, (9,))
-    logits = live.router_logits(model, ids)
+    logits = router_logits(model, ids)
     assert logits.shape == (2, 9, 4)
     for block, layer_logits in zip(model.blocks, logits):
         assert torch.equal(top_k_gating(layer_logits, 2)[1], block.ffn.experts_chosen)
     with pytest.raises(ValueError, match="mixture"):
-        live.router_logits(Llama(LlamaConfig(vocab_size=30, n_layers=1, d_model=16, n_heads=2)), ids)
+        router_logits(Llama(LlamaConfig(vocab_size=30, n_layers=1, d_model=16, n_heads=2)), ids)
 
 
 # ------------------------------------------------------------------ a browser page for the modules

@@ -26,10 +26,10 @@ after a short warm-up, seeded (the seed draws the head's and adapters' initialis
 the same for every seed). ``forgetting`` is chapter 08's agreement: the mean cosine similarity between a model's
 sentence embeddings and the original MiniLM's, on lines of other plays than the task's.
 
-``scripts/train_fine_tuning.py`` runs ``train_runs`` (several seeds) into
-``checkpoints/fine_tuning.*``: the record of every run, the two language models, and seed 0's probe head and LoRA and
-QLoRA adapters (not the fully fine-tuned layers: 14 MB; their numbers are in the record and the slow test retrains
-them). The page loads them (``load_runs``) and measures again.
+``scripts/train_fine_tuning.py`` runs ``train_runs`` (several seeds) into ``checkpoints/fine_tuning.*``: the record of
+every run, the two language models, and seed 0's probe head and LoRA and QLoRA adapters (not the fully fine-tuned
+layers, 14 MB: the record keeps their numbers and the slow test retrains them). The page loads them (``load_runs``)
+and measures again.
 """
 from __future__ import annotations
 
@@ -336,10 +336,6 @@ class RunsConfig:
     fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig)
 
 
-def _adapter_state(model: SentenceClassifier) -> dict:
-    return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k or k.startswith("head.")}
-
-
 def run_one(method: str, seed: int, cfg: FineTuneConfig, data, lines, original, r=None, progress=True,
             train_features=None) -> tuple[dict, SentenceClassifier]:
     """Train one method and measure it: ``({"accuracy", "agreement", "trainable", "final_loss", "seconds"},
@@ -373,7 +369,8 @@ def train_runs(cfg: RunsConfig = RunsConfig(), progress: bool = True, device=Non
             results[method][str(seed)], model = run_one(method, seed, cfg.fine_tune, data, lines, original,
                                                         progress=progress, train_features=feats)
             if seed == cfg.seeds[0] and method != "full":
-                kept[method] = _adapter_state(model)
+                kept[method] = {k: v.detach().clone() for k, v in model.state_dict().items()  # adapters, head
+                                if "lora_" in k or k.startswith("head.")}
     return {"lms": lms, "lm_histories": lm_hist, "results": results, "kept": kept, "cfg": cfg,
             "seconds": time.perf_counter() - start}
 

@@ -78,6 +78,18 @@ def expert_load(model: Llama, batches) -> torch.Tensor:
     return counts / counts.sum(dim=1, keepdim=True)
 
 
+@torch.no_grad()
+def router_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    """Every layer's router scores ``x W_r`` of a mixture ``llama.Llama`` on one sequence ``ids: (T,)``:
+    ``(n_layers, T, n_experts)`` float32 on the CPU (the ``router_logits`` each ``moe.MoE`` keeps after a forward)."""
+    if not getattr(model.cfg, "n_experts", 0):
+        raise ValueError("router_logits needs a mixture of experts (LlamaConfig.n_experts > 0)")
+    device = next(model.parameters()).device
+    model.eval()
+    model(ids[None].to(device))
+    return torch.stack([block.ffn.router_logits.float().cpu() for block in model.blocks])  # (L, T, E)
+
+
 def training_state_bytes(model: Llama) -> int:
     """Bytes an AdamW step keeps per fp32 parameter: the weight, its gradient and two moments (16 bytes)."""
     return 16 * sum(p.numel() for p in model.parameters())

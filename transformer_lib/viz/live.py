@@ -380,22 +380,10 @@ class OnlineSoftmaxTiles(LiveWidget):
 
 # ----------------------------------------------------------------------- mixture of experts (chapter 11)
 
-@torch.no_grad()
-def router_logits(model, ids: torch.Tensor) -> torch.Tensor:
-    """Every layer's router scores ``x W_r`` of a mixture ``llama.Llama`` on one sequence ``ids: (T,)``:
-    ``(n_layers, T, n_experts)`` float32 on the CPU (the ``router_logits`` each ``moe.MoE`` keeps after a forward)."""
-    if not getattr(model.cfg, "n_experts", 0):
-        raise ValueError("router_logits needs a mixture of experts (LlamaConfig.n_experts > 0)")
-    device = next(model.parameters()).device
-    model.eval()
-    model(ids[None].to(device))
-    return torch.stack([block.ffn.router_logits.float().cpu() for block in model.blocks])  # (L, T, E)
-
-
 class ExpertRouting(LiveWidget):
     """The experts a router picks for each token of a sentence, per layer: top-k gates recomputed in the browser.
 
-    ``tokens``: the ``T`` tokens; ``logits: (n_layers, T, n_experts)`` router scores (``router_logits``). The
+    ``tokens``: the ``T`` tokens; ``logits: (n_layers, T, n_experts)`` router scores (``experiments.moe_vs_dense.router_logits``). The
     reader picks the layer and ``k``; the figure shows each token's gate weights and each expert's share.
     """
 
