@@ -284,11 +284,9 @@ def _glued(page: Path) -> list[str]:
 
 @pytest.mark.site
 def test_every_chinese_page_shows_the_english_pages_glued_values():
-    from devtools import no_built_site
-
     zh = SITE / "zh"
-    if not (zh / "index.html").is_file():
-        no_built_site(f"no Chinese edition at {zh}: run `make book-zh` first")
+    if not (zh / "index.html").is_file():  # `make book` builds English only; the Chinese edition is `make book-zh`
+        pytest.skip(f"no Chinese edition at {zh}: run `make book-zh` first")
     pages = sorted(p.relative_to(zh) for p in zh.rglob("*.html") if not p.relative_to(zh).parts[0].startswith("_"))
     differ = [str(p) for p in pages if (SITE / p).is_file() and _glued(SITE / p) != _glued(zh / p)]
     assert not differ, f"glued values differ between the editions on: {differ}"
