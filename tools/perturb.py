@@ -35,7 +35,8 @@ Settings (``--settings``, comma-separated; default: all):
   chapter 09's committed study were scored on; and ``transformer_lib.experiments.minilm_pruning:sentence_sets`` and ``:sensitivity_importance``, the sentence sets
   and gradient probes of chapter 08's committed study, which the page recomputes with the file's seeds to check the
   file and pairs with its own measurements set by set; ``transformer_lib.task_data:play_line_task``, chapter 12's
-  split of lines the committed adapters were trained on), and anything random that was fixed when a checkpoint was
+  split of lines the committed adapters were trained on; ``transformer_lib.experiments.moe_vs_dense:val_batches``,
+  the held-out windows chapter 11's record scored its committed mixtures on), and anything random that was fixed when a checkpoint was
   trained (the committed weights are loaded, not retrained).
 * ``core0-busy``: the notebook's process and a competing CPU-bound process (``python -c "while True: pass"``)
   both pinned to the first core this tool may use, as ``taskset -c 0`` does: a machine half as fast, and busy.
@@ -82,11 +83,12 @@ CONTROLLED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP
 # on (the page checks its perplexity on them against the file's); and the sentence sets and gradient probes of
 # chapter 08's committed MiniLM study (the page recomputes part of it with the same seeds to check that the file
 # belongs to the model, and pairs its own measurements with the file's, set by set); chapter 12's split of lines
-# that the committed adapters were trained on
+# that the committed adapters were trained on; chapter 11's held-out windows, which its record scored the committed
+# mixtures on (the page checks the loaded models against the record on them)
 DEFAULT_KEEP = ("transformer_lib.dates:date_split", "transformer_lib.book_models:shakespeare_val_batches",
                 "transformer_lib.experiments.minilm_pruning:sentence_sets",
                 "transformer_lib.experiments.minilm_pruning:sensitivity_importance",
-                "transformer_lib.task_data:play_line_task")
+                "transformer_lib.task_data:play_line_task", "transformer_lib.experiments.moe_vs_dense:val_batches")
 DEFAULT_OFFSET = 1000
 SPINNER = "while True: pass"
 
