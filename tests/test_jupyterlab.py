@@ -25,6 +25,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -186,17 +187,27 @@ PICTURE = f"""(v => {{
 READOUT = f"(v => v ? v[1].closest('.widget-slider').querySelector('.widget-readout').textContent : null)({INTERACT})"
 
 
-def test_a_chapter_runs_in_jupyterlab_and_its_widget_answers(jupyterlab, browser_path):
-    base, token, root = jupyterlab
+@contextmanager
+def lab_notebook_running_all(browser_path, base: str, token: str, notebook: str):
+    """A fresh Chromium on JupyterLab's page of ``notebook``, its kernel idle, "Run All Cells" started; closed after."""
     profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
     chrome = Chromium(browser_path, profile)
     try:
         for domain in ("Page", "Runtime"):
             chrome.send(f"{domain}.enable")
-        chrome.send("Page.navigate", url=f"{base}/lab/tree/{CHAPTER.name}?token={token}")
+        chrome.send("Page.navigate", url=f"{base}/lab/tree/{notebook}?token={token}")
         chrome.wait_for(KERNEL_IDLE, timeout=START_TIMEOUT_S)
         chrome.js(f"jupyterapp.shell.activateById({PANEL}.id)")
         chrome.js("jupyterapp.commands.execute('notebook:run-all-cells').then(() => true)", await_promise=True)
+        yield chrome
+    finally:
+        chrome.close()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_a_chapter_runs_in_jupyterlab_and_its_widget_answers(jupyterlab, browser_path):
+    base, token, root = jupyterlab
+    with lab_notebook_running_all(browser_path, base, token, CHAPTER.name) as chrome:
         deadline = time.monotonic() + RUN_ALL_TIMEOUT_S
         while True:
             n_code, n_run = chrome.js(CELLS_RUN)
@@ -222,9 +233,6 @@ def test_a_chapter_runs_in_jupyterlab_and_its_widget_answers(jupyterlab, browser
         assert chrome.js(ERRORS) == []
         if Path("/proc").is_dir():  # what the fixture's check for leftover kernels looks for
             assert _running_kernels(_kernel_ids(base, token)), "the chapter's kernel process was not found"
-    finally:
-        chrome.close()
-        shutil.rmtree(profile, ignore_errors=True)
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [CHAPTER.name]
 
 
@@ -246,15 +254,7 @@ def test_a_readers_choice_in_a_live_figure_reaches_the_kernel_and_back(jupyterla
     Python's ``w.query`` is it; Python sets ``w.query`` and the figure's control moves. The static picture the
     cell also writes is hidden once the live figure has drawn."""
     base, token, root = jupyterlab
-    profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
-    chrome = Chromium(browser_path, profile)
-    try:
-        for domain in ("Page", "Runtime"):
-            chrome.send(f"{domain}.enable")
-        chrome.send("Page.navigate", url=f"{base}/lab/tree/{LIVE_NOTEBOOK}?token={token}")
-        chrome.wait_for(KERNEL_IDLE, timeout=START_TIMEOUT_S)
-        chrome.js(f"jupyterapp.shell.activateById({PANEL}.id)")
-        chrome.js("jupyterapp.commands.execute('notebook:run-all-cells').then(() => true)", await_promise=True)
+    with lab_notebook_running_all(browser_path, base, token, LIVE_NOTEBOOK) as chrome:
         chrome.wait_for(f"{QUERY_BOX} !== null", timeout=RUN_ALL_TIMEOUT_S)
         assert chrome.js(ERRORS) == []
         hidden = chrome.js("[...document.querySelectorAll('.jp-Notebook .tl-live-fallback')].map(f => f.hidden)")
@@ -270,6 +270,3 @@ def test_a_readers_choice_in_a_live_figure_reaches_the_kernel_and_back(jupyterla
         assert chrome.js("document.querySelector('.jp-Notebook .tl-live [role=status]').textContent").startswith(
             '3. output for "d"')
         assert chrome.js(ERRORS) == []
-    finally:
-        chrome.close()
-        shutil.rmtree(profile, ignore_errors=True)
