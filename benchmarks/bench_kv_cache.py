@@ -42,6 +42,7 @@ from _timing import interleaved_medians, print_table, synchronize  # noqa: E402
 
 from transformer_lib import GPT, GPTConfig, default_device  # noqa: E402
 from transformer_lib.experiments.batched_decoding import decode_step_cost  # noqa: E402
+from transformer_lib.experiments.hf_reference import hf_gpt2  # noqa: E402
 from transformer_lib.serving.generation import MatvecWeights, generate  # noqa: E402
 from transformer_lib.book_models import checkpoint_info  # noqa: E402
 
@@ -93,33 +94,6 @@ def copy_bandwidth(device, n_bytes: int = 256 * 2**20) -> float:
     dst = torch.empty_like(src)
     t = interleaved_medians({"copy": lambda: dst.copy_(src)}, repeats=7, device=device)["copy"]
     return 2 * n_bytes / t
-
-
-@torch.no_grad()
-def hf_model(model: GPT, device):
-    """``GPT2LMHeadModel`` of ``model``'s shape holding a copy of its weights (HF's Conv1D stores (in, out))."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-    c = model.cfg
-    if c.positional != "learned" or c.n_kv_heads not in (None, c.n_heads):
-        raise ValueError(f"GPT-2 has learned positions and one kv head per head, got positional={c.positional!r}, "
-                         f"n_kv_heads={c.n_kv_heads}")
-    hf = GPT2LMHeadModel(GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.d_model,
-                                    n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.d_ff, activation_function="gelu",
-                                    layer_norm_epsilon=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=0,
-                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
-    ours = {"transformer.wte.weight": model.tok_emb.weight, "transformer.wpe.weight": model.pos.weight,
-            "transformer.ln_f.weight": model.norm.weight, "transformer.ln_f.bias": model.norm.bias}
-    for i, b in enumerate(model.blocks):
-        h = f"transformer.h.{i}."
-        for hf_name, lin in (("attn.c_attn", b.self_attn.qkv), ("attn.c_proj", b.self_attn.out),
-                             ("mlp.c_fc", b.ffn.up), ("mlp.c_proj", b.ffn.down)):
-            ours[h + hf_name + ".weight"], ours[h + hf_name + ".bias"] = lin.weight.T, lin.bias
-        for hf_name, norm in (("ln_1", b.res_self.norm), ("ln_2", b.res_ffn.norm)):
-            ours[h + hf_name + ".weight"], ours[h + hf_name + ".bias"] = norm.weight, norm.bias
-    for name, tensor in hf.state_dict().items():
-        if name in ours:
-            tensor.copy_(ours[name])
-    return hf.to(device).eval()
 
 
 def uneven_interleaved_medians(fns: dict, repeats: dict, device) -> tuple[dict, dict]:
@@ -232,7 +206,7 @@ def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float, p
     cfg, P = shape.cfg, shape.prompt
     torch.manual_seed(0)
     model = GPT(cfg).to(device).eval()
-    hf = hf_model(model, device) if cfg.positional == "learned" else None
+    hf = hf_gpt2(model, device) if cfg.positional == "learned" else None
     prompt = torch.randint(0, cfg.vocab_size, (1, P), device=device)
     hf_params = "" if hf is None else f" (HF: {hf.num_parameters() / 1e6:.2f}M)"
     print(f"\n## {shape.label()}: {model.num_params() / 1e6:.2f}M parameters{hf_params}, prompt {P}, greedy, fp32, "

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import transformer_lib.serving.generation as generate_module
+from transformer_lib.experiments.hf_reference import hf_gpt2
 from transformer_lib.serving.generation import (cache_refusal, decode_step, fast_path_refusal, filter_logits,
                                                 fused_decode_step, generate, MatvecWeights, sample_next)
 from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
@@ -291,30 +292,6 @@ def test_right_padding_is_rejected():
 
 
 # ----------------------------------------------------------------------------- against Hugging Face GPT-2
-def to_hf_gpt2(model: GPT):
-    """The same weights in ``transformers.GPT2LMHeadModel`` (its Conv1D stores each weight as (in, out))."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-    c = model.cfg
-    hf = GPT2LMHeadModel(GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.d_model,
-                                    n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.d_ff, activation_function="gelu",
-                                    layer_norm_epsilon=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=0,
-                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
-    sd = {"transformer.wte.weight": model.tok_emb.weight, "transformer.wpe.weight": model.pos.weight,
-          "transformer.ln_f.weight": model.norm.weight, "transformer.ln_f.bias": model.norm.bias}
-    for i, b in enumerate(model.blocks):
-        p = f"transformer.h.{i}."
-        for hf_name, lin in (("attn.c_attn", b.self_attn.qkv), ("attn.c_proj", b.self_attn.out),
-                             ("mlp.c_fc", b.ffn.up), ("mlp.c_proj", b.ffn.down)):
-            sd[p + hf_name + ".weight"], sd[p + hf_name + ".bias"] = lin.weight.T, lin.bias
-        for hf_name, norm in (("ln_1", b.res_self.norm), ("ln_2", b.res_ffn.norm)):
-            sd[p + hf_name + ".weight"], sd[p + hf_name + ".bias"] = norm.weight, norm.bias
-    with torch.no_grad():
-        for name, tensor in hf.state_dict().items():
-            if name in sd:
-                tensor.copy_(sd[name])
-    return hf
-
-
 @pytest.mark.parametrize("padded", [False, True])
 def test_greedy_decoding_equals_hugging_face_gpt2_on_the_same_weights(padded):
     pytest.importorskip("transformers")
@@ -322,7 +299,7 @@ def test_greedy_decoding_equals_hugging_face_gpt2_on_the_same_weights(padded):
     model = GPT(GPTConfig(vocab_size=V, block_size=BLOCK, n_layers=2, n_heads=4, d_model=32))
     model.apply(lambda m: init_weights(m, std=0.2))
     model.eval()
-    hf = to_hf_gpt2(model)
+    hf = hf_gpt2(model)
     prompt = ids((2, 7), seed=6)
     mask = torch.ones_like(prompt)
     if padded:
