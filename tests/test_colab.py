@@ -79,6 +79,21 @@ def test_setup_cell_installs_from_the_configured_repository():
     assert "torch" not in source.replace("transformer_lib", "")  # Colab ships torch; never install it
 
 
+def test_setup_cell_is_as_ruff_formats_it():
+    """`ruff format --check` reads the notebooks: a cell it would rewrite sets the sync tool and ruff at odds."""
+    cell = sync.setup_source(ROOT) + "\n"
+    run = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", "setup.py", "-"],
+        input=cell,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == cell, "ruff format changes the set-up cell: change TEMPLATE in tools/sync_setup_cells.py"
+
+
 def test_checker_notices_a_changed_repository(tmp_path):
     """Change repository.url in a copy of the config: every notebook must then be out of sync."""
     config = dict(CONFIG, repository=dict(CONFIG["repository"], url="https://github.com/someone/else"))

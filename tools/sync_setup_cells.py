@@ -55,20 +55,27 @@ TEMPLATE = """\
 # turns on the widget support the book's sliders need. After `make book` or `make test` it does nothing.
 import importlib, importlib.util, os, subprocess, sys
 
-SOURCE = os.environ.get("{env}", "{source}")
+SOURCE = os.environ.get(
+    "{env}",
+    "{source}",
+)
 if importlib.util.find_spec("transformer_lib") is None:
     print("Installing transformer_lib from", SOURCE, "(about a minute) ...")
     pip = [sys.executable, "-m", "pip", "install", "--quiet"]
     subprocess.run(pip + [SOURCE], check=True)  # with numpy, matplotlib, ipywidgets, tqdm, safetensors, tokenizers
-    subprocess.run(pip + ["--no-deps", {nodeps}], check=True)  # data and weights
+    # data and weights
+    subprocess.run(pip + ["--no-deps", {nodeps}], check=True)
     importlib.invalidate_caches()
     print("Done: transformer_lib is installed.")
 if "google.colab" in sys.modules:  # Colab: display ipywidgets 8 and custom widgets (its custom widget manager)
     from google.colab import output
+
     output.enable_custom_widget_manager()
     if int(getattr(sys.modules.get("ipywidgets"), "__version__", "8").split(".")[0]) < 8:
-        print("Colab had already loaded an older ipywidgets: choose Runtime > Restart session, "
-              "then run the notebook again from the top.")"""
+        print(
+            "Colab had already loaded an older ipywidgets: choose Runtime > Restart session, "
+            "then run the notebook again from the top."
+        )"""
 README_PATH = "README.md"
 WORKFLOWS = {"tests": "tests.yml", "book": "book.yml"}  # badge label -> workflow file in .github/workflows
 
