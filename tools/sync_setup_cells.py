@@ -53,7 +53,11 @@ SOURCE_ENV = "TRANSFORMER_LIB_SOURCE"
 TEMPLATE = """\
 # Set-up: installs this book's library if it is missing (on Colab, or in any fresh Python), and on Colab
 # turns on the widget support the book's sliders need. After `make book` or `make test` it does nothing.
-import importlib, importlib.util, os, subprocess, sys
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
 
 SOURCE = os.environ.get(
     "{env}",
