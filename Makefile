@@ -1,10 +1,12 @@
 # The commands of this project (see README.md, "The two commands"):
 #   make book      - set up .venv if needed, execute every notebook, build the HTML book into _build/html
-#   make test      - set up .venv if needed; the unit tests not marked slow/browser, and every notebook under nbval,
-#                    in two worker processes, each file whole on one worker (a few minutes; a notebook over its
-#                    budget, in units of a calibration timed on the same machine, fails it: see tests/notebook_budget.py)
-#   make test-all  - make test plus the slow tests (checkpoint retraining, benchmarks' quick modes, a fresh venv)
-#                    and the browser tests (a headless Chromium or Chrome; skipped with a reason when none is found)
+#   make test      - set up .venv if needed; make lint (a second), then the unit tests not marked slow/browser, and
+#                    every notebook under nbval, in two worker processes, each file whole on one worker (a few
+#                    minutes; a notebook over its budget, in units of a calibration timed on the same machine, fails
+#                    it: see tests/notebook_budget.py)
+#   make test-all  - make lint, then make test's tests plus the slow tests (checkpoint retraining, benchmarks' quick
+#                    modes, a fresh venv) and the browser tests (a headless Chromium or Chrome; skipped with a reason
+#                    when none is found)
 #   make test-site - after make book: the tests that read _build/html (links, the 404 page, live figures in their pages)
 #   make lint      - ruff check and ruff format --check over the package, tests, tools, benchmarks, scripts, notebooks
 # Nothing here needs root: the browser and npm are yours to install (README, Requirements).
@@ -69,10 +71,10 @@ i18n-check: $(STAMP)
 	$(PY) tools/book_i18n.py check $(if $(RELEASE),--release)
 
 # two workers: a notebook's kernel mostly waits on one core while the other runs another notebook or the unit tests
-test: $(STAMP)
+test: $(STAMP) lint
 	$(STRICT) $(PYTEST) -m "not slow and not browser" -n 2 --dist loadfile; $(PYTEST_OK)
 
-test-all: $(STAMP) $(TRITON_STAMP)
+test-all: $(STAMP) $(TRITON_STAMP) lint
 	$(STRICT) $(PYTEST); $(PYTEST_OK)
 
 # the tests that read the built book (links and anchors, 404 page, live figures in their pages): after make book
