@@ -243,9 +243,10 @@ def quantization_tables(
     thread_counts: tuple[int, ...] | None = None,
     quick: bool = False,
 ) -> list[str]:
-    """Print and return the two tables, then ``algorithm_tables``'s four. ``model``: a trained ``GPT`` (not modified: every format is a copy);
-    ``val_data``: a list of ``(x, y)`` batches, each ``(B, T)``. ``thread_counts``: CPU threads to time decoding
-    with (default: 1 and the current count); one token at a time is little work to share between threads."""
+    """Print and return the two tables, then ``algorithm_tables``'s four. ``model``: a trained ``GPT`` (not
+    modified: every format is a copy); ``val_data``: a list of ``(x, y)`` batches, each ``(B, T)``.
+    ``thread_counts``: CPU threads to time decoding with (default: 1 and the current count); one token at a time is
+    little work to share between threads."""
     device = torch.device(device)
     if thread_counts is None:
         n = torch.get_num_threads()

@@ -149,7 +149,8 @@ def bytes_per_token(model: GPT, prompt: int, n_new: int) -> int:
 
 def matvec_limit_calls(n_bytes: int, d_in: int, device) -> dict:
     """Two zero-argument calls that each stream one fp32 matrix of ``n_bytes`` through a matrix-vector product,
-    ``x W`` with ``W`` stored ``(in, out)`` and ``W x`` with ``W`` stored ``(out, in)``: one call = one token's reads."""
+    ``x W`` with ``W`` stored ``(in, out)`` and ``W x`` with ``W`` stored ``(out, in)``: one call = one token's
+    reads."""
     out = n_bytes // 4 // d_in
     g = torch.Generator(device="cpu").manual_seed(0)
     w_in_out = torch.randn(d_in, out, generator=g).to(device)  # (in, out)

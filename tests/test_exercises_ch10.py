@@ -8,15 +8,15 @@ from transformer_lib.exercises.ch10 import causal_peak_bytes, check_merge, check
 
 
 def online_row(scores, values, block):
-    m, l, o = -math.inf, 0.0, torch.zeros(values.shape[-1])
+    m, row_sum, o = -math.inf, 0.0, torch.zeros(values.shape[-1])
     for j in range(0, scores.shape[0], block):
         s = scores[j : j + block]
         m_new = max(m, s.max().item())
         p = torch.exp(s - m_new)
-        l = math.exp(m - m_new) * l + p.sum()
+        row_sum = math.exp(m - m_new) * row_sum + p.sum()
         o = math.exp(m - m_new) * o + p @ values[j : j + block]
         m = m_new
-    return o / l
+    return o / row_sum
 
 
 def merge(o1, lse1, o2, lse2):
@@ -37,15 +37,15 @@ def test_online_row_stub_is_reported():
 
 def test_online_row_forgotten_output_rescale_gets_its_hint():
     def wrong(scores, values, block):
-        m, l, o = -math.inf, 0.0, torch.zeros(values.shape[-1])
+        m, row_sum, o = -math.inf, 0.0, torch.zeros(values.shape[-1])
         for j in range(0, scores.shape[0], block):
             s = scores[j : j + block]
             m_new = max(m, s.max().item())
             p = torch.exp(s - m_new)
-            l = math.exp(m - m_new) * l + p.sum()
+            row_sum = math.exp(m - m_new) * row_sum + p.sum()
             o = o + p @ values[j : j + block]
             m = m_new
-        return o / l
+        return o / row_sum
 
     result = check_online_row(wrong)
     assert not result and "old output o must be rescaled" in result.message, result.message

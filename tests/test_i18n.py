@@ -59,12 +59,18 @@ The loss over {glue:text}`n_steps` steps.
 
 TRANSLATIONS = {
     "A glued page": "一个粘贴了数值的页面",
-    "After {glue:text}`n_steps` steps the model reaches {glue:text}`acc:.1%` accuracy ({glue:}`acc`).": "训练 {glue:text}`n_steps` 步之后，模型的准确率达到 {glue:text}`acc:.1%`（{glue:}`acc`）。",
-    "The cache is {glue:md}`verdict:gfm` here, over {glue:any}`n_steps` steps.": "在这里缓存{glue:md}`verdict:gfm`，共 {glue:any}`n_steps` 步。",
+    "After {glue:text}`n_steps` steps the model reaches {glue:text}`acc:.1%` accuracy ({glue:}`acc`).": (
+        "训练 {glue:text}`n_steps` 步之后，模型的准确率达到 {glue:text}`acc:.1%`（{glue:}`acc`）。"
+    ),
+    "The cache is {glue:md}`verdict:gfm` here, over {glue:any}`n_steps` steps.": (
+        "在这里缓存{glue:md}`verdict:gfm`，共 {glue:any}`n_steps` 步。"
+    ),
     "The loss over {glue:text}`n_steps` steps.": "{glue:text}`n_steps` 步内的损失。",
     "heads": "头数",  # the glued table's cells are messages too
     "loss": "损失",
-    "The loop is {glue:text}`speed_word` the batch.": "循环{glue:choice}`speed_word|faster=比批处理快|slower=比批处理慢`。",
+    "The loop is {glue:text}`speed_word` the batch.": (
+        "循环{glue:choice}`speed_word|faster=比批处理快|slower=比批处理慢`。"
+    ),
     "Plain page": "普通页面",
     "It links to [the glued page](glued.ipynb).": "它链接到[粘贴了数值的页面](glued.ipynb)。",
 }

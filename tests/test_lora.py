@@ -181,7 +181,9 @@ def test_fresh_adapter_leaves_output_unchanged_and_A_is_kaiming_uniform():
 
 
 def test_generator_seeds_the_initialisation():
-    make = lambda s: LoRALinear(nn.Linear(32, 8), r=4, generator=torch.Generator().manual_seed(s)).lora_A
+    def make(seed):
+        return LoRALinear(nn.Linear(32, 8), r=4, generator=torch.Generator().manual_seed(seed)).lora_A
+
     assert torch.equal(make(1), make(1)) and not torch.equal(make(1), make(2))
     expected = torch.empty(4, 32)
     nn.init.kaiming_uniform_(expected, a=math.sqrt(5), generator=torch.Generator().manual_seed(1))

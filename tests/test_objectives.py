@@ -18,9 +18,16 @@ ALPHA = 1e-6  # two-sided false-alarm probability of each bound
 def binomial_bounds(n: int, p: float, alpha: float = ALPHA) -> tuple[int, int]:
     """The smallest ``lo`` and largest ``hi`` with P(X < lo) <= alpha/2 and P(X > hi) <= alpha/2, X ~ Bin(n, p),
     from the exact probability mass function (log-gamma), no normal approximation."""
-    logpmf = lambda k: (
-        math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p) + (n - k) * math.log1p(-p)
-    )
+
+    def logpmf(k):
+        return (
+            math.lgamma(n + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(n - k + 1)
+            + k * math.log(p)
+            + (n - k) * math.log1p(-p)
+        )
+
     pmf = [math.exp(logpmf(k)) for k in range(n + 1)]
     lo, tail = 0, 0.0
     while tail + pmf[lo] <= alpha / 2:

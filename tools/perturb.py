@@ -32,12 +32,13 @@ Settings (``--settings``, comma-separated; default: all):
   in ``--seed-keep`` (default: ``transformer_lib.dates:date_split``, the train/test split of days the committed
   translator was trained on: offsetting it would put training days into the test set;
   ``transformer_lib.book_models:shakespeare_val_batches``, the held-out windows that the GPT checkpoint's record and
-  chapter 09's committed study were scored on; and ``transformer_lib.experiments.minilm_pruning:sentence_sets`` and ``:sensitivity_importance``, the sentence sets
-  and gradient probes of chapter 08's committed study, which the page recomputes with the file's seeds to check the
-  file and pairs with its own measurements set by set; ``transformer_lib.task_data:play_line_task``, chapter 12's
-  split of lines the committed adapters were trained on; ``transformer_lib.experiments.moe_vs_dense:val_batches``,
-  the held-out windows chapter 11's record scored its committed mixtures on), and anything random that was fixed when a checkpoint was
-  trained (the committed weights are loaded, not retrained).
+  chapter 09's committed study were scored on; and ``transformer_lib.experiments.minilm_pruning:sentence_sets``
+  and ``:sensitivity_importance``, the sentence sets and gradient probes of chapter 08's committed study, which the
+  page recomputes with the file's seeds to check the file and pairs with its own measurements set by set;
+  ``transformer_lib.task_data:play_line_task``, chapter 12's split of lines the committed adapters were trained on;
+  ``transformer_lib.experiments.moe_vs_dense:val_batches``, the held-out windows chapter 11's record scored its
+  committed mixtures on), and anything random that was fixed when a checkpoint was trained (the committed weights
+  are loaded, not retrained).
 * ``core0-busy``: the notebook's process and a competing CPU-bound process (``python -c "while True: pass"``)
   both pinned to the first core this tool may use, as ``taskset -c 0`` does: a machine half as fast, and busy.
   Linux only (skipped with a note where ``os.sched_setaffinity`` is missing).
@@ -269,7 +270,7 @@ def _patch_nbclient_stall() -> None:
         from jupyter_client.channels import AsyncZMQSocketChannel
 
         AsyncZMQSocketChannel.get_msg = module.get_msg
-    except Exception:  # noqa: BLE001: without it the run is only slower in a rare case
+    except Exception:  # noqa: BLE001 (without it the run is only slower in a rare case)
         pass
 
 

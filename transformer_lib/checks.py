@@ -8,7 +8,8 @@ raises ``TypeError``; one of the right type outside its range raises ``ValueErro
 a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, not a 1). The message reads
 ``"<name> must be <expected>, got <received>"``; the received part names the type when the type is what is wrong.
 
-* ``check_int(name, value, min=None, max=None, note="", optional=False)``: an integer (Python or NumPy), not a bool, not a float;
+* ``check_int(name, value, min=None, max=None, note="", optional=False)``: an integer (Python or NumPy), not a bool,
+  not a float;
 * ``check_number(name, value, min=None, max=None, min_open=False, max_open=False, finite=True, ...)``: a real number;
 * ``check_probability(name, value, allow_one=False)``: a number in ``[0, 1)`` (dropout) or ``[0, 1]``;
 * ``check_bool(name, value)``: exactly ``True`` or ``False``;

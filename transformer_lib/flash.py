@@ -73,20 +73,21 @@ def tile_mask(i0: int, i1: int, j0: int, j1: int, t_q: int, t_k: int, causal: bo
     return allowed
 
 
-def online_softmax_step(m, l, o, scores, v_tile):
+def online_softmax_step(m, row_sum, o, scores, v_tile):
     """One tile of the online softmax: fold ``scores: (..., bq, bk)`` and ``v_tile: (..., bk, Dv)`` into the
-    running max ``m: (..., bq)``, sum ``l: (..., bq)`` and unnormalised output ``o: (..., bq, Dv)``.
+    running max ``m: (..., bq)``, sum ``row_sum: (..., bq)`` (``l`` above) and unnormalised output
+    ``o: (..., bq, Dv)``.
 
-    Returns the new ``(m, l, o)``. Masked scores are ``-inf``; a row that has seen only ``-inf`` keeps
-    ``m = -inf``, ``l = 0``, ``o = 0``.
+    Returns the new ``(m, row_sum, o)``. Masked scores are ``-inf``; a row that has seen only ``-inf`` keeps
+    ``m = -inf``, ``row_sum = 0``, ``o = 0``.
     """
     m_new = torch.maximum(m, scores.amax(dim=-1))  # (..., bq)
     m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)  # exp(-inf - (-inf)) would be NaN
     p = torch.exp(scores - m_safe[..., None])  # (..., bq, bk): this tile's weights, before normalising
     alpha = torch.exp(m - m_safe)  # (..., bq): how much the old sum and output shrink under the new max
-    l_new = alpha * l + p.sum(dim=-1)
+    row_sum_new = alpha * row_sum + p.sum(dim=-1)
     o_new = alpha[..., None] * o + p.to(v_tile.dtype) @ v_tile
-    return m_new, l_new, o_new
+    return m_new, row_sum_new, o_new
 
 
 def _visible_tiles(i0, i1, t_q, t_k, block_k, causal):
@@ -114,7 +115,7 @@ def attention_with_lse(
         i1 = min(i0 + block_q, t_q)
         q_tile = qf[:, :, i0:i1] * scale  # (B, H, bq, D)
         m = torch.full(q_tile.shape[:3], -math.inf, device=q.device, dtype=acc)  # (B, H, bq)
-        l = torch.zeros_like(m)
+        row_sum = torch.zeros_like(m)
         o = torch.zeros(*q_tile.shape[:3], v.shape[-1], device=q.device, dtype=acc)  # (B, H, bq, Dv)
         for j0 in _visible_tiles(i0, i1, t_q, t_k, block_k, causal):
             j1 = min(j0 + block_k, t_k)
@@ -122,10 +123,10 @@ def attention_with_lse(
             allowed = tile_mask(i0, i1, j0, j1, t_q, t_k, causal, key_mask, q.device)
             if allowed is not None:
                 scores = scores.masked_fill(~allowed, -math.inf)
-            m, l, o = online_softmax_step(m, l, o, scores, vf[:, :, j0:j1])
-        seen = l > 0
-        outs.append(torch.where(seen[..., None], o / torch.where(seen, l, 1.0)[..., None], 0.0))
-        lses.append(torch.where(seen, m + torch.log(torch.where(seen, l, 1.0)), -math.inf))
+            m, row_sum, o = online_softmax_step(m, row_sum, o, scores, vf[:, :, j0:j1])
+        seen = row_sum > 0
+        outs.append(torch.where(seen[..., None], o / torch.where(seen, row_sum, 1.0)[..., None], 0.0))
+        lses.append(torch.where(seen, m + torch.log(torch.where(seen, row_sum, 1.0)), -math.inf))
     return torch.cat(outs, dim=2).to(q.dtype), torch.cat(lses, dim=2)
 
 
@@ -236,7 +237,7 @@ def trace_one_query_block(q, k, v, *, block_k: int, causal: bool = False, scale:
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     bq, t_k = q.shape[0], k.shape[0]
     m = torch.full((bq,), -math.inf, dtype=torch.float64)
-    l = torch.zeros(bq, dtype=torch.float64)
+    row_sum = torch.zeros(bq, dtype=torch.float64)
     o = torch.zeros(bq, v.shape[-1], dtype=torch.float64)
     steps = []
     for j0 in range(0, t_k, block_k):
@@ -244,15 +245,15 @@ def trace_one_query_block(q, k, v, *, block_k: int, causal: bool = False, scale:
         s = q.double() @ k[j0:j1].double().T * scale  # (bq, bk)
         if causal:
             s = s.masked_fill(~tile_mask(0, bq, j0, j1, bq, t_k, True, None, q.device)[0, 0], -math.inf)
-        m, l, o = online_softmax_step(m, l, o, s, v[j0:j1].double())
+        m, row_sum, o = online_softmax_step(m, row_sum, o, s, v[j0:j1].double())
         steps.append(
             {
                 "j0": j0,
                 "j1": j1,
                 "scores": s.tolist(),
                 "m": m.tolist(),
-                "l": l.tolist(),
-                "out": torch.where(l[:, None] > 0, o / l.clamp_min(1e-300)[:, None], 0.0).tolist(),
+                "l": row_sum.tolist(),
+                "out": torch.where(row_sum[:, None] > 0, o / row_sum.clamp_min(1e-300)[:, None], 0.0).tolist(),
             }
         )
     return steps

@@ -56,7 +56,7 @@ def beam_search(
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    pad, (B, S), K = model.cfg.pad_id, src.shape, beam_size
+    pad, B, K = model.cfg.pad_id, src.shape[0], beam_size  # src: (B, S)
     attention_mask = src != pad
     memory = model.encode(src, attention_mask)  # (B, S, d)
     memory = memory.repeat_interleave(K, 0)  # (B*K, S, d): the K beams of source b are rows b*K..b*K+K-1

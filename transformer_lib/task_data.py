@@ -80,6 +80,11 @@ class TextClassificationData:
     label_names: tuple[str, ...]
 
 
+def _labels(rows) -> torch.Tensor:
+    """The labels of ``(text, label)`` rows as a ``(len(rows),)`` long tensor."""
+    return torch.tensor([label for _, label in rows], dtype=torch.long)
+
+
 def play_line_task(
     plays=DEFAULT_PLAYS, n_per_play: int = 400, test_fraction: float = 0.25, min_words: int = 6, seed: int = 0
 ) -> TextClassificationData:
@@ -123,7 +128,6 @@ def play_line_task(
         train += chosen[n_test:]
     train = [train[i] for i in torch.randperm(len(train), generator=g).tolist()]
     test = [test[i] for i in torch.randperm(len(test), generator=g).tolist()]
-    as_labels = lambda rows: torch.tensor([label for _, label in rows], dtype=torch.long)
     return TextClassificationData(
-        [t for t, _ in train], as_labels(train), [t for t, _ in test], as_labels(test), tuple(plays)
+        [t for t, _ in train], _labels(train), [t for t, _ in test], _labels(test), tuple(plays)
     )

@@ -25,7 +25,7 @@ def flash_forward_kernel(
     Q,
     K,
     V,
-    O,
+    Out,
     stride_qb,
     stride_qh,
     stride_qt,
@@ -92,8 +92,8 @@ def flash_forward_kernel(
         m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # divide once, at the end; no visible key: zeros
     tl.store(
-        O + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + dims[None, :],
-        out.to(O.dtype.element_ty),
+        Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + dims[None, :],
+        out.to(Out.dtype.element_ty),
         mask=(rows[:, None] < t_q) & (dims[None, :] < d_head),
     )
 

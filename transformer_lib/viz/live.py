@@ -95,8 +95,9 @@ class AttentionHeatmap(LiveWidget):
 
     ``tokens[s]``: the ``T_s`` word pieces of sentence ``s``; ``scores[s]: (n_layers, n_heads, T_s, T_s)`` its
     scaled scores (see ``scaled_scores``). ``mode="one"`` shows one head (pick layer and head), ``"all"`` every
-    head of the picked layer side by side, each captioned with ``head_labels[s][layer][head]`` when given. The reader moves ``temperature`` continuously in
-    ``[tau_min, tau_max]``, reads the weight under the pointer and a row's entropy (bits) on click.
+    head of the picked layer side by side, each captioned with ``head_labels[s][layer][head]`` when given. The
+    reader moves ``temperature`` continuously in ``[tau_min, tau_max]``, reads the weight under the pointer and a
+    row's entropy (bits) on click.
     """
 
     script = "attention.js"
@@ -476,8 +477,9 @@ class OnlineSoftmaxTiles(LiveWidget):
 class ExpertRouting(LiveWidget):
     """The experts a router picks for each token of a sentence, per layer: top-k gates recomputed in the browser.
 
-    ``tokens``: the ``T`` tokens; ``logits: (n_layers, T, n_experts)`` router scores (``experiments.moe_vs_dense.router_logits``). The
-    reader picks the layer and ``k``; the figure shows each token's gate weights and each expert's share.
+    ``tokens``: the ``T`` tokens; ``logits: (n_layers, T, n_experts)`` router scores
+    (``experiments.moe_vs_dense.router_logits``). The reader picks the layer and ``k``; the figure shows each token's
+    gate weights and each expert's share.
     """
 
     script = "routing.js"

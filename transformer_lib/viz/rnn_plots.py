@@ -1,5 +1,6 @@
 """Chapter 01's figures: a recurrent loop against attention, measured (``plot_step_times``) and drawn side by
-side (``draw_rnn_vs_attention``). The numbers come from ``experiments.training_step_cost`` and ``experiments.sequence_cost``.
+side (``draw_rnn_vs_attention``). The numbers come from ``experiments.training_step_cost`` and
+``experiments.sequence_cost``.
 
 Used in chapter 01.
 """
