@@ -9,7 +9,7 @@ from the model's config. Hugging Face ``GPT2LMHeadModel`` gets a ``GPT2Config`` 
 a copy of our weights, so both compute the same thing; the benchmark says whether their greedy tokens agree.
 All variants of one length run round-robin in the same process (interleaved medians), so the ratios
 are measured under the same load. Tokens/s counts new tokens over the whole call (prefill included).
-"static cache" decodes through ``generation.MatvecWeights`` built once after the model is made (weights copied to the
+"static cache" decodes through ``decoding.MatvecWeights`` built once after the model is made (weights copied to the
 (in, out) layout the CPU's matrix-vector products read fastest, as serving engines repack weights at load time; the
 one-time cost is printed); "static, Linear layout" reads the weights as nn.Linear stores them, to show what that
 layout is worth. At GPT-2 small two paths read fewer bytes per token: "bf16 static" (the model in bfloat16) and
@@ -44,7 +44,8 @@ from _timing import interleaved_medians, print_table, synchronize  # noqa: E402
 from transformer_lib import GPT, GPTConfig, default_device  # noqa: E402
 from transformer_lib.experiments.batched_decoding import decode_step_cost  # noqa: E402
 from transformer_lib.experiments.hf_reference import hf_gpt2  # noqa: E402
-from transformer_lib.serving.generation import MatvecWeights, generate  # noqa: E402
+from transformer_lib.serving.decoding import MatvecWeights  # noqa: E402
+from transformer_lib.serving.generation import generate  # noqa: E402
 from transformer_lib.book_models import checkpoint_info  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -165,7 +166,7 @@ def matvec_limit_calls(n_bytes: int, d_in: int, device) -> dict:
 def decode_profile(model: GPT, prompt: torch.Tensor, packed, steps: int = 20) -> None:
     """Print where one fp32 decoding step's time goes: matrix products (mm/addmm) against everything else."""
     from torch.profiler import ProfilerActivity, profile
-    from transformer_lib.serving.generation import decode_step
+    from transformer_lib.serving.decoding import decode_step
     from transformer_lib.serving.kv_cache import StaticCache
 
     with torch.inference_mode():
@@ -229,7 +230,7 @@ def make_variants(shape: Shape, model: GPT, hf, prompt: torch.Tensor, device) ->
         "static cache": lambda n: (
             lambda: generate(model, prompt, n, cache_implementation="static", matvec_weights=packed)
         ),
-        # the same without the (in, out) weight copies of generation.MatvecWeights: what the layout is worth
+        # the same without the (in, out) weight copies of decoding.MatvecWeights: what the layout is worth
         "static, Linear layout": lambda n: (
             lambda: generate(model, prompt, n, cache_implementation="static", matvec_weights=False)
         ),

@@ -41,7 +41,8 @@ from transformer_lib.corpus import (
     shakespeare_token_corpus,
 )
 from transformer_lib.losses import gpt_loss
-from transformer_lib.models import GPT, GPTConfig
+from transformer_lib.model_configs import GPTConfig
+from transformer_lib.models import GPT
 from transformer_lib.tokenization import BPETokenizer
 from transformer_lib.train import TrainConfig, train
 

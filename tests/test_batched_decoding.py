@@ -9,7 +9,8 @@ from transformer_lib.experiments.batched_decoding import decode_step_cost, decod
 from transformer_lib.experiments.left_padding import left_pad
 from transformer_lib.serving.generation import generate
 from transformer_lib.serving.kv_cache import StaticCache
-from transformer_lib.models import GPT, GPTConfig
+from transformer_lib.model_configs import GPTConfig
+from transformer_lib.models import GPT
 
 V = 50
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from transformer_lib.checkpoint_io import atomic_write_bytes, load_weights, save_weights
-from transformer_lib.models import GPT, GPTConfig
+from transformer_lib.model_configs import GPTConfig
+from transformer_lib.models import GPT
 
 
 def _tiny_gpt(seed=0, vocab=20):

@@ -76,9 +76,9 @@ def _stop(proc: subprocess.Popen, base: str, token: str) -> None:
 
 LIVE_NOTEBOOK = "live_figure.ipynb"  # written by the fixture: one live figure bound to the name `w`
 LIVE_CELL = """import torch
-from transformer_lib.viz import live
+from transformer_lib.viz import live_attention
 torch.manual_seed(0)
-w = live.AttentionSteps(list("abcd"), torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 2))
+w = live_attention.AttentionSteps(list("abcd"), torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 2))
 w"""
 
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from transformer_lib.experiments.left_padding import generate_batched_and_alone, left_pad
-from transformer_lib.models import GPT, GPTConfig, init_weights
+from transformer_lib.model_configs import GPTConfig
+from transformer_lib.models import GPT, init_weights
 
 
 def _greedy_alone(model, prompt, n):

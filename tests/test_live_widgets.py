@@ -1,4 +1,4 @@
-"""The live figures (transformer_lib/viz/live.py + viz/js/) compute what the library computes.
+"""The live figures (transformer_lib/viz/live.py, live_attention.py + viz/js/) compute what the library computes.
 
 Three kinds of test:
 
@@ -30,7 +30,7 @@ import pytest
 from devtools import no_built_site
 import torch
 
-from transformer_lib.viz import esm, live
+from transformer_lib.viz import esm, live, live_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / "_build" / "html"
@@ -45,7 +45,7 @@ def _scores(L=2, H=3, T=4):
 
 
 def test_attention_heatmap_accepts_scores_and_encodes_them_compactly():
-    w = live.AttentionHeatmap([list("abcd")], [_scores()], layer=1, head=2, temperature=0.5)
+    w = live_attention.AttentionHeatmap([list("abcd")], [_scores()], layer=1, head=2, temperature=0.5)
     assert (w.n_layers, w.n_heads, w.layer, w.head) == (2, 3, 1, 2)
     assert len(w.scores[0]) == math.ceil(2 * 3 * 4 * 4 * 4 / 3) * 4  # base64 of float32: 4 bytes a number
 
@@ -69,7 +69,7 @@ def test_attention_heatmap_accepts_scores_and_encodes_them_compactly():
 )
 def test_attention_heatmap_rejects_bad_input_naming_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        live.AttentionHeatmap(**kwargs)
+        live_attention.AttentionHeatmap(**kwargs)
 
 
 def test_scaled_scores_give_the_pretrained_models_own_attention_at_temperature_one():
@@ -77,11 +77,11 @@ def test_scaled_scores_give_the_pretrained_models_own_attention_at_temperature_o
 
     model, tokenizer = load_minilm(torch.device("cpu"))
     sentence = "The cat sat on the mat."
-    tokens, scores = live.scaled_scores(model, tokenizer, sentence)  # (L, H, T, T)
+    tokens, scores = live_attention.scaled_scores(model, tokenizer, sentence)  # (L, H, T, T)
     ref_tokens, maps = attention_maps(model, tokenizer, sentence)  # the model's forward pass, need_weights=True
     assert tokens == ref_tokens and scores.shape == maps.shape
     torch.testing.assert_close(torch.softmax(scores, dim=-1), maps, atol=1e-5, rtol=0)
-    widget = live.AttentionHeatmap.from_model(model, tokenizer, [sentence])
+    widget = live_attention.AttentionHeatmap.from_model(model, tokenizer, [sentence])
     assert (widget.n_layers, widget.n_heads) == maps.shape[:2]
 
 
@@ -160,7 +160,7 @@ def test_quant_grid_rejects_bad_input_naming_the_argument(kwargs, match):
 def test_attention_steps_rejects_bad_input_naming_the_argument(kwargs, match):
     args = dict(tokens=list("abcd"), q=torch.randn(4, 4), k=torch.randn(4, 4), v=torch.randn(4, 2)) | kwargs
     with pytest.raises(ValueError, match=match):
-        live.AttentionSteps(**args)
+        live_attention.AttentionSteps(**args)
 
 
 @pytest.mark.parametrize(
@@ -280,7 +280,7 @@ def test_browser_softmax_at_any_temperature_matches_torch(page):
     got = json.loads(
         run_module(
             page,
-            live.AttentionHeatmap,
+            live_attention.AttentionHeatmap,
             f"""
       const flat = c.decodeFloat32({json.dumps(live.encode_float32(scores))});
       return {json.dumps(taus)}.map(tau => {{
@@ -302,7 +302,7 @@ def test_browser_row_entropy_matches_head_stats(page):
 
     p = torch.softmax(torch.randn(7, 7) * 2, dim=-1)  # one square map: row_entropy checks the shape
     p[0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0])  # 0 log 0 = 0
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(p)}.map(c.entropyBits);"))
+    got = json.loads(run_module(page, live_attention.AttentionHeatmap, f"return {as_json(p)}.map(c.entropyBits);"))
     torch.testing.assert_close(torch.tensor(got), row_entropy(p), atol=1e-6, rtol=0)  # float32 reference
 
 
@@ -311,7 +311,7 @@ def test_browser_viridis_is_matplotlibs(page):
     from matplotlib import colormaps
 
     ts = [i / 20 for i in range(21)]
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {json.dumps(ts)}.map(c.viridisRGB);"))
+    got = json.loads(run_module(page, live_attention.AttentionHeatmap, f"return {json.dumps(ts)}.map(c.viridisRGB);"))
     expected = [[round(255 * c) for c in colormaps["viridis"](t)[:3]] for t in ts]
     worst = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
     assert worst <= 4, f"viridis in JS is {worst}/255 from matplotlib's somewhere: {got} vs {expected}"
@@ -320,7 +320,7 @@ def test_browser_viridis_is_matplotlibs(page):
 @pytest.mark.browser
 def test_browser_round_half_even_matches_torch(page):
     x = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 0.49, -0.51, 126.5, 7.0])
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(x)}.map(c.roundHalfEven);"))
+    got = json.loads(run_module(page, live_attention.AttentionHeatmap, f"return {as_json(x)}.map(c.roundHalfEven);"))
     assert got == torch.round(x).tolist()
 
 
@@ -460,7 +460,7 @@ def test_browser_attention_steps_match_the_library(page):
     got = json.loads(
         run_module(
             page,
-            live.AttentionSteps,
+            live_attention.AttentionSteps,
             f"""
       const [Q, K, V] = [{as_json(q)}, {as_json(k)}, {as_json(v)}];
       return {json.dumps(taus)}.map(tau => Q.map(q => {{
@@ -706,11 +706,13 @@ def _examples():
     toks = ["[CLS]", "the", "cat", "sat", "[SEP]"]
     return {
         "token-flow": TokenFlow(TOKENS, trace_token_flow(_model(), torch.tensor([1, 2, 3, 4, 5, 6])), VOCAB, top_k=3),
-        "attention": live.AttentionHeatmap([toks, toks[:4] + ["[SEP]"]], [torch.randn(2, 3, 5, 5)] * 2, head=1),
-        "attention-all": live.AttentionHeatmap(
+        "attention": live_attention.AttentionHeatmap(
+            [toks, toks[:4] + ["[SEP]"]], [torch.randn(2, 3, 5, 5)] * 2, head=1
+        ),
+        "attention-all": live_attention.AttentionHeatmap(
             [toks], [torch.randn(2, 3, 5, 5)], mode="all", head_labels=[[["a", "b", "c"], ["d", "e", "f"]]]
         ),
-        "steps": live.AttentionSteps(
+        "steps": live_attention.AttentionSteps(
             list("abcd"), torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 2), features=["x", "y"]
         ),
         "table": live.SinusoidTable(d_model=32, position=10, other=20),

@@ -16,19 +16,17 @@ from transformer_lib.params import count_parameters
 from transformer_lib.lora import (
     LoRAConfig,
     LoRALinear,
-    SlicedLoRALinear,
     adam_state_bytes,
     apply_lora,
-    apply_sliced_lora,
     lora_layers,
     lora_parameter_count,
     lora_targets,
     merge_and_unload,
     merge_lora,
     optimizer_state_bytes,
-    qkv_slices,
     unmerge_lora,
 )
+from transformer_lib.lora_sliced import SlicedLoRALinear, apply_sliced_lora, qkv_slices
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")

@@ -26,7 +26,8 @@ def test_known_word_share_counts_repeats_and_invented_words():
 def test_scale_embeddings_sets_the_std_of_the_embedding_tables():
     import torch
     from transformer_lib.experiments.norm_placement import scale_embeddings
-    from transformer_lib.models import GPT, GPTConfig
+    from transformer_lib.model_configs import GPTConfig
+    from transformer_lib.models import GPT
 
     torch.manual_seed(0)
     model = scale_embeddings(GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=2, d_model=16)), 1.0)
@@ -54,7 +55,8 @@ def test_sample_texts_continue_the_prompt_like_generate():
     import torch
     from transformer_lib.experiments.causal_leak import sample_texts
     from transformer_lib.serving.generation import generate
-    from transformer_lib.models import GPT, GPTConfig
+    from transformer_lib.model_configs import GPTConfig
+    from transformer_lib.models import GPT
     from transformer_lib.tokenization import CharTokenizer
 
     tok = CharTokenizer.from_text("abcdefgh \n")

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from transformer_lib.layers import load_decoder_layer_from_torch, load_encoder_layer_from_torch
 from transformer_lib.masking import causal_mask
-from transformer_lib.models import GPT, POSITIONAL, GPTConfig, Transformer, TransformerConfig, init_weights
+from transformer_lib.model_configs import POSITIONAL, GPTConfig, TransformerConfig
+from transformer_lib.models import GPT, Transformer, init_weights
 from transformer_lib.multihead import MultiHeadAttention
 
 V, T_MAX = 11, 12  # vocabulary and context of the toy models

@@ -20,7 +20,8 @@ from transformer_lib.experiments.prefill_decode import (
     time_to_first_token_and_per_token,
 )
 from transformer_lib.serving.generation import generate
-from transformer_lib.models import GPT, GPTConfig
+from transformer_lib.model_configs import GPTConfig
+from transformer_lib.models import GPT
 
 V = 40
 

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lib.dates import date_tokenizers
-from transformer_lib.models import Transformer, TransformerConfig
+from transformer_lib.model_configs import TransformerConfig
+from transformer_lib.models import Transformer
 from transformer_lib.seq2seq import beam_search, exact_match, greedy_decode, translate
 
 

@@ -19,6 +19,7 @@ LAYERS = {
         "positional",
         "multihead",
         "layers",
+        "model_configs",
         "models",
         "variants",
         "rnn",
@@ -35,7 +36,7 @@ LAYERS = {
     "package": [""],  # transformer_lib/__init__.py re-exports the core model
     "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
     "analysis and compression": ["head_stats", "pruning", "quant", "quant.*"],
-    "fine-tuning": ["lora", "objectives", "qlora", "task_data"],
+    "fine-tuning": ["lora", "lora_sliced", "objectives", "qlora", "task_data"],
     "training": ["train", "seq2seq", "book_models"],
     "experiments": ["experiments", "experiments.*"],
     "viz": ["viz", "viz.*"],

@@ -14,7 +14,9 @@ import json
 import pytest
 import torch
 
-from transformer_lib.models import GPT, GPTConfig
+from transformer_lib.model_configs import GPTConfig
+
+from transformer_lib.models import GPT
 from transformer_lib.viz.token_flow import FlowRecord, TokenFlow, trace_token_flow
 
 

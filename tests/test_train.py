@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from transformer_lib.corpus import get_batch
 from transformer_lib.dates import date_tokenizers, translation_batch
 from transformer_lib.losses import gpt_loss, seq2seq_loss
-from transformer_lib.models import GPT, GPTConfig, Transformer, TransformerConfig
+from transformer_lib.model_configs import GPTConfig, TransformerConfig
+from transformer_lib.models import GPT, Transformer
 from transformer_lib.tokenization import CharTokenizer
 from transformer_lib.train import TrainConfig, evaluate_loss, lr_at, make_optimizer, train
 

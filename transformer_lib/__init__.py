@@ -4,7 +4,8 @@ from .attention import attention_weights, scaled_dot_product_attention, softmax_
 from .device import default_device, seed_everything
 from .layers import DecoderLayer, EncoderLayer, FeedForward, LayerNorm, Residual, layer_norm
 from .masking import causal_mask, combine_masks, padding_mask, padding_mask_from_ids, to_additive, to_boolean
-from .models import GPT, BertConfig, BertEncoder, GPTConfig, Transformer, TransformerConfig
+from .model_configs import BertConfig, GPTConfig, TransformerConfig
+from .models import GPT, BertEncoder, Transformer
 from .multihead import MultiHeadAttention
 from .positional import (
     LearnedPositionalEmbedding,

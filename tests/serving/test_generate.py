@@ -15,19 +15,18 @@ import torch
 
 import transformer_lib.serving.generation as generate_module
 from transformer_lib.experiments.hf_reference import hf_gpt2
-from transformer_lib.serving.generation import (
+from transformer_lib.serving.decoding import (
+    MatvecWeights,
     cache_refusal,
     decode_step,
     fast_path_refusal,
-    filter_logits,
     fused_decode_step,
-    generate,
-    MatvecWeights,
-    sample_next,
 )
+from transformer_lib.serving.generation import filter_logits, generate, sample_next
 from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
 from transformer_lib.layers import ACTIVATIONS
-from transformer_lib.models import GPT, POSITIONAL, GPTConfig, init_weights
+from transformer_lib.model_configs import POSITIONAL, GPTConfig
+from transformer_lib.models import GPT, init_weights
 from transformer_lib.pruning import drop_layers, magnitude_prune, prune_heads
 from transformer_lib.quant import quantize_model
 from transformer_lib.variants import set_causal, set_norm_placement

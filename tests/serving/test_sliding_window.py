@@ -9,10 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.serving.generation import decode_step, fast_path_refusal, generate
+from transformer_lib.serving.decoding import decode_step, fast_path_refusal
+from transformer_lib.serving.generation import generate
 from transformer_lib.serving.kv_cache import SlidingWindowCache, kv_cache_bytes
 from transformer_lib.layers import DecoderLayer
-from transformer_lib.models import GPT, GPTConfig, init_weights
+from transformer_lib.model_configs import GPTConfig
+from transformer_lib.models import GPT, init_weights
 from transformer_lib.multihead import MultiHeadAttention
 from transformer_lib.pruning import prune_heads
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ..checks import check_int
-from ..serving.generation import decode_step
+from ..serving.decoding import decode_step
 from ..serving.kv_cache import StaticCache
 import statistics
 

@@ -3,10 +3,11 @@
 This package's face gathers every public name of its modules (``from transformer_lib import serving``, then
 ``serving.generate``, ``serving.StaticCache``); each concept lives in its own module, where its documentation is:
 
-* ``generation``: ``generate`` (greedy, temperature, top-k and top-p sampling; the prefill, then one token per step),
-  its pieces (``filter_logits``, ``sample_next``, ``decode_step`` and its unchecked twin ``fused_decode_step``,
-  ``MatvecWeights``) and why a model or a cache
-  cannot take the fast path (``fast_path_refusal``, ``cache_refusal``);
+* ``generation``: ``generate`` (greedy, temperature, top-k and top-p sampling; the prefill, then one token per step)
+  and its sampling pieces (``filter_logits``, ``sample_next``);
+* ``decoding``: one token through the blocks, ``decode_step`` and its unchecked twin ``fused_decode_step``, the
+  weight copies it reads (``MatvecWeights``), and why a model cannot take that path or use a cache
+  (``fast_path_refusal``, ``cache_refusal``, ``check_cacheable``);
 * ``kv_cache``: the caches threaded through the layers, ``DynamicCache`` (concatenation), ``StaticCache``
   (preallocated) and ``SlidingWindowCache`` (the last ``window`` positions), their bytes (``kv_cache_bytes``) and
   how a byte count reads (``human_bytes``, the twin of the live calculator's formatter);
@@ -22,17 +23,8 @@ The module holding ``generate`` is ``generation`` (as in Hugging Face's ``transf
 from __future__ import annotations
 
 from .continuous_batching import Request, serve
-from .generation import (
-    CACHE_IMPLEMENTATIONS,
-    MatvecWeights,
-    cache_refusal,
-    decode_step,
-    fast_path_refusal,
-    filter_logits,
-    fused_decode_step,
-    generate,
-    sample_next,
-)
+from .decoding import MatvecWeights, cache_refusal, check_cacheable, decode_step, fast_path_refusal, fused_decode_step
+from .generation import CACHE_IMPLEMENTATIONS, filter_logits, generate, sample_next
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, human_bytes, kv_cache_bytes
 from .paged_cache import PagedKVCache, memory_held
 from .quantized_cache import (
@@ -59,6 +51,7 @@ __all__ = [
     "SlidingWindowCache",
     "StaticCache",
     "cache_refusal",
+    "check_cacheable",
     "decode_step",
     "dequantize_kv",
     "fast_path_refusal",

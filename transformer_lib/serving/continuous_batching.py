@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ..checks import check_int
-from .generation import decode_step
+from .decoding import decode_step
 from .paged_cache import PagedKVCache
 
 

@@ -6,7 +6,7 @@ A head's weights are ``softmax(q k^T / (sqrt(d_head) tau))``. We take the real `
 head of a trained encoder (``head_queries_keys``), recompute the weights with the library's
 ``attention_weights`` at any temperature ``tau``, and show it as a heatmap with the entropy of every row in
 its caption (``temperature_frame``). ``temperature_live_view`` does so for any sentence, layer and head (needs a
-kernel); the static book's version is the live figure ``viz.live.AttentionHeatmap``, computed in the browser.
+kernel); the static book's version is the live figure ``viz.live_attention.AttentionHeatmap``, computed in the browser.
 The statistics (entropy in bits, weight on a neighbouring token) live in ``head_stats``.
 """
 

@@ -1,10 +1,10 @@
 """Static pictures of the live figures' default state, for a page read without JavaScript.
 
-A live figure (``viz/live.py``, ``viz/token_flow.py``) is drawn by JavaScript in the reader's browser. A reader
-without JavaScript, a printed page, a screen reader and a search engine would see nothing, so displaying one
-first writes the picture made here: a PNG (matplotlib) with alt text that states what it shows, or an HTML
-table, of the settings the figure starts with. Each is computed from the numbers the widget sends to the
-browser (its traits, decoded) by the library functions the tests compare the JavaScript with
+A live figure (``viz/live.py``, ``viz/live_attention.py``, ``viz/token_flow.py``) is drawn by JavaScript in the
+reader's browser. A reader without JavaScript, a printed page, a screen reader and a search engine would see
+nothing, so displaying one first writes the picture made here: a PNG (matplotlib) with alt text that states
+what it shows, or an HTML table, of the settings the figure starts with. Each is computed from the numbers the
+widget sends to the browser (its traits, decoded) by the library functions the tests compare the JavaScript with
 (``torch.softmax``, ``attention.scaled_dot_product_attention``, ``positional.sinusoidal_table``,
 ``positional.RotaryEmbedding``, ``serving.kv_cache.kv_cache_bytes``, ``quant.grids.fake_quantize``,
 ``flash.trace_one_query_block``, ``moe.top_k_gating``). Once the live figure has drawn, its JavaScript hides
