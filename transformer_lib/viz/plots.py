@@ -1,6 +1,6 @@
 """Plotting helpers shared by the chapters: attention heatmaps and positional-encoding images.
 
-Used in chapters 02, 03, 04, 05 and 06.
+Used in chapters 02, 03, 04 and 06.
 """
 
 from __future__ import annotations
