@@ -137,7 +137,8 @@ def minilm_tables(device, repeats: int = 5, quick: bool = False) -> list[str]:
 
 if __name__ == "__main__":  # quick look: .venv/bin/python benchmarks/_bench_pruning.py
     from transformer_lib import default_device
-    from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
+    from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
+    from transformer_lib.book_models.metrics import shakespeare_val_batches
     dev = default_device()
     gpt, tok = load_shakespeare_gpt(dev)
     pruning_tables(gpt, tok, shakespeare_val_batches(gpt.cfg.block_size, n_batches=4), dev)

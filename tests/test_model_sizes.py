@@ -11,7 +11,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, prune
 
 from transformer_lib import pruning
-from transformer_lib.book_models import checkpoint_info, load_shakespeare_gpt
+from transformer_lib.book_models.checkpoints import checkpoint_info, load_shakespeare_gpt
 from transformer_lib.models import GPT, BertConfig, BertEncoder, GPTConfig, Transformer, TransformerConfig
 from transformer_lib.params import count_parameters
 

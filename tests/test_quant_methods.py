@@ -145,7 +145,7 @@ def test_nf4_vs_int4_relative_errors_divide_by_the_mean_square():
 
 # ----------------------------------------------------------------------------- memory
 def test_transformer_params_matches_the_models_we_load():
-    from transformer_lib.book_models import load_shakespeare_gpt
+    from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
     from transformer_lib.pretrained import load_minilm
     minilm, _ = load_minilm("cpu")
     assert MM.transformer_params(6, 384, 1536, 30522, positions=512, token_types=2) == \
@@ -187,7 +187,8 @@ def test_the_committed_study_holds_every_row_chapter_09_reads():
     assert study["gpt"]["held_out_tokens"] == 4 * 32 * 128 and study["gpt"]["calibration_tokens"] == 8 * 8 * 128
     assert study["gpt"]["gptq_half"]["calibration_tokens"] == 4 * 8 * 128
     # the float model's perplexity in the file is the committed checkpoint's, recomputed here
-    from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
+    from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
+    from transformer_lib.book_models.metrics import shakespeare_val_batches
     gpt, _ = load_shakespeare_gpt("cpu")
     with torch.inference_mode():
         ppl = QM.gpt_perplexity(gpt, shakespeare_val_batches(gpt.cfg.block_size, n_batches=4))
@@ -196,7 +197,7 @@ def test_the_committed_study_holds_every_row_chapter_09_reads():
 
 @pytest.mark.slow  # the twelve quantizations: about 30 s of CPU
 def test_rerunning_the_method_study_gives_the_committed_numbers():
-    from transformer_lib.book_models import load_shakespeare_gpt
+    from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
     from transformer_lib.pretrained import load_minilm
     torch.manual_seed(0)
     gpt, tok = load_shakespeare_gpt("cpu")

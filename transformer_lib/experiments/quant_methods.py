@@ -32,7 +32,8 @@ import torch
 import torch.nn as nn
 
 from ..quant.awq import awq_quantize_model
-from ..book_models import load_shakespeare_gpt, shakespeare_val_batches
+from ..book_models.checkpoints import load_shakespeare_gpt
+from ..book_models.metrics import shakespeare_val_batches
 from ..quant.calibration import calibration_inputs, lm_quality
 from ..corpus import get_batch, shakespeare_split
 from ..quant.gptq import gptq_quantize_model
