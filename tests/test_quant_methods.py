@@ -59,7 +59,7 @@ def test_shakespeare_lines_are_distinct_in_range_and_from_the_asked_split():
     assert all(s in train_text for s in QM.shakespeare_lines("train", 5))
     with pytest.raises(ValueError, match="split must be 'train' or 'val'"):
         QM.shakespeare_lines("test", 3)
-    with pytest.raises(ValueError, match="n must be a positive int"):
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
         QM.shakespeare_lines("val", 0)
 
 
@@ -164,16 +164,16 @@ def test_transformer_params_gated_rmsnorm_stack_by_hand():
         (64 + 72 + 8) + 10 * 4 + 4 + 10 * 4
     # grouped-query attention: k and v of width 2
     assert MM.transformer_params(1, 4, 6, 10, bias=False, norm_params=0, kv_dim=2) == 2 * 16 + 2 * 8 + 48 + 40
-    with pytest.raises(ValueError, match="d_model must be a positive int"):
+    with pytest.raises(ValueError, match="d_model must be an int >= 1"):
         MM.transformer_params(1, 0, 6, 10)
-    with pytest.raises(ValueError, match="kv_dim must be None or a positive int"):
+    with pytest.raises(ValueError, match="kv_dim must be an int >= 1 or None"):
         MM.transformer_params(1, 4, 6, 10, kv_dim=0)
 
 
 def test_memory_table_is_params_times_bits_over_eight():
     table = MM.memory_table({"m": 1_000_000}, group_size=32)["m"]
     assert table == {"fp32": 4e6, "fp16": 2e6, "int8": 1e6, "int4 g32": 1e6 * 4.5 / 8}
-    with pytest.raises(ValueError, match="n_params must be a non-negative int"):
+    with pytest.raises(ValueError, match="n_params must be an int >= 0"):
         MM.weight_bytes(-1, 8)
 
 
