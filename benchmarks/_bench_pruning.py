@@ -200,7 +200,8 @@ def minilm_tables(device, repeats: int = 5, quick: bool = False) -> list[str]:
 
 if __name__ == "__main__":  # quick look: .venv/bin/python benchmarks/_bench_pruning.py
     from transformer_lib import default_device
-    from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
+    from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
+    from transformer_lib.book_models.metrics import shakespeare_val_batches
 
     dev = default_device()
     gpt, tok = load_shakespeare_gpt(dev)

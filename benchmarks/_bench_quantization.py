@@ -333,7 +333,8 @@ def main() -> None:
     import argparse
 
     from transformer_lib.device import default_device
-    from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
+    from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
+    from transformer_lib.book_models.metrics import shakespeare_val_batches
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true", help="fewer batches and repeats (smoke run)")

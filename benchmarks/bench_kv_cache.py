@@ -46,7 +46,7 @@ from transformer_lib.experiments.batched_decoding import decode_step_cost  # noq
 from transformer_lib.experiments.hf_reference import hf_gpt2  # noqa: E402
 from transformer_lib.serving.decoding import MatvecWeights  # noqa: E402
 from transformer_lib.serving.generation import generate  # noqa: E402
-from transformer_lib.book_models import checkpoint_info  # noqa: E402
+from transformer_lib.book_models.checkpoints import checkpoint_info  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -21,7 +21,7 @@ configuration moves by about 0.01 between runs, because the steps done depend on
 Smaller and shallower models win at this budget (they take more steps), and BPE beats characters by ~0.15. The
 character runs and the first three BPE 1024 runs predate ``LayerNorm``'s fused kernel, which gave ~7% more steps.
 All of these used 100 warm-up steps (``--warmup``); the book's recipe later gained about 0.013 from 300, measured at
-its fixed step count (the table beside ``GPT_TRAIN`` in ``transformer_lib/book_models.py``).
+its fixed step count (the table beside ``GPT_TRAIN`` in ``transformer_lib/book_models/recipes.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 
 import torch
 
-from transformer_lib.book_models import nats_per_char
+from transformer_lib.book_models.metrics import nats_per_char
 from transformer_lib.corpus import (
     TextCorpus,
     get_batch,

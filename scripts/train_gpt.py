@@ -4,7 +4,8 @@
     .venv/bin/python scripts/train_gpt.py --threads 2     # pin torch's CPU threads (recorded in the json)
     .venv/bin/python scripts/train_gpt.py --threads 2 --warmup 100 --seed 1 --no-save   # a variant, not saved
 
-The recipe (model, schedule, step count, validation batches) lives in ``transformer_lib.book_models``; the slow test
+The recipe (model, schedule, step count) lives in ``transformer_lib.book_models.recipes``, the validation batches in
+``transformer_lib.book_models.metrics``; the slow test
 ``tests/test_trained.py::test_gpt_recipe_reproduces_the_checkpoint`` reruns it and compares the validation loss.
 """
 
@@ -15,7 +16,8 @@ import sys
 
 import torch
 
-from transformer_lib.book_models import CHECKPOINT_DIR, GPT_STEPS, save_trained, train_shakespeare_gpt
+from transformer_lib.book_models.checkpoints import CHECKPOINT_DIR, save_trained
+from transformer_lib.book_models.recipes import GPT_STEPS, train_shakespeare_gpt
 
 
 def main(argv=None) -> dict:

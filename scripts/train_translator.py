@@ -3,8 +3,8 @@
     .venv/bin/python scripts/train_translator.py
     .venv/bin/python scripts/train_translator.py --threads 2
 
-The recipe lives in ``transformer_lib.book_models``; accuracy is exact match on 1000 held-out pairs whose days never
-occur in training.
+The recipe lives in ``transformer_lib.book_models.recipes``; accuracy is exact match on 1000 held-out pairs whose
+days never occur in training.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import sys
 
 import torch
 
-from transformer_lib.book_models import CHECKPOINT_DIR, TRANSLATOR_STEPS, save_trained, train_date_translator
+from transformer_lib.book_models.checkpoints import CHECKPOINT_DIR, save_trained
+from transformer_lib.book_models.recipes import TRANSLATOR_STEPS, train_date_translator
 
 
 def main(argv=None) -> dict:

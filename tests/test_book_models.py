@@ -15,22 +15,21 @@ from transformer_lib.corpus import get_batch, shakespeare_corpus, shakespeare_sp
 from transformer_lib.dates import date_test_set
 from transformer_lib.tokenization import BPETokenizer
 from transformer_lib.models import GPT, GPTConfig
-from transformer_lib.book_models import (
+from transformer_lib.book_models.checkpoints import (
     CHECKPOINT_DIR,
-    GPT_STEPS,
-    GPT_VOCAB,
     NAMES,
     checkpoint_info,
-    date_accuracy,
     load_date_translator,
     load_shakespeare_gpt,
+)
+from transformer_lib.book_models.metrics import (
+    date_accuracy,
     nats_per_char,
     shakespeare_gpt_ids,
     shakespeare_val_batches,
     shakespeare_val_loss,
-    train_date_translator,
-    train_shakespeare_gpt,
 )
+from transformer_lib.book_models.recipes import GPT_STEPS, GPT_VOCAB, train_date_translator, train_shakespeare_gpt
 from transformer_lib.seq2seq import translate
 
 

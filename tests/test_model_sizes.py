@@ -12,7 +12,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, prune
 
 from transformer_lib import pruning
-from transformer_lib.book_models import checkpoint_info, load_shakespeare_gpt
+from transformer_lib.book_models.checkpoints import checkpoint_info, load_shakespeare_gpt
 from transformer_lib.model_configs import BertConfig, GPTConfig, TransformerConfig
 from transformer_lib.models import GPT, BertEncoder, Transformer
 from transformer_lib.params import count_parameters

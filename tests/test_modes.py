@@ -54,7 +54,7 @@ def _gpt_in_training_mode():
 def _evaluators():
     import torch
 
-    from transformer_lib.book_models import nats_per_char
+    from transformer_lib.book_models.metrics import nats_per_char
     from transformer_lib.experiments.causal_leak import last_position_loss
     from transformer_lib.pruning import head_importance
     from transformer_lib.quant import lm_quality

@@ -130,5 +130,5 @@ def test_bad_arguments_get_clear_errors():
     state = prefill(model, torch.zeros(1, 5, dtype=torch.long), 8)
     with pytest.raises(ValueError, match="n=4 steps after 5 positions do not fit the cache's max_len=8"):
         decode_steps(model, state, 4)
-    with pytest.raises(ValueError, match=r"ks must be a non-empty list of ints >= 1, got \[0\]"):
+    with pytest.raises(ValueError, match=r"ks\[0\] must be an int >= 1, got 0"):
         cached_forward_seconds(model, 4, ks=[0])

@@ -62,7 +62,7 @@ def test_shakespeare_lines_are_distinct_in_range_and_from_the_asked_split():
     assert all(s in train_text for s in QM.shakespeare_lines("train", 5))
     with pytest.raises(ValueError, match="split must be 'train' or 'val'"):
         QM.shakespeare_lines("test", 3)
-    with pytest.raises(ValueError, match="n must be a positive int"):
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
         QM.shakespeare_lines("val", 0)
 
 
@@ -148,7 +148,7 @@ def test_nf4_vs_int4_relative_errors_divide_by_the_mean_square():
 
 # ----------------------------------------------------------------------------- memory
 def test_transformer_params_matches_the_models_we_load():
-    from transformer_lib.book_models import load_shakespeare_gpt
+    from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
     from transformer_lib.pretrained import load_minilm
 
     minilm, _ = load_minilm("cpu")
@@ -171,16 +171,16 @@ def test_transformer_params_gated_rmsnorm_stack_by_hand():
     )
     # grouped-query attention: k and v of width 2
     assert MM.transformer_params(1, 4, 6, 10, bias=False, norm_params=0, kv_dim=2) == 2 * 16 + 2 * 8 + 48 + 40
-    with pytest.raises(ValueError, match="d_model must be a positive int"):
+    with pytest.raises(ValueError, match="d_model must be an int >= 1"):
         MM.transformer_params(1, 0, 6, 10)
-    with pytest.raises(ValueError, match="kv_dim must be None or a positive int"):
+    with pytest.raises(ValueError, match="kv_dim must be an int >= 1 or None"):
         MM.transformer_params(1, 4, 6, 10, kv_dim=0)
 
 
 def test_memory_table_is_params_times_bits_over_eight():
     table = MM.memory_table({"m": 1_000_000}, group_size=32)["m"]
     assert table == {"fp32": 4e6, "fp16": 2e6, "int8": 1e6, "int4 g32": 1e6 * 4.5 / 8}
-    with pytest.raises(ValueError, match="n_params must be a non-negative int"):
+    with pytest.raises(ValueError, match="n_params must be an int >= 0"):
         MM.weight_bytes(-1, 8)
 
 
@@ -194,7 +194,8 @@ def test_the_committed_study_holds_every_row_chapter_09_reads():
     assert study["gpt"]["held_out_tokens"] == 4 * 32 * 128 and study["gpt"]["calibration_tokens"] == 8 * 8 * 128
     assert study["gpt"]["gptq_half"]["calibration_tokens"] == 4 * 8 * 128
     # the float model's perplexity in the file is the committed checkpoint's, recomputed here
-    from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
+    from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
+    from transformer_lib.book_models.metrics import shakespeare_val_batches
 
     gpt, _ = load_shakespeare_gpt("cpu")
     with torch.inference_mode():
@@ -204,7 +205,7 @@ def test_the_committed_study_holds_every_row_chapter_09_reads():
 
 @pytest.mark.slow  # the twelve quantizations: about 30 s of CPU
 def test_rerunning_the_method_study_gives_the_committed_numbers():
-    from transformer_lib.book_models import load_shakespeare_gpt
+    from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
     from transformer_lib.pretrained import load_minilm
 
     torch.manual_seed(0)

@@ -31,8 +31,8 @@ Settings (``--settings``, comma-separated; default: all):
   through ``torch.manual_seed`` with the offset seed. Not offset: the calls made from within the functions named
   in ``--seed-keep`` (default: ``transformer_lib.dates:date_split``, the train/test split of days the committed
   translator was trained on: offsetting it would put training days into the test set;
-  ``transformer_lib.book_models:shakespeare_val_batches``, the held-out windows that the GPT checkpoint's record and
-  chapter 09's committed study were scored on; and ``transformer_lib.experiments.minilm_pruning:sentence_sets``
+  ``transformer_lib.book_models.metrics:shakespeare_val_batches``, the held-out windows that the GPT checkpoint's
+  record and chapter 09's committed study were scored on; ``transformer_lib.experiments.minilm_pruning:sentence_sets``
   and ``:sensitivity_importance``, the sentence sets and gradient probes of chapter 08's committed study, which the
   page recomputes with the file's seeds to check the file and pairs with its own measurements set by set;
   ``transformer_lib.task_data:play_line_task``, chapter 12's split of lines the committed adapters were trained on;
@@ -97,7 +97,7 @@ CONTROLLED = (
 # mixtures on (the page checks the loaded models against the record on them)
 DEFAULT_KEEP = (
     "transformer_lib.dates:date_split",
-    "transformer_lib.book_models:shakespeare_val_batches",
+    "transformer_lib.book_models.metrics:shakespeare_val_batches",
     "transformer_lib.experiments.minilm_pruning:sentence_sets",
     "transformer_lib.experiments.minilm_pruning:sensitivity_importance",
     "transformer_lib.task_data:play_line_task",

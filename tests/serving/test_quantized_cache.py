@@ -5,7 +5,7 @@ distributions on held-out text (small but non-zero KL, nearly always the same to
 import pytest
 import torch
 
-from transformer_lib.book_models import load_shakespeare_gpt
+from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
 from transformer_lib.corpus import shakespeare_split
 from transformer_lib.serving.kv_cache import DynamicCache
 from transformer_lib.serving.quantized_cache import (

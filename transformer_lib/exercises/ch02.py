@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from ..attention import scaled_dot_product_attention, softmax_with_temperature
+from ..checks import check_number
 from ..head_stats import entropy_bits
 from .checking import ExerciseResult, check_against
 
@@ -58,12 +59,12 @@ def check_softmax_with_temperature(fn: Callable) -> ExerciseResult:
             "the result equals the plain softmax: divide the scores by the temperature first.": lambda s, t: (
                 torch.softmax(s, -1)
             ),
-            "the result equals softmax(scores * temperature): divide by the temperature, do not multiply.": lambda s, t: (
-                torch.softmax(s * t, -1)
-            ),
-            "the softmax is taken over the wrong dimension: use the last one (dim=-1), one distribution per row.": lambda s, t: (
-                torch.softmax(s / t, 0)
-            ),
+            (
+                "the result equals softmax(scores * temperature): divide by the temperature, do not multiply."
+            ): lambda s, t: torch.softmax(s * t, -1),
+            (
+                "the softmax is taken over the wrong dimension: use the last one (dim=-1), one distribution per row."
+            ): lambda s, t: torch.softmax(s / t, 0),
             "your formula is right on small scores but exp overflows on large ones: subtract each row's "
             "maximum before exp (softmax does not change when a row is shifted).": lambda s, t: torch.softmax(
                 s / t, -1
@@ -102,9 +103,9 @@ def check_scaled_dot_product_attention(fn: Callable) -> ExerciseResult:
             "your output equals softmax(q k^T / d_k) v: the scale is sqrt(d_k), not d_k.": lambda q, k, v: (
                 torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v
             ),
-            "the softmax normalises over the queries (dim=-2): each query's row of weights must sum to 1 (dim=-1).": lambda q, k, v: (
-                torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -2) @ v
-            ),
+            (
+                "the softmax normalises over the queries (dim=-2): each query's row of weights must sum to 1 (dim=-1)."
+            ): lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -2) @ v,
         },
     )
 
@@ -159,9 +160,11 @@ def explain_score_variance_prediction(
     and names the usual slip (a standard deviation sqrt(d_k) instead of a variance, or the two swapped).
     """
     for name, value in (("guess_raw", guess_raw), ("guess_scaled", guess_scaled)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a number (your prediction), got {type(value).__name__} {value!r}")
-    close = lambda guess, true: abs(guess - true) <= rel_tol * abs(true)  # noqa: E731
+        check_number(name, value, finite=False, note="your prediction")
+
+    def close(guess, true):
+        return abs(guess - true) <= rel_tol * abs(true)
+
     notes = []
     if not close(guess_raw, measured_raw):
         slip = (

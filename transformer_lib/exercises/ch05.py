@@ -87,9 +87,10 @@ def check_feed_forward(fn: Callable) -> ExerciseResult:
         hints={
             "there is no non-linearity between the two layers, so the FFN collapses into one linear map: apply "
             "ReLU (torch.relu) to x @ w1.T + b1.": lambda x, w1, b1, w2, b2: (x @ w1.T + b1) @ w2.T + b2,
-            "the ReLU is applied after the second layer; it belongs between the two: relu(x @ w1.T + b1) @ w2.T + b2.": lambda x, w1, b1, w2, b2: (
-                torch.relu((x @ w1.T + b1) @ w2.T + b2)
-            ),
+            (
+                "the ReLU is applied after the second layer; it belongs between the two: relu(x @ w1.T + b1) @ "
+                "w2.T + b2."
+            ): lambda x, w1, b1, w2, b2: torch.relu((x @ w1.T + b1) @ w2.T + b2),
             "you used GELU; the 2017 paper's FFN (and this exercise) uses ReLU.": lambda x, w1, b1, w2, b2: (
                 torch.nn.functional.gelu(x @ w1.T + b1) @ w2.T + b2
             ),
@@ -135,15 +136,15 @@ def check_residual(fn: Callable) -> ExerciseResult:
             _res_inputs(norm_first),
             atol=1e-4,
             hints={
-                "pre-norm and post-norm are swapped: post-norm is LN(x + f(x)), pre-norm is x + f(LN(x)).": lambda x, w, b, nf: (
-                    x + (_ln(x) @ w.T + b) if not nf else _ln(x + x @ w.T + b)
-                ),
+                (
+                    "pre-norm and post-norm are swapped: post-norm is LN(x + f(x)), pre-norm is x + f(LN(x))."
+                ): lambda x, w, b, nf: x + (_ln(x) @ w.T + b) if not nf else _ln(x + x @ w.T + b),
                 "the residual (skip) connection is missing: add x back.": lambda x, w, b, nf: (
                     (_ln(x) @ w.T + b) if nf else _ln(x @ w.T + b)
                 ),
-                "in pre-norm the skip connection carries the *un-normalized* x: x + f(LN(x)), not LN(x) + f(LN(x)).": lambda x, w, b, nf: (
-                    _ln(x) + (_ln(x) @ w.T + b) if nf else _ln(x + x @ w.T + b)
-                ),
+                (
+                    "in pre-norm the skip connection carries the *un-normalized* x: x + f(LN(x)), not LN(x) + f(LN(x))."
+                ): lambda x, w, b, nf: _ln(x) + (_ln(x) @ w.T + b) if nf else _ln(x + x @ w.T + b),
             },
         )
         if not hinted:

@@ -42,15 +42,16 @@ def check_causal_mask(fn: Callable) -> ExerciseResult:
         _causal_inputs,
         hint_inputs=square,
         hints={
-            "your mask is inverted (True on the future): in this library True means *may attend*; use tril, not triu.": lambda t_q, t_k: (
-                _ones(t_q, t_k).triu(diagonal=1)
-            ),
-            "the diagonal is blocked: a position may attend to itself (tril with diagonal=0, not -1).": lambda t_q, t_k: (
-                _ones(t_q, t_k).tril(diagonal=-1)
-            ),
-            "your mask lets each position see the future (upper triangle): transpose it, or use tril.": lambda t_q, t_k: (
-                _ones(t_q, t_k).triu()
-            ),
+            (
+                "your mask is inverted (True on the future): in this library True means *may attend*; use tril, "
+                "not triu."
+            ): lambda t_q, t_k: _ones(t_q, t_k).triu(diagonal=1),
+            (
+                "the diagonal is blocked: a position may attend to itself (tril with diagonal=0, not -1)."
+            ): lambda t_q, t_k: _ones(t_q, t_k).tril(diagonal=-1),
+            (
+                "your mask lets each position see the future (upper triangle): transpose it, or use tril."
+            ): lambda t_q, t_k: _ones(t_q, t_k).triu(),
             "you aligned the queries with the *start* of the keys: with t_k > t_q (a KV cache) query i is at position "
             "i + (t_k - t_q), so use .tril(diagonal=t_k - t_q).": lambda t_q, t_k: _ones(t_q, t_k).tril(),
         },
@@ -81,9 +82,9 @@ def check_padded_causal_mask(fn: Callable) -> ExerciseResult:
         _reference_padded_causal,
         _padded_inputs,
         hints={
-            "the padding is not masked: AND the causal mask with a (B, 1, T) key mask, positions < lengths[b].": lambda lengths, T: (
-                causal_mask(T)[None].expand(len(lengths), T, T)
-            ),
+            (
+                "the padding is not masked: AND the causal mask with a (B, 1, T) key mask, positions < lengths[b]."
+            ): lambda lengths, T: causal_mask(T)[None].expand(len(lengths), T, T),
             "the causal part is missing: AND with torch.ones(T, T, dtype=torch.bool).tril().": lambda lengths, T: (
                 padding_mask(lengths, T)[:, None, :].expand(len(lengths), T, T)
             ),
@@ -91,9 +92,9 @@ def check_padded_causal_mask(fn: Callable) -> ExerciseResult:
             "valid softmax. Mask keys only: padding_mask(...)[:, None, :].": lambda lengths, T: (
                 _reference_padded_causal(lengths, T) & padding_mask(lengths, T)[:, :, None]
             ),
-            "the padding mask is applied to queries (rows) instead of keys (columns): index it as [:, None, :].": lambda lengths, T: (
-                causal_mask(T)[None] & padding_mask(lengths, T)[:, :, None]
-            ),
+            (
+                "the padding mask is applied to queries (rows) instead of keys (columns): index it as [:, None, :]."
+            ): lambda lengths, T: causal_mask(T)[None] & padding_mask(lengths, T)[:, :, None],
         },
     )
 

@@ -153,9 +153,9 @@ def check_magnitude_mask(fn: Callable) -> ExerciseResult:
         _reference_mask,
         _mask_inputs,
         hints={
-            "you removed the LARGEST weights: magnitude pruning drops the smallest |w| and keeps the big ones.": lambda w, a: (
-                _drop_top(w.abs(), round(a * w.numel()))
-            ),
+            (
+                "you removed the LARGEST weights: magnitude pruning drops the smallest |w| and keeps the big ones."
+            ): lambda w, a: _drop_top(w.abs(), round(a * w.numel())),
             "you ranked the signed values, so large negative weights were removed; rank by |w|.": lambda w, a: (
                 _drop_top(-w, round(a * w.numel()))
             ),

@@ -51,15 +51,16 @@ def check_absmax_int8(fn: Callable) -> ExerciseResult:
             "one scale for the whole matrix: compute max|w| per row (dim=1, keepdim=True).": lambda w: torch.round(
                 w / (w.abs().max() / 127)
             ).to(torch.int8),
-            "the codes are truncated toward zero: .to(torch.int8) drops the fraction, call torch.round first.": lambda w: (
-                (w / (w.abs().amax(1, keepdim=True) / 127)).to(torch.int8)
-            ),
+            (
+                "the codes are truncated toward zero: .to(torch.int8) drops the fraction, call torch.round first."
+            ): lambda w: (w / (w.abs().amax(1, keepdim=True) / 127)).to(torch.int8),
             "the scale uses 128: with 128 the largest weight maps to 128, which int8 cannot hold; use 127.": lambda w: (
                 torch.round(w / (w.abs().amax(1, keepdim=True) / 128)).clamp(-128, 127).to(torch.int8)
             ),
-            "the scale uses 255 (the whole int8 range): absmax maps [-max, max] onto [-127, 127], so divide max by 127.": lambda w: (
-                torch.round(w / (w.abs().amax(1, keepdim=True) / 255)).clamp(-128, 127).to(torch.int8)
-            ),
+            (
+                "the scale uses 255 (the whole int8 range): absmax maps [-max, max] onto [-127, 127], so divide "
+                "max by 127."
+            ): lambda w: torch.round(w / (w.abs().amax(1, keepdim=True) / 255)).clamp(-128, 127).to(torch.int8),
         },
     )
 
@@ -89,9 +90,9 @@ def check_int4_group_round_trip(fn: Callable) -> ExerciseResult:
         hints={
             "you used one scale per row: reshape each row into (K // group_size, group_size) and take the max of "
             "each group.": lambda w, g: fake_quantize(w, 4, True, "channel"),
-            "you divided by 8 (or 15): symmetric int4 uses the codes -7..7, so the scale is max|group| / 7.": lambda w, g: (
-                _grouped_round_trip(w, g, 8)
-            ),
+            (
+                "you divided by 8 (or 15): symmetric int4 uses the codes -7..7, so the scale is max|group| / 7."
+            ): lambda w, g: _grouped_round_trip(w, g, 8),
             "you returned the integer codes: multiply them by their group's scale to get back floats.": lambda w, g: (
                 quantize(w, 4, True, "group", g).q.float()
             ),
@@ -124,12 +125,12 @@ def check_pack_int4(fn: Callable) -> ExerciseResult:
         atol=0,
         rtol=0,
         hints={
-            "the nibbles are swapped: element 2i goes into the LOW 4 bits, element 2i + 1 into the high 4 bits.": lambda q: (
-                pack_int4(torch.stack([q[:, 1::2], q[:, 0::2]], -1).flatten(-2))
-            ),
-            "negative codes spill into the other nibble: keep only their low 4 bits (q & 0xF) before shifting.": lambda q: (
-                ((q[:, 0::2].to(torch.int16) | (q[:, 1::2].to(torch.int16) << 4)) & 0xFF).to(torch.uint8)
-            ),
+            (
+                "the nibbles are swapped: element 2i goes into the LOW 4 bits, element 2i + 1 into the high 4 bits."
+            ): lambda q: pack_int4(torch.stack([q[:, 1::2], q[:, 0::2]], -1).flatten(-2)),
+            (
+                "negative codes spill into the other nibble: keep only their low 4 bits (q & 0xF) before shifting."
+            ): lambda q: ((q[:, 0::2].to(torch.int16) | (q[:, 1::2].to(torch.int16) << 4)) & 0xFF).to(torch.uint8),
         },
     )
 

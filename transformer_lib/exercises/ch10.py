@@ -33,15 +33,16 @@ def _reference_row(scores, values, block):
 
 def _row_variant(rescale_sum=True, rescale_out=True, subtract_max=True):
     def wrong(scores, values, block):
-        m, l, o = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(values.shape[-1])
+        # m: the running maximum, row_sum: the running sum of exponentials (the paper's l), o: the running output
+        m, row_sum, o = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(values.shape[-1])
         for j in range(0, scores.shape[0], block):
             s = scores[j : j + block]
             m_new = torch.maximum(m, s.max()) if subtract_max else torch.tensor(0.0)
             p, alpha = torch.exp(s - m_new), torch.exp(m - m_new) if subtract_max else torch.tensor(1.0)
-            l = (alpha if rescale_sum else 1.0) * l + p.sum()
+            row_sum = (alpha if rescale_sum else 1.0) * row_sum + p.sum()
             o = (alpha if rescale_out else 1.0) * o + p @ values[j : j + block]
             m = m_new
-        return o / l
+        return o / row_sum
 
     return wrong
 
@@ -60,12 +61,13 @@ def check_online_row(fn: Callable) -> ExerciseResult:
             "when the maximum grows, the old sum l must shrink too: l = exp(m_old - m_new) * l + sum(p).": _row_variant(
                 rescale_sum=False
             ),
-            "when the maximum grows, the old output o must be rescaled by exp(m_old - m_new) before adding p @ v.": _row_variant(
-                rescale_out=False
-            ),
-            "subtract the running maximum before exp: these scores reach about +-100, and exp(100) overflows float32.": _row_variant(
-                subtract_max=False
-            ),
+            (
+                "when the maximum grows, the old output o must be rescaled by exp(m_old - m_new) before adding p @ v."
+            ): _row_variant(rescale_out=False),
+            (
+                "subtract the running maximum before exp: these scores reach about +-100, and exp(100) overflows "
+                "float32."
+            ): _row_variant(subtract_max=False),
         },
     )
 
@@ -99,9 +101,10 @@ def check_merge(fn: Callable) -> ExerciseResult:
         hints={
             "a plain average weighs both parts alike; weigh each by its share of the softmax's denominator, "
             "exp(lse_i) / (exp(lse_1) + exp(lse_2)).": lambda o1, l1, o2, l2: (o1 + o2) / 2,
-            "the weights must sum to 1: divide exp(lse_i) by exp(lse_1) + exp(lse_2) (computed as exp(lse_i - lse)).": lambda o1, l1, o2, l2: (
-                l1.exp()[:, None] * o1 + l2.exp()[:, None] * o2
-            ),
+            (
+                "the weights must sum to 1: divide exp(lse_i) by exp(lse_1) + exp(lse_2) (computed as exp(lse_i - "
+                "lse))."
+            ): lambda o1, l1, o2, l2: l1.exp()[:, None] * o1 + l2.exp()[:, None] * o2,
         },
     )
 

@@ -78,12 +78,12 @@ def check_swiglu(fn: Callable) -> ExerciseResult:
         _swiglu,
         make_inputs,
         hints={
-            "the SiLU went on the wrong branch: the gate (x W_gate) passes through SiLU, x W_up stays linear.": lambda x, g, u, d: (
-                (F.silu(x @ u.T) * (x @ g.T)) @ d.T
-            ),
-            "you used a sigmoid gate (that is GLU, Dauphin et al. 2017): SwiGLU uses SiLU, x * sigmoid(x).": lambda x, g, u, d: (
-                (torch.sigmoid(x @ g.T) * (x @ u.T)) @ d.T
-            ),
+            (
+                "the SiLU went on the wrong branch: the gate (x W_gate) passes through SiLU, x W_up stays linear."
+            ): lambda x, g, u, d: (F.silu(x @ u.T) * (x @ g.T)) @ d.T,
+            (
+                "you used a sigmoid gate (that is GLU, Dauphin et al. 2017): SwiGLU uses SiLU, x * sigmoid(x)."
+            ): lambda x, g, u, d: (torch.sigmoid(x @ g.T) * (x @ u.T)) @ d.T,
             "you used GELU (that is GEGLU): SwiGLU uses SiLU.": lambda x, g, u, d: (F.gelu(x @ g.T) * (x @ u.T)) @ d.T,
             "the gate is missing: the product of the two branches is what makes it gated.": lambda x, g, u, d: (
                 F.silu(x @ g.T) @ d.T
@@ -122,7 +122,10 @@ def check_top_k_gates(fn: Callable) -> ExerciseResult:
         _dense_gates,
         make_inputs,
         hints={
-            "the k weights must sum to 1 (Mixtral renormalizes them; only Switch's top-1 keeps the raw probability).": not_renormalized,
+            (
+                "the k weights must sum to 1 (Mixtral renormalizes them; only Switch's top-1 keeps the raw "
+                "probability)."
+            ): not_renormalized,
             "every expert got a weight: keep only the k largest per token and set the others to 0.": lambda logits, k: (
                 logits.softmax(-1)
             ),

@@ -60,9 +60,9 @@ def check_lora_forward(fn: Callable) -> ExerciseResult:
                 x @ w.T + b + alpha * (x @ a.T @ bb.T)
             ),
             "the scaling alpha / r is missing.": lambda x, w, b, a, bb, alpha: x @ w.T + b + x @ a.T @ bb.T,
-            "the frozen layer's output is missing: LoRA adds its update to x W^T + b, it does not replace it.": lambda x, w, b, a, bb, alpha: (
-                alpha / a.shape[0] * (x @ a.T @ bb.T)
-            ),
+            (
+                "the frozen layer's output is missing: LoRA adds its update to x W^T + b, it does not replace it."
+            ): lambda x, w, b, a, bb, alpha: alpha / a.shape[0] * (x @ a.T @ bb.T),
             "the bias is missing: the frozen layer keeps its bias.": lambda x, w, b, a, bb, alpha: (
                 x @ w.T + alpha / a.shape[0] * (x @ a.T @ bb.T)
             ),

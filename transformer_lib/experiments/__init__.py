@@ -27,7 +27,7 @@ checks both against the notebooks; each module's docstring carries the same ``Us
 | 08 | ``pruning_speed`` | forward and decoding speed of pruned models; sparse CSR vs dense products |
 | 09, 11 | ``model_memory`` | parameters from a published configuration, weight bytes per format |
 | 09 | ``quant_methods`` | RTN vs GPTQ vs AWQ at int4 (GPT perplexity, MiniLM agreement), SmoothQuant, NF4 vs int4 |
-| 10 | ``attention_wall`` | time and peak memory of attention that materialises the scores, by length; its share of a block |
+| 10 | ``attention_wall`` | time and peak memory of attention that materialises the scores, by length; its block share |
 | 11 | ``hf_reference`` | Hugging Face LLaMA and Mixtral modules from random configurations, references for chapter 11 |
 | 11 | ``moe_vs_dense`` | a dense model and a mixture with the same active parameters trained side by side |
 | 12 | ``fine_tuning`` | MLM vs next-token on one tiny model; probe, top layers, LoRA and QLoRA on MiniLM; forgetting |

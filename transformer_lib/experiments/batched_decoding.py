@@ -20,11 +20,12 @@ decoding steps for several batch sizes, prompts of different lengths left-padded
 
 from __future__ import annotations
 
-import torch
-
-from ..serving.kv_cache import kv_cache_bytes
 import statistics
 
+import torch
+
+from ..checks import check_int
+from ..serving.kv_cache import kv_cache_bytes
 from ..timing import interleaved_times
 from .left_padding import left_pad
 from .prefill_decode import decode_steps, matrix_weights, prefill
@@ -44,8 +45,7 @@ def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: 
         ("context_len", context_len),
         ("bytes_per_element", bytes_per_element),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int(name, value, min=1)
     d, d_head = cfg.d_model, cfg.d_head
     kv_heads = cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads
     weights = matrix_weights(cfg)  # qkv, out, up, down in every layer, and the head
@@ -65,7 +65,7 @@ def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: 
 def decode_throughput(
     model, batch_sizes, prompt_lengths=(4, 9, 16, 25), new_tokens: int = 32, repeats: int = 5, seed: int = 0
 ) -> list[dict]:
-    """Greedy-decoding tokens per second of the decoding steps (``generation.decode_step``) for each batch size.
+    """Greedy-decoding tokens per second of the decoding steps (``decoding.decode_step``) for each batch size.
 
     Row ``i`` of a batch gets a random prompt of length ``prompt_lengths[i % len(prompt_lengths)]``, left-padded.
     Each batch is prefilled once (``prefill_decode.prefill``, untimed), then its ``new_tokens - 1`` decoding steps
@@ -75,10 +75,11 @@ def decode_throughput(
     batch measured in the same pass, pairs for ``timing.ratio_from_times``), and ``decode_step_cost`` at the longest
     ``context`` reached (padded prompt + steps).
     """
-    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 2:
-        raise ValueError(f"new_tokens must be an int >= 2 (one token is the prefill's), got {new_tokens!r}")
-    if not batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in batch_sizes):
+    check_int("new_tokens", new_tokens, min=2, note="one token is the prefill's")
+    if isinstance(batch_sizes, int) or not batch_sizes:
         raise ValueError(f"batch_sizes must be a non-empty list of ints >= 1, got {batch_sizes!r}")
+    for i, b in enumerate(batch_sizes):
+        check_int(f"batch_sizes[{i}]", b, min=1)
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
     states = {}
     for b in batch_sizes:

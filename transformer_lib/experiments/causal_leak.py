@@ -22,11 +22,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
-from ..device import default_device
 from ..corpus import get_batch, shakespeare_corpus
-from ..serving.generation import generate
-from ..models import GPT, GPTConfig
+from ..device import default_device
+from ..model_configs import GPTConfig
+from ..models import GPT
 from ..modes import eval_mode
+from ..serving.generation import generate
 from ..train import History, TrainConfig, evaluate_loss, train
 from ..variants import set_causal
 from .threads import torch_threads

@@ -23,9 +23,11 @@ import torch
 from safetensors.torch import load_file
 
 from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
+from ..checks import check_int
 from ..device import default_device
 from ..losses import gpt_loss
-from ..models import GPT, GPTConfig
+from ..model_configs import GPTConfig
+from ..models import GPT
 from ..modes import eval_mode
 from ..train import TrainConfig
 from ..train import train as train_loop
@@ -46,10 +48,8 @@ def lookback_batch(
     Returns ``idx: (B, T)`` uniform in ``[0, vocab_size)`` and ``targets: (B, T)`` with
     ``targets[:, t] = idx[:, t - offset]`` for ``t >= offset`` and ``-100`` (ignored) before.
     """
-    if offset < 1 or offset >= length:
-        raise ValueError(f"offset must be in [1, length={length}), got offset={offset}")
-    if vocab_size < 2:
-        raise ValueError(f"vocab_size must be at least 2, got {vocab_size}")
+    check_int("offset", offset, min=1, max=length - 1, note=f"below length={length}")
+    check_int("vocab_size", vocab_size, min=2)
     idx = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, T)
     targets = torch.full_like(idx, IGNORE)
     targets[:, offset:] = idx[:, :-offset]
@@ -78,8 +78,7 @@ class ExtrapolationConfig:
     sinusoidal_scale: float = 0.02
 
     def __post_init__(self):
-        if not 1 <= self.offset < self.train_len:
-            raise ValueError(f"offset must be in [1, train_len={self.train_len}), got offset={self.offset}")
+        check_int("offset", self.offset, min=1, max=self.train_len - 1, note=f"below train_len={self.train_len}")
         if not self.eval_factors or min(self.eval_factors) < 1:
             raise ValueError(f"eval_factors must be integers >= 1, got {self.eval_factors}")
 
@@ -128,9 +127,10 @@ def train(model: GPT, cfg: ExtrapolationConfig, progress: bool = True, desc: str
         progress=progress,
         optimizer="adam",
     )
-    batch_fn = lambda step: lookback_batch(  # noqa: E731: a fresh batch from the seeded generator
-        cfg.batch_size, cfg.train_len, cfg.vocab_size, cfg.offset, gen
-    )
+
+    def batch_fn(step):  # a fresh batch from the seeded generator
+        return lookback_batch(cfg.batch_size, cfg.train_len, cfg.vocab_size, cfg.offset, gen)
+
     return train_loop(model, batch_fn, tcfg, gpt_loss, device=device, desc=desc).train_loss
 
 

@@ -49,10 +49,11 @@ from safetensors.torch import load_file
 from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
 from ..corpus import get_batch, shakespeare_corpus, shakespeare_works
 from ..lora import LoRAConfig, apply_lora
-from ..params import count_parameters
-from ..models import GPT, GPTConfig
+from ..model_configs import GPTConfig
+from ..models import GPT
 from ..modes import eval_mode
 from ..objectives import mlm_mask
+from ..params import count_parameters
 from ..pretrained import load_minilm, mean_pool
 from ..qlora import apply_qlora
 from ..task_data import DEFAULT_PLAYS, TextClassificationData, play_line_task

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from ..checkpoint_io import load_weights, provenance, save_tensors_and_record
+from ..checks import check_int
 from ..device import default_device
 from ..masking import causal_mask
 from ..modes import eval_mode
@@ -56,10 +57,8 @@ def flagged_pair_batch(
     ``[0, T // 2)``) and ``targets: (B, T)``: ``V * first + second`` at every position after the second flag,
     ``-100`` elsewhere.
     """
-    if length < 4:
-        raise ValueError(f"length must be at least 4 (two flags in the first half), got {length}")
-    if vocab_size < 2:
-        raise ValueError(f"vocab_size must be at least 2, got {vocab_size}")
+    check_int("length", length, min=4, note="two flags in the first half")
+    check_int("vocab_size", vocab_size, min=2)
     values = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, T)
     places = torch.rand(batch_size, length // 2, generator=generator).argsort(1)[:, :2].sort(1).values  # (B, 2)
     rows = torch.arange(batch_size)

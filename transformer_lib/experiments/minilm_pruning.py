@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..checks import check_int, check_number
 from ..corpus import shakespeare_works
 from ..pretrained import mean_pool
 from ..pruning import (
@@ -58,8 +59,7 @@ CHAPTER = {"n_sets": 4, "size": 24, "ns": [9, 18, 27, 36], "probes": 2, "seed": 
 def corpus_lines(min_words: int = 6) -> list[str]:
     """Verse lines of the 42 works with at least ``min_words`` words, starting with a letter, not all capitals
     (which drops speaker names and stage headings). In the corpus' order; about 89,000 lines."""
-    if not isinstance(min_words, int) or min_words < 1:
-        raise ValueError(f"min_words must be an int >= 1, got {min_words!r}")
+    check_int("min_words", min_words, min=1)
     lines = (line.strip() for text in shakespeare_works().values() for line in text.splitlines())
     return [s for s in lines if len(s.split()) >= min_words and s[0].isalpha() and not s.isupper()]
 
@@ -68,8 +68,7 @@ def sentence_sets(n_sets: int, size: int, seed: int = 0, lines: Sequence[str] | 
     """``n_sets`` disjoint sets of ``size`` lines each, drawn at random (``seed``) from ``lines``
     (default ``corpus_lines()``): no line appears in two sets."""
     for name, v in (("n_sets", n_sets), ("size", size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        check_int(name, v, min=1)
     pool = sorted(set(corpus_lines() if lines is None else lines))  # distinct lines, in a fixed order
     if n_sets * size > len(pool):
         raise ValueError(f"n_sets * size = {n_sets * size} lines needed, only {len(pool)} distinct lines given")
@@ -109,8 +108,7 @@ def sensitivity_importance(
     Each sentence of ``enc`` is seen along ``probes`` independent standard-normal directions (seeded), in one
     backward pass of ``probes * B`` rows. The expected score is ``sqrt(2 / pi) E_x |d e(x) / d xi[l, h]|``.
     """
-    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 1:
-        raise ValueError(f"probes must be an int >= 1, got {probes!r}")
+    check_int("probes", probes, min=1)
     ids, am = enc["input_ids"].repeat(probes, 1), enc["attention_mask"].repeat(probes, 1)  # (probes * B, T)
     r = torch.randn(ids.shape[0], _width(model), generator=torch.Generator().manual_seed(seed))  # (probes * B, D)
     return head_importance(model, [(ids, am, r)], loss_fn=probe_loss)
@@ -224,10 +222,8 @@ def t_cdf(x: float, df: int, steps: int = 2000) -> float:
 @functools.lru_cache(maxsize=64)
 def t_quantile(p: float, df: int) -> float:
     """The ``x`` with ``t_cdf(x, df) = p`` (``0.5 < p < 1``), by bisection: e.g. 2.776 for ``p=0.975, df=4``."""
-    if not 0.5 < p < 1:
-        raise ValueError(f"p must be in (0.5, 1), got {p!r}")
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
-        raise ValueError(f"df must be an int >= 1, got {df!r}")
+    check_number("p", p, min=0.5, max=1, min_open=True, max_open=True)
+    check_int("df", df, min=1)
     lo, hi = 0.0, 1.0
     while t_cdf(hi, df) < p:
         lo, hi = hi, 2 * hi
@@ -243,8 +239,7 @@ def t_interval(values, level: float = 0.95) -> tuple[float, float]:
     x = torch.as_tensor(values, dtype=torch.float64).flatten()
     if x.numel() < 2:
         raise ValueError(f"values must hold at least 2 numbers for an interval, got {x.numel()}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    check_number("level", level, min=0, max=1, min_open=True, max_open=True)
     n = x.numel()
     return float(x.mean()), t_quantile((1 + level) / 2, n - 1) * float(x.std(correction=1)) / math.sqrt(n)
 
@@ -287,8 +282,7 @@ def encoder_times(
 def keep_top_k_scores(scores: torch.Tensor, k: int = 2) -> torch.Tensor:
     """The source article's "head sparsification", written our way: along the last dimension of ``scores``,
     keep the entries at least as large as the ``k``-th largest and put 0 in the others (shape unchanged)."""
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= scores.shape[-1]:
-        raise ValueError(f"k must be an int in [1, {scores.shape[-1]}] (the last dimension), got {k!r}")
+    check_int("k", k, min=1, max=scores.shape[-1], note="the last dimension")
     kth = scores.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest of each row
     return torch.where(scores >= kth, scores, torch.zeros_like(scores))
 

@@ -10,6 +10,7 @@ of a float16 scale per group (``quant.storage.bits_per_weight``).
 
 from __future__ import annotations
 
+from ..checks import check_int, check_number
 from ..quant.storage import bits_per_weight
 
 
@@ -38,14 +39,10 @@ def transformer_params(
     (``d_model x d_model`` + bias). ``bias``: every linear layer has a bias.
     """
     for name, value in (("n_layers", n_layers), ("d_model", d_model), ("d_ff", d_ff), ("vocab_size", vocab_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int(name, value, min=1)
     for name, value in (("positions", positions), ("token_types", token_types), ("norm_params", norm_params)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    kv = d_model if kv_dim is None else kv_dim
-    if isinstance(kv, bool) or not isinstance(kv, int) or kv < 1:
-        raise ValueError(f"kv_dim must be None or a positive int, got {kv_dim!r}")
+        check_int(name, value, min=0)
+    kv = d_model if kv_dim is None else check_int("kv_dim", kv_dim, min=1, optional="d_model")
     b = int(bias)
     attention = 2 * d_model * d_model + 2 * d_model * kv + b * (2 * d_model + 2 * kv)
     ffn = (3 if gated_ffn else 2) * d_model * d_ff + b * ((2 if gated_ffn else 1) * d_ff + d_model)
@@ -65,10 +62,8 @@ def format_bits(group_size: int = 128, scale_bits: int = 16) -> dict[str, float]
 
 def weight_bytes(n_params: int, bits: float) -> float:
     """Bytes of ``n_params`` weights at ``bits`` bits each."""
-    if isinstance(n_params, bool) or not isinstance(n_params, int) or n_params < 0:
-        raise ValueError(f"n_params must be a non-negative int, got {n_params!r}")
-    if not bits > 0:
-        raise ValueError(f"bits must be positive, got {bits!r}")
+    check_int("n_params", n_params, min=0)
+    check_number("bits", bits, min=0, min_open=True)
     return n_params * bits / 8
 
 

@@ -189,6 +189,7 @@ def load_record() -> dict:
 def load_trained(name: str = "moe", device=None) -> Llama:
     """The record's first seed's trained model of config ``name`` ("dense", "moe", "moe, no balancing"), eval mode."""
     from safetensors.torch import load_file
+
     from ..checkpoint_io import load_weights
 
     configs = load_record()["configs"]

@@ -20,11 +20,11 @@ from ..checkpoint_io import atomic_write_bytes, provenance
 from ..corpus import get_batch, shakespeare_corpus
 from ..device import default_device
 from ..losses import gpt_loss
-from ..models import GPT, GPTConfig
+from ..model_configs import GPTConfig
+from ..models import GPT
 from ..train import TrainConfig, evaluate_loss, train
 from ..variants import PLACEMENTS, set_norm_placement
 from .threads import torch_threads
-
 
 # the chapter's training runs, written by scripts/train_norm_placement.py (``save_runs``), read by ``load_runs``
 RECORD = Path(__file__).resolve().parent.parent / "checkpoints" / "norm_placement_runs.json"

@@ -21,6 +21,7 @@ back after the steps), so no prefill is inside a decoding time.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -28,8 +29,6 @@ import torch
 from ..checks import check_int
 from ..serving.decoding import decode_step
 from ..serving.kv_cache import StaticCache
-import statistics
-
 from ..timing import interleaved_medians, interleaved_times
 
 
@@ -115,7 +114,7 @@ def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor
 
 @torch.inference_mode()
 def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
-    """``n`` greedy decoding steps (``generation.decode_step``) after ``state``; returns the ``(B, n)`` new tokens and
+    """``n`` greedy decoding steps (``decoding.decode_step``) after ``state``; returns the ``(B, n)`` new tokens and
     sets the cache back to the prompt, so the same steps can run again. (``decode_step``'s default path: without the
     transposed weight copies ``generate`` makes on CPU, which took as long here for one row.)"""
     check_int("n", n, min=1)
@@ -206,8 +205,10 @@ def cached_forward_times(model, past: int, ks=(1, 4), repeats: int = 5, seed: in
     """Every round's seconds of ``cached_forward_seconds``' passes (round ``r`` of each ``k`` measured in the same
     pass over ``ks``: pairs for ``timing.ratio_from_times``)."""
     check_int("past", past, min=1)
-    if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+    if isinstance(ks, int) or not ks:
         raise ValueError(f"ks must be a non-empty list of ints >= 1, got {ks!r}")
+    for i, k in enumerate(ks):
+        check_int(f"ks[{i}]", k, min=1)
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
     ids = torch.randint(0, model.cfg.vocab_size, (1, past + max(ks)), generator=g).to(device)
     state = prefill(model, ids[:, :past], past + max(ks))

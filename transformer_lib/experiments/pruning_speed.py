@@ -21,8 +21,8 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
-from ..serving.generation import generate
 from ..pruning import head_mask
+from ..serving.generation import generate
 from ..timing import Ratio, interleaved_medians, interleaved_times, ratio_from_times
 
 

@@ -32,15 +32,17 @@ from typing import Callable, Sequence
 import torch
 import torch.nn as nn
 
-from ..quant.awq import awq_quantize_model
-from ..book_models import load_shakespeare_gpt, shakespeare_val_batches
-from ..quant.calibration import calibration_inputs, lm_quality
+from ..book_models.checkpoints import load_shakespeare_gpt
+from ..book_models.metrics import shakespeare_val_batches
+from ..checks import check_int
 from ..corpus import get_batch, shakespeare_split
+from ..pretrained import load_minilm, sentence_embeddings
+from ..quant.awq import awq_quantize_model
+from ..quant.calibration import calibration_inputs, lm_quality
 from ..quant.gptq import gptq_quantize_model
 from ..quant.int8_ops import quantize_per_token
-from ..quant.nf4 import compare_nf4_int4
-from ..pretrained import load_minilm, sentence_embeddings
 from ..quant.linear import quantize_model, rtn_weight
+from ..quant.nf4 import compare_nf4_int4
 from ..quant.smoothquant import smoothing_factors, smoothquant_model
 
 METHODS = ("rtn", "gptq", "awq")
@@ -53,8 +55,7 @@ def shakespeare_lines(split: str, n: int, seed: int = 0, min_chars: int = 30, ma
     from the training (``"train"``) or held-out (``"val"``) plays, in a fixed order."""
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    check_int("n", n, min=1)
     text = shakespeare_split()[split == "val"]
     lines = sorted({ln.strip() for ln in text.splitlines() if min_chars <= len(ln.strip()) <= max_chars})
     if n > len(lines):

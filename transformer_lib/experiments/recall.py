@@ -20,8 +20,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
+from ..checks import check_int
 from ..device import default_device, seed_everything
-from ..models import GPT, GPTConfig
+from ..model_configs import GPTConfig
+from ..models import GPT
 from ..modes import eval_mode
 from ..train import TrainConfig, train
 
@@ -35,12 +37,9 @@ def recall_batch(
     asks for the first token, so the vocabulary has ``n_symbols + 1`` ids. Returns ``x: (B, gap + 2)``
     and ``y: (B,)``, ``y == x[:, 0]``; guessing is right ``1 / n_symbols`` of the time.
     """
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
-    if gap < 0:
-        raise ValueError(f"gap must be >= 0, got {gap}")
-    if n_symbols < 2:
-        raise ValueError(f"n_symbols must be >= 2 (one symbol is always right), got {n_symbols}")
+    check_int("batch_size", batch_size, min=1)
+    check_int("gap", gap, min=0)
+    check_int("n_symbols", n_symbols, min=2, note="one symbol is always right")
     body = torch.randint(0, n_symbols, (batch_size, gap + 1), generator=generator)  # key + distractors
     query = torch.full((batch_size, 1), n_symbols, dtype=torch.long)
     x = torch.cat([body, query], dim=1)  # (B, gap + 2)

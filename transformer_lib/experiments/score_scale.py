@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import check_number
 from ..multihead import MultiHeadAttention
 
 
@@ -39,8 +40,7 @@ def score_stats(mha: MultiHeadAttention, x: torch.Tensor, threshold: float = 0.9
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != mha.d_model:
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"x must be a (B, T, d_model={mha.d_model}) tensor, got {got}")
-    if not 0 < threshold < 1:
-        raise ValueError(f"threshold must be in (0, 1), got {threshold!r}")
+    check_number("threshold", threshold, min=0, max=1, min_open=True, max_open=True)
     q, k, _ = mha.project_qkv(x)  # (B, H, T, d_head)
     raw = (q @ k.transpose(-2, -1)).float()  # (B, H, T, T)
     scaled = raw / math.sqrt(mha.d_head)

@@ -14,12 +14,13 @@ from contextlib import contextmanager
 
 import torch
 
+from ..checks import check_int
+
 
 @contextmanager
 def torch_threads(n: int = 1):
     """Within the block, ``torch.get_num_threads() == n``; the previous value is restored on exit."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    n = check_int("n", n, min=1)
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:

@@ -16,16 +16,15 @@ parallel work, so timing it on one thread would measure something else.
 
 from __future__ import annotations
 
+import statistics
 from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
-
 from torch.utils.flop_counter import FlopCounterMode
 
-import statistics
-
+from ..checks import check_int
 from ..timing import interleaved_times
 
 
@@ -61,10 +60,11 @@ def training_step_rounds(
     pairing ``timing.ratio_from_times`` needs. ``device``: where the models and inputs live (CUDA timings wait for
     the kernels).
     """
-    if not isinstance(width, int) or width < 1:
-        raise ValueError(f"width must be a positive int, got {width!r}")
-    if not lengths or any(not isinstance(T, int) or T < 1 for T in lengths):
-        raise ValueError(f"lengths must be a non-empty list of positive ints, got {list(lengths)!r}")
+    check_int("width", width, min=1)
+    if isinstance(lengths, int) or not lengths:
+        raise ValueError(f"lengths must be a non-empty list of ints >= 1, got {lengths!r}")
+    for i, T in enumerate(lengths):
+        check_int(f"lengths[{i}]", T, min=1)
     gen = torch.Generator().manual_seed(seed)
     rounds = {name: [] for name in models}
     for T in lengths:
