@@ -576,8 +576,9 @@ def _examples():
         "flash": live.OnlineSoftmaxTiles(torch.randn(2, 4), torch.randn(12, 4), torch.randn(12, 3), block_k=4,
                                          block_options=(1, 4)),
         "routing": live.ExpertRouting(list("abcde"), torch.randn(2, 5, 4)),
-        "lora": LoRARank([("qkv", 12, 4, 2), ("out", 4, 4, 2)], [("both", ["qkv", "out"]), ("qkv", ["qkv"])], [8, 2],
-                         1000, [("probe", 10, 0, -1, [0.4, 0.5]), ("LoRA", 106, 2, 0, [0.45])], 0.25, rank=2, max_rank=4),
+        "lora": LoRARank([("qkv", 12, 4, 2), ("out", 4, 4, 2)], [("both", ["qkv", "out"]), ("qkv", ["qkv"])],
+                         [8, 2], 1000, [("probe", 10, 0, -1, [0.4, 0.5]), ("LoRA", 106, 2, 0, [0.45])], 0.25, rank=2,
+                         max_rank=4),
     }
 
 
