@@ -700,6 +700,7 @@ def test_every_file_loads_natively_and_its_bundle_exports_the_same(browser_path)
 def _examples():
     """One small instance of every live figure (``TokenFlow`` on a tiny GPT)."""
     from test_token_flow import TOKENS, VOCAB, _model
+    from transformer_lib.viz.live_lora import LoRARank
     from transformer_lib.viz.token_flow import TokenFlow, trace_token_flow
 
     torch.manual_seed(0)
@@ -723,6 +724,16 @@ def _examples():
             torch.randn(2, 4), torch.randn(12, 4), torch.randn(12, 3), block_k=4, block_options=(1, 4)
         ),
         "routing": live.ExpertRouting(list("abcde"), torch.randn(2, 5, 4)),
+        "lora": LoRARank(
+            [("qkv", 12, 4, 2), ("out", 4, 4, 2)],
+            [("both", ["qkv", "out"]), ("qkv", ["qkv"])],
+            [8, 2],
+            1000,
+            [("probe", 10, 0, -1, [0.4, 0.5]), ("LoRA", 106, 2, 0, [0.45])],
+            0.25,
+            rank=2,
+            max_rank=4,
+        ),
     }
 
 
@@ -737,6 +748,7 @@ EXAMPLES = [
     "quant",
     "flash",
     "routing",
+    "lora",
 ]
 # Controls that change only the view, not a trait Python holds (the row whose numbers are read out).
 VIEW_ONLY = {"query row", "show numbers of", "tiles folded in"}
@@ -833,7 +845,8 @@ def _subclasses(cls):
 
 
 def test_every_live_figure_class_has_an_example_here():
-    from transformer_lib.viz.token_flow import TokenFlow  # noqa: F401  (a LiveWidget defined outside live.py)
+    from transformer_lib.viz.live_lora import LoRARank  # noqa: F401  (LiveWidgets defined outside live.py)
+    from transformer_lib.viz.token_flow import TokenFlow  # noqa: F401
 
     covered = {
         type(w).__mro__[0] if type(w).__dict__.get("script") else type(w).__mro__[1] for w in _examples().values()
@@ -884,6 +897,7 @@ SAME_NUMBERS = {
     "quant": r"RMS error / RMS weight = (\d+\.\d+)%",
     "flash": r"running max m = (-?\d+\.\d+), running sum l = (-?\d+\.\d+)",
     "routing": r"expert 0 (\d+)%, expert 1 (\d+)%, expert 2 (\d+)%, expert 3 (\d+)%",
+    "lora": r"= ([\d,]+) trainable, (\d+\.\d)% .*? Adam keeps ([\d,]+) bytes",
 }
 
 
@@ -946,6 +960,7 @@ LIVE_PAGES = {
     "notebooks/09_quantization": 1,
     "notebooks/10_flash_attention": 1,
     "notebooks/11_modern_decoder": 1,
+    "notebooks/12_fine_tuning": 1,
 }
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 

@@ -30,6 +30,7 @@ checks both against the notebooks; each module's docstring carries the same ``Us
 | 10 | ``attention_wall`` | time and peak memory of attention that materialises the scores, by length; its block share |
 | 11 | ``hf_reference`` | Hugging Face LLaMA and Mixtral modules from random configurations, references for chapter 11 |
 | 11 | ``moe_vs_dense`` | a dense model and a mixture with the same active parameters trained side by side |
-| 12 | ``fine_tuning`` | MLM vs next-token on one tiny model; probe, top layers, LoRA and QLoRA on MiniLM; forgetting |
+| 12 | ``fine_tuning`` | probe, top layers, LoRA and QLoRA on MiniLM: accuracy, forgetting; the chapter's checkpoint |
+| 12 | ``pretraining`` | MLM vs next-token on one tiny model, the same steps: filling a blank vs continuing a line |
 | 12 | ``threads`` | a helper, not an experiment: ``torch_threads(n)`` runs a block with ``n`` CPU threads |
 """

@@ -1,15 +1,6 @@
-"""Chapter 12's runs: two pre-training objectives on one small model, and four ways to teach MiniLM a task.
+"""Chapter 12's runs: four ways to teach MiniLM a task, and the record of all the chapter's runs.
 
 Used in chapter 12.
-
-**Objectives** (``ObjectiveConfig``, ``train_objective``): the same tiny character Transformer (chapter 06's GPT
-shape: 2 layers, d_model 64, rotary positions) trained on Shakespeare for the same number of steps, once with
-next-token prediction (causal mask on, ``objectives.next_token_targets``' loss at every position) and once with
-masked language modelling (causal mask off, ``objectives.mlm_mask``: 15% of positions, 80/10/10). The vocabulary
-is the corpus's characters plus one ``[MASK]`` id (``mask_id``), the same for both. On held-out windows of the
-validation plays, ``blank_accuracy`` asks for the middle character with both sides given (the MLM model sees the
-blank as ``[MASK]``; the causal model can only read the left side) and ``next_accuracy`` for the character after
-the window (the MLM model sees a ``[MASK]`` there).
 
 **The task** (``task``): ``task_data.play_line_task`` with its defaults (which of four plays a line comes from; 300
 train and 100 held-out lines per play). A ``SentenceClassifier`` puts a linear head on MiniLM's mean-pooled,
@@ -27,9 +18,9 @@ the same for every seed). ``forgetting`` is chapter 08's agreement: the mean cos
 sentence embeddings and the original MiniLM's, on lines of other plays than the task's.
 
 ``scripts/train_fine_tuning.py`` runs ``train_runs`` (several seeds) into ``checkpoints/fine_tuning.*``: the record of
-every run, the two language models, and seed 0's probe head and LoRA and QLoRA adapters (not the fully fine-tuned
-layers, 14 MB: the record keeps their numbers and the slow test retrains them). The page loads them (``load_runs``)
-and measures again.
+every run, the two language models (``experiments.pretraining``), and seed 0's heads, LoRA and QLoRA adapters and
+top-layer change (``kept_tensors``: int8 with a scale per row, 3.4 MB instead of 14 MB in float32). The page loads
+them (``load_runs``) and measures again.
 """
 
 from __future__ import annotations
@@ -47,142 +38,21 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
-from ..corpus import get_batch, shakespeare_corpus, shakespeare_works
+from ..corpus import shakespeare_works
 from ..lora import LoRAConfig, apply_lora
-from ..model_configs import GPTConfig
-from ..models import GPT
-from ..modes import eval_mode
-from ..objectives import mlm_mask
 from ..params import count_parameters
+from ..modes import eval_mode
 from ..pretrained import load_minilm, mean_pool
 from ..qlora import apply_qlora
+from ..quant.grids import QuantizedTensor, quantize
 from ..task_data import DEFAULT_PLAYS, TextClassificationData, play_line_task
-from ..train import TrainConfig, evaluate_loss, train
-from ..variants import set_causal
+from .pretraining import OBJECTIVES, ObjectiveConfig, make_lm, train_objective
 from .threads import torch_threads
 
 CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "fine_tuning"
-OBJECTIVES = ("next-token", "mlm")
 METHODS = ("probe", "full", "lora", "qlora")
 MAX_TOKENS = 32  # word pieces per line, [CLS] and [SEP] included (chapter 08's cut)
 TARGETS = ("qkv", "out", "up", "down")  # every linear of every encoder layer
-
-
-# ----------------------------------------------------------------------------- the two objectives
-@dataclass
-class ObjectiveConfig:
-    """The tiny character Transformer both objectives train (chapter 06's shape) and their shared budget."""
-
-    n_layers: int = 2
-    d_model: int = 64
-    n_heads: int = 4
-    block_size: int = 32
-    batch_size: int = 32
-    steps: int = 1500  # at 400 steps the MLM model had not yet learned to use the right-hand side (blank 44% vs 43%)
-    lr: float = 5e-3
-    warmup_steps: int = 40
-    eval_batches: int = 4
-    seed: int = 0
-    positional: str = "rope"
-
-
-def mask_id() -> int:
-    """The ``[MASK]`` id: one past the corpus's characters."""
-    return shakespeare_corpus().tokenizer.vocab_size
-
-
-def make_lm(objective: str, cfg: ObjectiveConfig = ObjectiveConfig()) -> GPT:
-    """The tiny Transformer of ``cfg`` (vocabulary: the characters and ``[MASK]``), initialised from ``cfg.seed``;
-    causal for ``"next-token"``, bidirectional for ``"mlm"``."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    torch.manual_seed(cfg.seed)
-    model = GPT(
-        GPTConfig(
-            vocab_size=mask_id() + 1,
-            block_size=cfg.block_size,
-            n_layers=cfg.n_layers,
-            n_heads=cfg.n_heads,
-            d_model=cfg.d_model,
-            positional=cfg.positional,
-        )
-    )
-    return set_causal(model, objective == "next-token")
-
-
-def objective_batch(objective: str, data: torch.Tensor, cfg: ObjectiveConfig, generator: torch.Generator):
-    """``(inputs, targets)`` ``(B, T)``: next characters, or BERT's masking with labels at the chosen positions."""
-    x, y = get_batch(data, cfg.block_size, cfg.batch_size, generator)
-    if objective == "next-token":
-        return x, y
-    m = mlm_mask(x, mask_id(), mask_id() + 1, generator=generator)
-    return m.input_ids, m.labels
-
-
-def train_objective(objective: str, cfg: ObjectiveConfig = ObjectiveConfig(), progress: bool = True, device=None):
-    """Train ``make_lm(objective)`` for ``cfg.steps`` steps; returns ``(model, History)`` (its validation loss is
-    the objective's own, on masked or shifted validation windows)."""
-    corpus = shakespeare_corpus()
-    model = make_lm(objective, cfg)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    vgen = torch.Generator().manual_seed(1234)
-    val = [objective_batch(objective, corpus.val, cfg, vgen) for _ in range(cfg.eval_batches)]
-    tcfg = TrainConfig(
-        steps=cfg.steps,
-        lr=cfg.lr,
-        warmup_steps=cfg.warmup_steps,
-        weight_decay=0.0,
-        eval_every=max(1, cfg.steps // 4),
-        seed=cfg.seed,
-        progress=progress,
-    )
-    with torch_threads(1):
-        hist = train(
-            model,
-            lambda step: objective_batch(objective, corpus.train, cfg, gen),
-            tcfg,
-            eval_fn=lambda m: evaluate_loss(m, val),
-            device=device,
-            desc=objective,
-        )
-    return model, hist
-
-
-def held_out_windows(n: int = 2048, length: int = 33, seed: int = 99) -> torch.Tensor:
-    """``(n, length)`` windows of the validation plays (never trained on), drawn with ``seed``."""
-    data = shakespeare_corpus().val
-    starts = torch.randint(data.numel() - length, (n,), generator=torch.Generator().manual_seed(seed))
-    return data[starts[:, None] + torch.arange(length)]
-
-
-@torch.no_grad()
-def blank_accuracy(model: GPT, objective: str, windows: torch.Tensor) -> float:
-    """Fill the blank at the middle of each ``(n, L)`` window: the MLM model reads the window with ``[MASK]``
-    there (both sides), the causal model the characters before it (the left side is all it can use). The share of
-    exact characters."""
-    p = windows.shape[1] // 2
-    with eval_mode(model):
-        if objective == "mlm":
-            x = windows.clone()
-            x[:, p] = mask_id()
-            logits = model(x)[0][:, p]
-        else:
-            logits = model(windows[:, :p])[0][:, -1]
-    return (logits.argmax(-1) == windows[:, p]).float().mean().item()
-
-
-@torch.no_grad()
-def next_accuracy(model: GPT, objective: str, windows: torch.Tensor) -> float:
-    """Continue each ``(n, L)`` window's first ``L - 1`` characters by one: the causal model predicts after them,
-    the MLM model fills a ``[MASK]`` put after them. The share of exact characters."""
-    with eval_mode(model):
-        if objective == "mlm":
-            x = windows.clone()
-            x[:, -1] = mask_id()
-            logits = model(x)[0][:, -1]
-        else:
-            logits = model(windows[:, :-1])[0][:, -1]
-    return (logits.argmax(-1) == windows[:, -1]).float().mean().item()
 
 
 # ----------------------------------------------------------------------------- the task
@@ -378,6 +248,35 @@ def forgetting(encoder: nn.Module, lines: list[str], original: torch.Tensor | No
     return (embeddings(encoder, lines) * original).sum(-1).mean().item()
 
 
+# ----------------------------------------------------------------------------- what the checkpoint keeps
+def kept_tensors(model: SentenceClassifier, method: str) -> dict[str, torch.Tensor]:
+    """What the checkpoint keeps of a trained model: the head, and the adapters (``"lora"``, ``"qlora"``) or, for
+    ``"full"``, the change to each trained tensor (trained minus MiniLM's) as int8 codes ``<name>.q`` with one float32
+    scale per row ``<name>.scale`` (chapter 09's absmax, ``quant.quantize``): a quarter of the float32 bytes."""
+    kept = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k or k.startswith("head.")}
+    if method == "full":
+        original = load_minilm(device="cpu")[0].state_dict()
+        for name, p in model.encoder.named_parameters():
+            if p.requires_grad:  # the top layers
+                qt = quantize(p.detach().cpu() - original[name], bits=8, granularity="channel")
+                kept[f"encoder.{name}.q"], kept[f"encoder.{name}.scale"] = qt.q, qt.scale
+    return kept
+
+
+@torch.no_grad()
+def add_weight_delta(model: SentenceClassifier, delta: dict[str, torch.Tensor]) -> None:
+    """The inverse of ``kept_tensors`` for ``"full"``: each ``encoder.<name>`` in ``delta`` becomes MiniLM's tensor
+    plus the stored change (codes times scales); ``delta`` empty: nothing changes."""
+    original = load_minilm(device="cpu")[0].state_dict()
+    params = dict(model.encoder.named_parameters())
+    for key in [k for k in delta if k.endswith(".q")]:
+        name = key[len("encoder.") : -len(".q")]
+        if name not in params:
+            raise ValueError(f"the checkpoint's weight change {key!r} names no tensor of the encoder")
+        change = QuantizedTensor(delta[key], delta[key[:-2] + ".scale"], None, 8, "channel", None).dequantize()
+        params[name].copy_(original[name] + change)
+
+
 # ----------------------------------------------------------------------------- all runs
 @dataclass
 class RunsConfig:
@@ -427,12 +326,8 @@ def train_runs(cfg: RunsConfig = RunsConfig(), progress: bool = True, device=Non
             results[method][str(seed)], model = run_one(
                 method, seed, cfg.fine_tune, data, lines, original, progress=progress, train_features=feats
             )
-            if seed == cfg.seeds[0] and method != "full":
-                kept[method] = {
-                    k: v.detach().clone()
-                    for k, v in model.state_dict().items()  # adapters, head
-                    if "lora_" in k or k.startswith("head.")
-                }
+            if seed == cfg.seeds[0]:
+                kept[method] = kept_tensors(model, method)
     return {
         "lms": lms,
         "lm_histories": lm_hist,
@@ -473,7 +368,7 @@ def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
 
 def load_runs(stem: Path = CHECKPOINT) -> dict:
     """The committed runs: ``{"lms": {objective: GPT}, "models": {method: SentenceClassifier}, "record": dict}``
-    (CPU, eval mode; ``"models"`` holds seed 0's probe, LoRA and QLoRA)."""
+    (CPU, eval mode; ``"models"`` holds seed 0's model of every method)."""
     record = json.loads(stem.with_suffix(".json").read_text())
     tensors = load_file(str(stem.with_suffix(".safetensors")), device="cpu")
     ocfg, fcfg = ObjectiveConfig(**record["objective"]), FineTuneConfig(**record["fine_tune"])
@@ -484,13 +379,16 @@ def load_runs(stem: Path = CHECKPOINT) -> dict:
         load_weights(model, {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}, "cpu")
         lms[objective] = model.eval()
     models = {}
-    for method in ("probe", "lora", "qlora"):
+    for method in METHODS:
         prefix = f"{method}."
         model = build_model(method, record["seeds"][0], fcfg)
         state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        delta = {k: v for k, v in state.items() if k.endswith((".q", ".scale"))}
+        state = {k: v for k, v in state.items() if k not in delta}
         missing = [k for k in state if k not in model.state_dict()]
         if missing:
             raise ValueError(f"the checkpoint's {method} tensors do not fit the model: {missing[:3]}")
         model.load_state_dict(state, strict=False)
+        add_weight_delta(model, delta)
         models[method] = model.eval()
     return {"lms": lms, "models": models, "record": record, "objective_cfg": ocfg, "fine_tune_cfg": fcfg}
