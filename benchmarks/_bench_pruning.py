@@ -19,6 +19,7 @@
 Times are interleaved medians in one run; compare the ratios, not the absolute numbers across runs.
 Decoding is greedy with ``generate``'s default static KV cache.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,16 +53,31 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
     tables = []
 
     # 1. heads kept per layer
-    variants = {f"{n_heads - k}": P.prune_heads(model, P.heads_to_prune(scores, k, per_layer=True)) if k else model
-                for k in range(n_heads)}
+    variants = {
+        f"{n_heads - k}": P.prune_heads(model, P.heads_to_prune(scores, k, per_layer=True)) if k else model
+        for k in range(n_heads)
+    }
     sp = pruned_speeds({k: (m, None) for k, m in variants.items()}, prompt, batch, NEW_TOKENS, repeats, device)
     full = sp[str(n_heads)]
-    rows = [[k, f"{P.count_parameters(m):,}", f"{evaluate_loss(m, val_data):.3f}", f"{sp[k][0]:,.0f}",
-             f"{sp[k][0] / full[0]:.2f}x", f"{sp[k][1]:.0f}", f"{sp[k][1] / full[1]:.2f}x"]
-            for k, m in variants.items()]
-    tables.append(format_table(f"Structural head pruning by gradient importance ({n_layers} layers, {device})",
-                               ["heads/layer", "params", "loss/token", "fwd tok/s", "fwd vs full", "decode tok/s",
-                                "decode vs full"], rows))
+    rows = [
+        [
+            k,
+            f"{P.count_parameters(m):,}",
+            f"{evaluate_loss(m, val_data):.3f}",
+            f"{sp[k][0]:,.0f}",
+            f"{sp[k][0] / full[0]:.2f}x",
+            f"{sp[k][1]:.0f}",
+            f"{sp[k][1] / full[1]:.2f}x",
+        ]
+        for k, m in variants.items()
+    ]
+    tables.append(
+        format_table(
+            f"Structural head pruning by gradient importance ({n_layers} layers, {device})",
+            ["heads/layer", "params", "loss/token", "fwd tok/s", "fwd vs full", "decode tok/s", "decode vs full"],
+            rows,
+        )
+    )
 
     # 2. ways to make it "smaller"
     half = P.heads_to_prune(scores, n_heads // 2, per_layer=True)
@@ -82,18 +98,37 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
     for name, (m, m_mask) in ways.items():
         with P.head_mask(m, m_mask) if m_mask is not None else contextlib.nullcontext():
             loss = evaluate_loss(m, val_data)
-        rows.append([name, f"{P.count_parameters(m, nonzero=True):,}", f"{loss:.3f}", f"{sp[name][0] / base[0]:.2f}x",
-                     f"{sp[name][1] / base[1]:.2f}x"])
-    tables.append(format_table("Masking vs removing (speed relative to the unpruned model, same run)",
-                               ["model", "nonzero params", "loss/token", "forward speed", "decode speed"], rows))
+        rows.append(
+            [
+                name,
+                f"{P.count_parameters(m, nonzero=True):,}",
+                f"{loss:.3f}",
+                f"{sp[name][0] / base[0]:.2f}x",
+                f"{sp[name][1] / base[1]:.2f}x",
+            ]
+        )
+    tables.append(
+        format_table(
+            "Masking vs removing (speed relative to the unpruned model, same run)",
+            ["model", "nonzero params", "loss/token", "forward speed", "decode speed"],
+            rows,
+        )
+    )
 
     # 3. sparse CSR vs dense matmul on an FFN weight
     w = model.blocks[0].ffn.up.weight.detach()  # (d_ff, d_model)
     x = torch.randn(w.shape[1], FORWARD_BATCH * batch.shape[1], device=device)  # (d_model, tokens)
-    rows = [[f"{amount:.0%}", f"{dense * 1e6:.0f}", f"{csr * 1e6:.0f}", f"{dense / csr:.2f}x"]
-            for amount, dense, csr in csr_vs_dense(w, x, (0.5, 0.9, 0.99), repeats * 4, device)]
-    tables.append(format_table(f"Sparse CSR vs dense matmul, W {tuple(w.shape)} @ X {tuple(x.shape)}",
-                               ["sparsity", "dense us", "CSR us", "CSR speed vs dense"], rows))
+    rows = [
+        [f"{amount:.0%}", f"{dense * 1e6:.0f}", f"{csr * 1e6:.0f}", f"{dense / csr:.2f}x"]
+        for amount, dense, csr in csr_vs_dense(w, x, (0.5, 0.9, 0.99), repeats * 4, device)
+    ]
+    tables.append(
+        format_table(
+            f"Sparse CSR vs dense matmul, W {tuple(w.shape)} @ X {tuple(x.shape)}",
+            ["sparsity", "dense us", "CSR us", "CSR speed vs dense"],
+            rows,
+        )
+    )
     for t in tables:
         print(t, end="\n\n")
     return tables
@@ -102,22 +137,37 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
 def minilm_tables(device, repeats: int = 5, quick: bool = False) -> list[str]:
     """Tables 4 and 5 (MiniLM). ``quick``: 2 set pairs of 16 lines, 2 points, 1 probe (a smoke run)."""
     from transformer_lib.pretrained import load_minilm
+
     model, tok = load_minilm(device)
     n_sets, size, ns, probes = (2, 16, [18, 36], 1) if quick else (5, 32, [6, 12, 18, 24, 30, 36], 4)
     study = MP.pruning_study(model, tok, n_sets, size, ns, probes=probes, seed=0)
-    rows = [[n] + ["{:.3f} ± {:.3f}".format(*MP.t_interval(study["curves"][m][:, i]))
-                   for m in ("gradient", "magnitude", "random")] for i, n in enumerate(ns)]
-    tables = [format_table(f"MiniLM: agreement vs heads removed (of 72), mean ± 95% t interval over {n_sets} "
-                           f"sentence-set pairs of {size} lines", ["heads removed", "gradient importance",
-                                                                    "weight norms", "random order"], rows)]
+    rows = [
+        [n]
+        + [
+            "{:.3f} ± {:.3f}".format(*MP.t_interval(study["curves"][m][:, i]))
+            for m in ("gradient", "magnitude", "random")
+        ]
+        for i, n in enumerate(ns)
+    ]
+    tables = [
+        format_table(
+            f"MiniLM: agreement vs heads removed (of 72), mean ± 95% t interval over {n_sets} "
+            f"sentence-set pairs of {size} lines",
+            ["heads removed", "gradient importance", "weight norms", "random order"],
+            rows,
+        )
+    ]
     score_enc = tok.encode(study["sets"][0][0], max_length=MP.MAX_TOKENS)
     target = MP.masked_embed(model, score_enc)
     plan = P.heads_to_prune(study["scores"]["gradient"][0], 36)
     keep = [float(MP.agreement(P.drop_layers(model, [i]), score_enc, target).mean()) for i in range(len(model.layers))]
     layer = max(range(len(keep)), key=keep.__getitem__)
-    ways = {"full": (model, None), "36 heads masked": (model, P.mask_from_heads([12] * 6, plan).to(device)),
-            "36 heads removed": (P.prune_heads(model, plan), None),
-            f"layer {layer} dropped": (P.drop_layers(model, [layer]), None)}
+    ways = {
+        "full": (model, None),
+        "36 heads masked": (model, P.mask_from_heads([12] * 6, plan).to(device)),
+        "36 heads removed": (P.prune_heads(model, plan), None),
+        f"layer {layer} dropped": (P.drop_layers(model, [layer]), None),
+    }
     eval_enc, _ = study["eval"][0]
     secs = MP.encoder_speeds(ways, eval_enc, repeats=repeats, device=device)
     rows = []
@@ -125,11 +175,24 @@ def minilm_tables(device, repeats: int = 5, quick: bool = False) -> list[str]:
         with FlopCounterMode(display=False) as counter:
             MP.masked_embed(m, eval_enc, mask)
         agree = sum(float(MP.agreement(m, enc, tgt, mask).mean()) for enc, tgt in study["eval"]) / n_sets
-        rows.append([name, f"{P.count_parameters(m):,}", f"{counter.get_total_flops() / 1e9:.2f}",
-                     f"{secs['full'] / secs[name]:.2f}x", f"{agree:.3f}"])
-    tables.append(format_table(f"MiniLM: masking vs removing 36 heads vs dropping a layer (forward on "
-                               f"{eval_enc['input_ids'].shape[0]} sentences, {torch.get_num_threads()} threads, "
-                               f"{device})", ["model", "params", "GFLOPs", "speed vs full", "agreement"], rows))
+        rows.append(
+            [
+                name,
+                f"{P.count_parameters(m):,}",
+                f"{counter.get_total_flops() / 1e9:.2f}",
+                f"{secs['full'] / secs[name]:.2f}x",
+                f"{agree:.3f}",
+            ]
+        )
+    tables.append(
+        format_table(
+            f"MiniLM: masking vs removing 36 heads vs dropping a layer (forward on "
+            f"{eval_enc['input_ids'].shape[0]} sentences, {torch.get_num_threads()} threads, "
+            f"{device})",
+            ["model", "params", "GFLOPs", "speed vs full", "agreement"],
+            rows,
+        )
+    )
     for t in tables:
         print(t, end="\n\n")
     return tables
@@ -138,6 +201,7 @@ def minilm_tables(device, repeats: int = 5, quick: bool = False) -> list[str]:
 if __name__ == "__main__":  # quick look: .venv/bin/python benchmarks/_bench_pruning.py
     from transformer_lib import default_device
     from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
+
     dev = default_device()
     gpt, tok = load_shakespeare_gpt(dev)
     pruning_tables(gpt, tok, shakespeare_val_batches(gpt.cfg.block_size, n_batches=4), dev)

@@ -1,4 +1,5 @@
 """Shared benchmark helpers: the library's interleaved timing (``transformer_lib.timing``) and plain-text tables."""
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,9 @@ for _name in ("torchao", "torch.utils._pytree"):
 def table_lines(header: list[str], rows: list[list]) -> list[str]:
     """A right-aligned plain-text table: header, a rule, then one line per row."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    return ["  ".join(str(x).rjust(w) for x, w in zip(line, widths)) for line in [header, ["-" * w for w in widths],
-                                                                                 *rows]]
+    return [
+        "  ".join(str(x).rjust(w) for x, w in zip(line, widths)) for line in [header, ["-" * w for w in widths], *rows]
+    ]
 
 
 def print_table(header: list[str], rows: list[list]) -> None:

@@ -19,6 +19,7 @@ Every table compares against the unpruned / fp32 model measured in the same run 
 
 Machines here are shared and noisy: read the ratios, not the absolute tokens/s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,12 @@ def main(argv=None) -> list[str]:
     if args.quick:
         batches = batches[:4]
     repeats = 2 if args.quick else 5
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {device}; trained GPT "
-          f"({info['num_params']:,} parameters, recorded val loss {info['val_loss']:.3f} nats/char); "
-          f"{len(batches)} validation batches of {tuple(batches[0][0].shape)}\n", flush=True)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {device}; trained GPT "
+        f"({info['num_params']:,} parameters, recorded val loss {info['val_loss']:.3f} nats/char); "
+        f"{len(batches)} validation batches of {tuple(batches[0][0].shape)}\n",
+        flush=True,
+    )
     tables, t0 = [], time.perf_counter()
     if args.only in (None, "pruning"):
         model, tok = load_shakespeare_gpt(device)
@@ -61,8 +65,9 @@ def main(argv=None) -> list[str]:
         tables += minilm_tables(device, repeats=repeats, quick=args.quick)
     if args.only in (None, "quantization"):
         model, tok = load_shakespeare_gpt(device)  # a fresh copy: pruning never touches it
-        tables += quantization_tables(model, tok, batches, device, repeats=repeats, rounds=1 if args.quick else 2,
-                                      quick=args.quick)
+        tables += quantization_tables(
+            model, tok, batches, device, repeats=repeats, rounds=1 if args.quick else 2, quick=args.quick
+        )
     print(f"{len(tables)} tables in {time.perf_counter() - t0:.0f} s")
     return tables
 

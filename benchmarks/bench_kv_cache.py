@@ -23,6 +23,7 @@ the faster one is the "weights-only limit" (tokens/s = 1 / its time). A tensor c
 (it is not what a matrix-vector product reaches). ``--profile`` adds a per-operator profile of one fp32 decoding
 step at GPT-2 small: the time in matrix products against the rest.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,14 +50,23 @@ from transformer_lib.book_models import checkpoint_info  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-VARIANTS = ("no cache", "concat cache", "static cache", "static, Linear layout", "HF cached", "HF no cache",
-            "bf16 static", "int8 dynamic")
+VARIANTS = (
+    "no cache",
+    "concat cache",
+    "static cache",
+    "static, Linear layout",
+    "HF cached",
+    "HF no cache",
+    "bf16 static",
+    "int8 dynamic",
+)
 FEWER_BYTES = ("bf16 static", "int8 dynamic")  # paths that read fewer bytes per token than fp32
 
 
 @dataclass
 class Shape:
     """One benchmarked model shape: its config, prompt length, new-token counts and the variants timed."""
+
     name: str
     cfg: GPTConfig
     prompt: int
@@ -68,8 +78,10 @@ class Shape:
         """Built from the config, so it cannot go stale."""
         c = self.cfg
         kv = "" if c.n_kv_heads in (None, c.n_heads) else f", {c.n_kv_heads} kv heads"
-        return (f"{self.name} ({c.n_layers}L, d{c.d_model}, {c.n_heads} heads{kv}, vocab {c.vocab_size}, "
-                f"ctx {c.block_size}, {c.positional} positions)")
+        return (
+            f"{self.name} ({c.n_layers}L, d{c.d_model}, {c.n_heads} heads{kv}, vocab {c.vocab_size}, "
+            f"ctx {c.block_size}, {c.positional} positions)"
+        )
 
 
 def book_config() -> GPTConfig:
@@ -79,12 +91,22 @@ def book_config() -> GPTConfig:
 
 SHAPES = {  # --shape name -> Shape
     "book": Shape("book GPT", book_config(), 64, (64,), (64,)),
-    "gpt2": Shape("GPT-2-shaped", GPTConfig(vocab_size=256, block_size=1024, n_layers=6, n_heads=6, d_model=384),
-                  64, (64, 256, 512), (64,)),
+    "gpt2": Shape(
+        "GPT-2-shaped",
+        GPTConfig(vocab_size=256, block_size=1024, n_layers=6, n_heads=6, d_model=384),
+        64,
+        (64, 256, 512),
+        (64,),
+    ),
     # the issue's target shape: GPT-2 small, prompt 4, 200 new tokens; recomputation would take minutes
-    "gpt2-small": Shape("GPT-2 small", GPTConfig(vocab_size=50257, block_size=1024, n_layers=12, n_heads=12,
-                                                 d_model=768), 4, (200,), (16,),
-                        ("concat cache", "static cache", "static, Linear layout", "HF cached", *FEWER_BYTES)),
+    "gpt2-small": Shape(
+        "GPT-2 small",
+        GPTConfig(vocab_size=50257, block_size=1024, n_layers=12, n_heads=12, d_model=768),
+        4,
+        (200,),
+        (16,),
+        ("concat cache", "static cache", "static, Linear layout", "HF cached", *FEWER_BYTES),
+    ),
 }
 
 
@@ -112,8 +134,10 @@ def uneven_interleaved_medians(fns: dict, repeats: dict, device) -> tuple[dict, 
                 synchronize(device)
                 wall[name].append(time.perf_counter() - t0)
                 cpu[name].append(time.process_time() - c0)
-    return ({name: statistics.median(ts) for name, ts in wall.items()},
-            {name: statistics.median(ts) for name, ts in cpu.items()})
+    return (
+        {name: statistics.median(ts) for name, ts in wall.items()},
+        {name: statistics.median(ts) for name, ts in cpu.items()},
+    )
 
 
 def bytes_per_token(model: GPT, prompt: int, n_new: int) -> int:
@@ -131,8 +155,10 @@ def matvec_limit_calls(n_bytes: int, d_in: int, device) -> dict:
     w_in_out = torch.randn(d_in, out, generator=g).to(device)  # (in, out)
     w_out_in = w_in_out.t().contiguous()  # (out, in)
     x = torch.randn(1, d_in, generator=g).to(device)  # (1, in)
-    return {"limit: x W, (in, out)": lambda: torch.mm(x, w_in_out),
-            "limit: W x, (out, in)": lambda: torch.mv(w_out_in, x[0])}
+    return {
+        "limit: x W, (in, out)": lambda: torch.mm(x, w_in_out),
+        "limit: W x, (out, in)": lambda: torch.mv(w_out_in, x[0]),
+    }
 
 
 def decode_profile(model: GPT, prompt: torch.Tensor, packed, steps: int = 20) -> None:
@@ -140,6 +166,7 @@ def decode_profile(model: GPT, prompt: torch.Tensor, packed, steps: int = 20) ->
     from torch.profiler import ProfilerActivity, profile
     from transformer_lib.serving.generation import decode_step
     from transformer_lib.serving.kv_cache import StaticCache
+
     with torch.inference_mode():
         cache = StaticCache.for_model(model, 1, prompt.shape[1] + steps + 6)
         model(prompt, cache=cache)
@@ -151,11 +178,22 @@ def decode_profile(model: GPT, prompt: torch.Tensor, packed, steps: int = 20) ->
                 decode_step(model, token, cache, matvec_weights=packed)
     rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in rows) / steps / 1e3  # ms per step
-    print(f"profile of one fp32 decoding step (static cache, (in, out) weights; {steps} steps): {total:.2f} ms per "
-          "step (profiler overhead included)")
-    print_table(["operator", "calls/step", "ms/step", "share"],
-                [[e.key, f"{e.count / steps:.0f}", f"{e.self_cpu_time_total / steps / 1e3:.2f}",
-                  f"{100 * e.self_cpu_time_total / steps / 1e3 / total:.0f}%"] for e in rows[:8]])
+    print(
+        f"profile of one fp32 decoding step (static cache, (in, out) weights; {steps} steps): {total:.2f} ms per "
+        "step (profiler overhead included)"
+    )
+    print_table(
+        ["operator", "calls/step", "ms/step", "share"],
+        [
+            [
+                e.key,
+                f"{e.count / steps:.0f}",
+                f"{e.self_cpu_time_total / steps / 1e3:.2f}",
+                f"{100 * e.self_cpu_time_total / steps / 1e3 / total:.0f}%",
+            ]
+            for e in rows[:8]
+        ],
+    )
 
 
 def ratio(a: dict, b: dict, x: str, y: str) -> str:
@@ -184,22 +222,29 @@ def make_variants(shape: Shape, model: GPT, hf, prompt: torch.Tensor, device) ->
     hf_kw = dict(attention_mask=ones, do_sample=False)
     variants = {
         "no cache": lambda n: lambda: generate(model, prompt, n, use_cache=False),
-        "concat cache": lambda n: lambda: generate(model, prompt, n, cache_implementation="dynamic",
-                                                   matvec_weights=packed),
-        "static cache": lambda n: lambda: generate(model, prompt, n, cache_implementation="static",
-                                                   matvec_weights=packed),
+        "concat cache": lambda n: (
+            lambda: generate(model, prompt, n, cache_implementation="dynamic", matvec_weights=packed)
+        ),
+        "static cache": lambda n: (
+            lambda: generate(model, prompt, n, cache_implementation="static", matvec_weights=packed)
+        ),
         # the same without the (in, out) weight copies of generation.MatvecWeights: what the layout is worth
-        "static, Linear layout": lambda n: lambda: generate(model, prompt, n, cache_implementation="static",
-                                                            matvec_weights=False),
+        "static, Linear layout": lambda n: (
+            lambda: generate(model, prompt, n, cache_implementation="static", matvec_weights=False)
+        ),
         "HF cached": lambda n: lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=True, **hf_kw),
-        "HF no cache": lambda n: lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=False,
-                                                     **hf_kw),
+        "HF no cache": lambda n: (
+            lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=False, **hf_kw)
+        ),
         # bf16 decodes faster in nn.Linear's (out, in) layout here (oneDNN), so no (in, out) copies
         "bf16 static": lambda n: lambda: generate(extra["bf16"], prompt, n, matvec_weights=False),
         "int8 dynamic": lambda n: lambda: generate(extra["int8"], prompt, n),
     }
-    return {k: variants[k] for k in shape.variants if (hf is not None or not k.startswith("HF"))
-            and (k != "int8 dynamic" or "int8" in extra)}
+    return {
+        k: variants[k]
+        for k in shape.variants
+        if (hf is not None or not k.startswith("HF")) and (k != "int8 dynamic" or "int8" in extra)
+    }
 
 
 def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float, profile: bool = False) -> list:
@@ -209,8 +254,10 @@ def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float, p
     hf = hf_gpt2(model, device) if cfg.positional == "learned" else None
     prompt = torch.randint(0, cfg.vocab_size, (1, P), device=device)
     hf_params = "" if hf is None else f" (HF: {hf.num_parameters() / 1e6:.2f}M)"
-    print(f"\n## {shape.label()}: {model.num_params() / 1e6:.2f}M parameters{hf_params}, prompt {P}, greedy, fp32, "
-          f"{device}")
+    print(
+        f"\n## {shape.label()}: {model.num_params() / 1e6:.2f}M parameters{hf_params}, prompt {P}, greedy, fp32, "
+        f"{device}"
+    )
     variants = make_variants(shape, model, hf, prompt, device)
     speed_rows, ratio_rows = [], []
     with torch.inference_mode():
@@ -220,8 +267,10 @@ def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float, p
             if out.shape != (1, P + 16):
                 raise RuntimeError(f"{name} returned shape {tuple(out.shape)}, expected (1, {P + 16})")
         if hf is not None:
-            print(f"same greedy tokens as HF on the same weights (16 new): "
-                  f"{torch.equal(warm['static cache'], warm['HF cached'])}")
+            print(
+                f"same greedy tokens as HF on the same weights (16 new): "
+                f"{torch.equal(warm['static cache'], warm['HF cached'])}"
+            )
         for n in lengths:
             slow = 1 if n >= 512 else max(1, repeats // 2) if n >= 256 else repeats  # recomputation is slow
             reps = {k: slow if "no cache" in k else repeats for k in variants}
@@ -233,24 +282,54 @@ def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float, p
             tps = {k: n / med[k] for k in variants}
             cpu_tps = {k: n / med_cpu[k] for k in variants}
             speed_rows.append([n] + [f"{tps[k]:.1f}" if k in tps else "-" for k in VARIANTS] + [f"{limit:.1f}"])
-            ratio_rows.append([n, ratio(tps, tps, "static cache", "no cache"),
-                               ratio(tps, tps, "static cache", "HF cached"),
-                               ratio(cpu_tps, cpu_tps, "static cache", "HF cached"),
-                               ratio(tps, tps, "concat cache", "HF cached"),
-                               ratio(tps, tps, "static cache", "static, Linear layout"),
-                               f"{per_token / 1e6:.1f}", f"{bandwidth / per_token:.0f}", f"{limit:.1f}",
-                               *[f"{100 * tps[k] / limit:.0f}%" if k in tps else "-"
-                                 for k in ("static cache", "concat cache", "HF cached", *FEWER_BYTES)]])
-            print("limit: " + ", ".join(f"{k[7:]} {1 / med[k]:.1f} tok/s ({per_token / med[k] / 1e9:.1f} GB/s)"
-                                        for k in limits))
-    print(f"tokens/s (new tokens / whole call, prefill included; median of {repeats} interleaved runs; last column: "
-          "the weights-only limit, one weight-sized fp32 matrix-vector product per token):")
+            ratio_rows.append(
+                [
+                    n,
+                    ratio(tps, tps, "static cache", "no cache"),
+                    ratio(tps, tps, "static cache", "HF cached"),
+                    ratio(cpu_tps, cpu_tps, "static cache", "HF cached"),
+                    ratio(tps, tps, "concat cache", "HF cached"),
+                    ratio(tps, tps, "static cache", "static, Linear layout"),
+                    f"{per_token / 1e6:.1f}",
+                    f"{bandwidth / per_token:.0f}",
+                    f"{limit:.1f}",
+                    *[
+                        f"{100 * tps[k] / limit:.0f}%" if k in tps else "-"
+                        for k in ("static cache", "concat cache", "HF cached", *FEWER_BYTES)
+                    ],
+                ]
+            )
+            print(
+                "limit: "
+                + ", ".join(f"{k[7:]} {1 / med[k]:.1f} tok/s ({per_token / med[k] / 1e9:.1f} GB/s)" for k in limits)
+            )
+    print(
+        f"tokens/s (new tokens / whole call, prefill included; median of {repeats} interleaved runs; last column: "
+        "the weights-only limit, one weight-sized fp32 matrix-vector product per token):"
+    )
     print_table(["new", *VARIANTS, "limit"], speed_rows)
-    print("ratios (same run); the copy roofline (copy bandwidth / bytes per token) and the matrix-vector limit; "
-          "each variant's tok/s as a share of that limit:")
-    print_table(["new", "static/no cache", "static/HF", "(CPU time)", "concat/HF", "layout gain", "MB/token",
-                 "copy roof", "limit tok/s", "static % limit", "concat % limit", "HF % limit",
-                 *[f"{k} % limit" for k in FEWER_BYTES]], ratio_rows)
+    print(
+        "ratios (same run); the copy roofline (copy bandwidth / bytes per token) and the matrix-vector limit; "
+        "each variant's tok/s as a share of that limit:"
+    )
+    print_table(
+        [
+            "new",
+            "static/no cache",
+            "static/HF",
+            "(CPU time)",
+            "concat/HF",
+            "layout gain",
+            "MB/token",
+            "copy roof",
+            "limit tok/s",
+            "static % limit",
+            "concat % limit",
+            "HF % limit",
+            *[f"{k} % limit" for k in FEWER_BYTES],
+        ],
+        ratio_rows,
+    )
     if profile and device.type == "cpu":
         decode_profile(model, prompt, MatvecWeights(model))
     return ratio_rows
@@ -269,21 +348,33 @@ def main() -> None:
     device = default_device()
     bw = copy_bandwidth(device)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"torch {torch.__version__}, threads={torch.get_num_threads()}, device={device}, "
-          f"copy bandwidth {bw / 1e9:.1f} GB/s, load average {load:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"torch {torch.__version__}, threads={torch.get_num_threads()}, device={device}, "
+        f"copy bandwidth {bw / 1e9:.1f} GB/s, load average {load:.1f} on {os.cpu_count()} CPUs"
+    )
     if device.type == "cpu" and torch.get_num_threads() > 1 and load > (os.cpu_count() or 1):
-        print("note: the CPUs are oversubscribed; multi-threaded kernels then stall waiting for each other "
-              "(seen here: 10x slower decoding with 2 threads). Compare with --threads 1.")
+        print(
+            "note: the CPUs are oversubscribed; multi-threaded kernels then stall waiting for each other "
+            "(seen here: 10x slower decoding with 2 threads). Compare with --threads 1."
+        )
     repeats = 3 if args.quick else args.repeats
     for key, shape in SHAPES.items():
         if args.shape not in ("all", key):
             continue
         lengths = shape.quick_lengths if args.quick else shape.lengths
-        bench_shape(shape, [n for n in lengths if shape.prompt + n <= shape.cfg.block_size], device, repeats, bw,
-                    profile=args.profile and key == "gpt2-small")
-    print("\nTargets: static >= 10x no cache at 256 new tokens; at GPT-2 small (prompt 4, 200 new tokens) static "
-          ">= 85% of the weights-only limit and >= 1.2x HF cached, and a fewer-bytes path (bf16 or int8) above "
-          "100% of the fp32 limit.")
+        bench_shape(
+            shape,
+            [n for n in lengths if shape.prompt + n <= shape.cfg.block_size],
+            device,
+            repeats,
+            bw,
+            profile=args.profile and key == "gpt2-small",
+        )
+    print(
+        "\nTargets: static >= 10x no cache at 256 new tokens; at GPT-2 small (prompt 4, 200 new tokens) static "
+        ">= 85% of the weights-only limit and >= 1.2x HF cached, and a fewer-bytes path (bf16 or int8) above "
+        "100% of the fp32 limit."
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 environment; without it, a run outside CI would be in report mode, where a false claim shows a box and the
 notebook passes. ``make test`` sets the same explicitly; an explicit ``BOOK_CLAIMS`` wins.
 """
+
 import os
 
 os.environ.setdefault("BOOK_CLAIMS", "strict")

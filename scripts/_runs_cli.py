@@ -3,6 +3,7 @@
 Each ``scripts/train_<experiment>.py`` passes its experiment module (which has ``train_runs``, ``save_runs`` and
 ``CHECKPOINT``) and a function that prints what was trained.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -10,8 +11,9 @@ from types import ModuleType
 from typing import Callable
 
 
-def train_and_save(experiment: ModuleType, description: str, argv, report: Callable[[dict], str],
-                   progress: bool = True) -> dict:
+def train_and_save(
+    experiment: ModuleType, description: str, argv, report: Callable[[dict], str], progress: bool = True
+) -> dict:
     """Parse ``--device``/``--no-save`` (and ``--no-progress`` when the runs draw bars), train, print ``report``,
     and save to ``experiment.CHECKPOINT`` unless told not to; returns the runs."""
     parser = argparse.ArgumentParser(description=description)

@@ -23,6 +23,7 @@ character runs and the first three BPE 1024 runs predate ``LayerNorm``'s fused k
 All of these used 100 warm-up steps (``--warmup``); the book's recipe later gained about 0.013 from 300, measured at
 its fixed step count (the table beside ``GPT_TRAIN`` in ``transformer_lib/book_models.py``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,13 @@ import sys
 import torch
 
 from transformer_lib.book_models import nats_per_char
-from transformer_lib.corpus import TextCorpus, get_batch, shakespeare_corpus, shakespeare_split, shakespeare_token_corpus
+from transformer_lib.corpus import (
+    TextCorpus,
+    get_batch,
+    shakespeare_corpus,
+    shakespeare_split,
+    shakespeare_token_corpus,
+)
 from transformer_lib.losses import gpt_loss
 from transformer_lib.models import GPT, GPTConfig
 from transformer_lib.tokenization import BPETokenizer
@@ -49,8 +56,8 @@ def corpus_for(bpe_vocab: int | None) -> TextCorpus:
 def all_windows(ids: torch.Tensor, block_size: int, batch: int = 64) -> list:
     """Every non-overlapping window of ``ids: (N,)`` as ``(x, y)`` batches of up to ``(batch, block_size)``."""
     n = (ids.numel() - 1) // block_size * block_size
-    x, y = ids[:n].view(-1, block_size), ids[1: n + 1].view(-1, block_size)  # (W, T) each
-    return [(x[i: i + batch], y[i: i + batch]) for i in range(0, x.shape[0], batch)]
+    x, y = ids[:n].view(-1, block_size), ids[1 : n + 1].view(-1, block_size)  # (W, T) each
+    return [(x[i : i + batch], y[i : i + batch]) for i in range(0, x.shape[0], batch)]
 
 
 def main(argv=None) -> dict:
@@ -74,20 +81,51 @@ def main(argv=None) -> dict:
     corpus = corpus_for(args.bpe)
     train_ids, val_ids, vocab = corpus.train, corpus.val, corpus.tokenizer.vocab_size
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=vocab, block_size=args.block, n_layers=args.layers, n_heads=args.heads,
-                          d_model=args.d_model, dropout=0.0, positional=args.positional, bias=not args.no_bias))
-    cfg = TrainConfig(steps=10**6, lr=args.lr, warmup_steps=args.warmup, min_lr_ratio=args.min_lr_ratio,
-                      weight_decay=args.weight_decay, max_seconds=args.seconds, eval_every=10**9, progress=False)
+    model = GPT(
+        GPTConfig(
+            vocab_size=vocab,
+            block_size=args.block,
+            n_layers=args.layers,
+            n_heads=args.heads,
+            d_model=args.d_model,
+            dropout=0.0,
+            positional=args.positional,
+            bias=not args.no_bias,
+        )
+    )
+    cfg = TrainConfig(
+        steps=10**6,
+        lr=args.lr,
+        warmup_steps=args.warmup,
+        min_lr_ratio=args.min_lr_ratio,
+        weight_decay=args.weight_decay,
+        max_seconds=args.seconds,
+        eval_every=10**9,
+        progress=False,
+    )
     gen = torch.Generator().manual_seed(0)
     hist = train(model, lambda step: get_batch(train_ids, args.block, args.batch, gen), cfg, gpt_loss)
     val = nats_per_char(model, all_windows(val_ids, args.block), corpus.tokenizer.token_lengths)
-    result = {"tokens": f"bpe {args.bpe}" if args.bpe else "chars", "positional": args.positional, "lr": args.lr,
-              "batch": args.batch, "block": args.block, "d_model": args.d_model, "layers": args.layers,
-              "heads": args.heads, "warmup": args.warmup, "min_lr_ratio": args.min_lr_ratio,
-              "weight_decay": args.weight_decay, "bias": not args.no_bias, "threads": args.threads,
-              "params": model.num_params(),
-              "chars_per_token": round(len(shakespeare_split()[1]) / val_ids.numel(), 3), "steps": hist.steps_done,
-              "seconds": round(hist.seconds, 1), "val_nats_per_char": round(val, 4)}
+    result = {
+        "tokens": f"bpe {args.bpe}" if args.bpe else "chars",
+        "positional": args.positional,
+        "lr": args.lr,
+        "batch": args.batch,
+        "block": args.block,
+        "d_model": args.d_model,
+        "layers": args.layers,
+        "heads": args.heads,
+        "warmup": args.warmup,
+        "min_lr_ratio": args.min_lr_ratio,
+        "weight_decay": args.weight_decay,
+        "bias": not args.no_bias,
+        "threads": args.threads,
+        "params": model.num_params(),
+        "chars_per_token": round(len(shakespeare_split()[1]) / val_ids.numel(), 3),
+        "steps": hist.steps_done,
+        "seconds": round(hist.seconds, 1),
+        "val_nats_per_char": round(val, 4),
+    }
     print(json.dumps(result))
     return result
 

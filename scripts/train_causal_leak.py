@@ -7,6 +7,7 @@ The settings are ``experiments.causal_leak.CausalConfig()``: two runs of about 2
 the page's former cost, so the page loads them and measures their losses and samples again.
 ``tests/test_experiments.py``'s slow test retrains them and checks the chapter's claims on the retrained models.
 """
+
 from __future__ import annotations
 
 import sys

@@ -7,6 +7,7 @@ sinusoidal model with the table at full size: about 80 s of CPU time on one thre
 loads the models and measures them again. ``tests/test_extrapolation.py``'s slow test retrains them and checks
 the chapter's claims on the retrained models.
 """
+
 from __future__ import annotations
 
 import sys

@@ -8,6 +8,7 @@ The settings are ``experiments.fine_tuning.RunsConfig()``: several CPU-minutes, 
 page loads the record and seed 0's heads and adapters and measures them again. ``tests/test_fine_tuning.py``'s slow
 test retrains seed 0 and checks it against the record.
 """
+
 from __future__ import annotations
 
 import sys

@@ -7,6 +7,7 @@
 The recipe (model, schedule, step count, validation batches) lives in ``transformer_lib.book_models``; the slow test
 ``tests/test_trained.py::test_gpt_recipe_reproduces_the_checkpoint`` reruns it and compares the validation loss.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +30,13 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tok, hist, record = train_shakespeare_gpt(args.steps, seed=args.seed, device=args.device,
-                                                     progress=not args.no_progress, warmup_steps=args.warmup)
-    print(f"{hist.steps_done} steps in {hist.seconds:.1f} s ({hist.steps_done / hist.seconds:.2f} steps/s, "
-          f"{torch.get_num_threads()} threads); validation loss {record['val_loss']:.4f} nats/char")
+    model, tok, hist, record = train_shakespeare_gpt(
+        args.steps, seed=args.seed, device=args.device, progress=not args.no_progress, warmup_steps=args.warmup
+    )
+    print(
+        f"{hist.steps_done} steps in {hist.seconds:.1f} s ({hist.steps_done / hist.seconds:.2f} steps/s, "
+        f"{torch.get_num_threads()} threads); validation loss {record['val_loss']:.4f} nats/char"
+    )
     if not args.no_save:
         save_trained("shakespeare_gpt", model, {"": tok}, record)
         print(f"saved to {CHECKPOINT_DIR}")

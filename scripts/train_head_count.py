@@ -7,6 +7,7 @@ The settings are ``experiments.head_count.HeadCountConfig()``: nine models of ab
 the page's former cost, so the page loads them and measures their accuracy again on a fresh batch.
 ``tests/test_head_count.py``'s slow test retrains them and checks the chapter's claims on the retrained models.
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,10 @@ from transformer_lib.experiments import head_count
 
 def report(trained: dict) -> str:
     lines = [f"{sum(len(v) for v in trained['runs'].values())} models trained in {trained['seconds']:.1f} s"]
-    lines += [f"{h} head(s): accuracy per seed {[round(r['accuracy'], 3) for r in results]}"
-              for h, results in trained["runs"].items()]
+    lines += [
+        f"{h} head(s): accuracy per seed {[round(r['accuracy'], 3) for r in results]}"
+        for h, results in trained["runs"].items()
+    ]
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@
 The recipe lives in ``transformer_lib.experiments.moe_vs_dense``; the slow test
 ``tests/test_moe_vs_dense.py::test_recipe_reproduces_the_record`` reruns seed 0 and compares.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -8,6 +8,7 @@ than the page can spend. The page reads the record (every step's loss, the valid
 measurements at initialisation run in the page. ``tests/test_norm_placement.py``'s slow test retrains the runs and
 checks the chapter's claims on them.
 """
+
 from __future__ import annotations
 
 import argparse

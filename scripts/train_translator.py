@@ -6,6 +6,7 @@
 The recipe lives in ``transformer_lib.book_models``; accuracy is exact match on 1000 held-out pairs whose days never
 occur in training.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,14 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, src_tok, tgt_tok, hist, record = train_date_translator(args.steps, seed=args.seed, device=args.device,
-                                                                  progress=not args.no_progress)
-    print(f"{hist.steps_done} steps in {hist.seconds:.1f} s ({hist.steps_done / hist.seconds:.2f} steps/s, "
-          f"{torch.get_num_threads()} threads); held-out exact match: greedy {record['exact_match_greedy']:.3f}, "
-          f"beam 4 {record['exact_match_beam4']:.3f}")
+    model, src_tok, tgt_tok, hist, record = train_date_translator(
+        args.steps, seed=args.seed, device=args.device, progress=not args.no_progress
+    )
+    print(
+        f"{hist.steps_done} steps in {hist.seconds:.1f} s ({hist.steps_done / hist.seconds:.2f} steps/s, "
+        f"{torch.get_num_threads()} threads); held-out exact match: greedy {record['exact_match_greedy']:.3f}, "
+        f"beam 4 {record['exact_match_beam4']:.3f}"
+    )
     if not args.no_save:
         save_trained("date_translator", model, {"source_": src_tok, "target_": tgt_tok}, record)
         print(f"saved to {CHECKPOINT_DIR}")

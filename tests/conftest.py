@@ -12,6 +12,7 @@
   every notebook's units and absolute times are printed at the end of the session, and one over the budget fails
   the session (exit status 1) with a line naming it.
 """
+
 import os
 from pathlib import Path
 

@@ -5,6 +5,7 @@ in JupyterLab). ``find_browser`` looks, in order, at the ``CHROME`` environment 
 ``chromium``, ``chromium-browser``, ``google-chrome``, ``google-chrome-stable`` on ``PATH``, and the macOS
 applications. Never a downloaded browser build.
 """
+
 from __future__ import annotations
 
 import base64
@@ -21,13 +22,25 @@ from pathlib import Path
 import pytest
 
 BROWSER_COMMANDS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-MACOS_APPS = ("/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
-              "/Applications/Chromium.app/Contents/MacOS/Chromium")
-BROWSER_HELP = ("install Chromium or Google Chrome (Debian/Ubuntu: apt-get install chromium; macOS: the Chrome app), "
-                "or set CHROME=/path/to/chrome, to run the browser tests")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1280,1600"]
+MACOS_APPS = (
+    "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+    "/Applications/Chromium.app/Contents/MacOS/Chromium",
+)
+BROWSER_HELP = (
+    "install Chromium or Google Chrome (Debian/Ubuntu: apt-get install chromium; macOS: the Chrome app), "
+    "or set CHROME=/path/to/chrome, to run the browser tests"
+)
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,1600",
+]
 PAGE_TIMEOUT_S = 60
 
 
@@ -50,9 +63,17 @@ class Chromium:
     def __init__(self, executable: Path, profile: Path):
         import websocket  # websocket-client
 
-        self.proc = subprocess.Popen([str(executable), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                                      "--remote-debugging-port=0", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                str(executable),
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                "--remote-debugging-port=0",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30
         while not (port_file.exists() and port_file.read_text().strip()):
@@ -83,8 +104,7 @@ class Chromium:
             self.events.append(msg)
 
     def js(self, expression: str, await_promise: bool = False):
-        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True,
-                           awaitPromise=await_promise)
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=await_promise)
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression[:80]}...: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -100,8 +120,14 @@ class Chromium:
 
     def key(self, key: str, code: int) -> None:
         for kind in ("rawKeyDown", "keyUp"):
-            self.send("Input.dispatchKeyEvent", type=kind, key=key, code=key,
-                      windowsVirtualKeyCode=code, nativeVirtualKeyCode=code)
+            self.send(
+                "Input.dispatchKeyEvent",
+                type=kind,
+                key=key,
+                code=key,
+                windowsVirtualKeyCode=code,
+                nativeVirtualKeyCode=code,
+            )
 
     def screenshot(self, path: Path) -> None:
         path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"]))

@@ -16,6 +16,7 @@ grows its units three times.
 ``SLOW_S_PER_UNIT`` (seconds there per unit) was fitted on notebooks whose nbval times there are known (see its
 comment). Where ``getrusage`` is missing (Windows), both are measured in wall-clock seconds instead.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -65,8 +66,9 @@ def calibration_work() -> None:
         model(torch.randint(0, 96, (16, 64), generator=gen))
 
 
-def time_calibration(work: Callable[[], None] = calibration_work, clock: Callable[[], float] = time.process_time,
-                     repeats: int = 5) -> float:
+def time_calibration(
+    work: Callable[[], None] = calibration_work, clock: Callable[[], float] = time.process_time, repeats: int = 5
+) -> float:
     """Seconds of ``clock`` that one ``work()`` takes: the median of ``repeats`` runs after one warm-up run."""
     work()
     times = []
@@ -96,8 +98,13 @@ class NotebookBudget:
 
     ``calibrate`` and ``cpu_clock`` are injectable so that a test can drive it with fake clocks."""
 
-    def __init__(self, budget_units: float = BUDGET_UNITS, slow_s_per_unit: float = SLOW_S_PER_UNIT,
-                 calibrate: Callable[[], float] | None = None, cpu_clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        budget_units: float = BUDGET_UNITS,
+        slow_s_per_unit: float = SLOW_S_PER_UNIT,
+        calibrate: Callable[[], float] | None = None,
+        cpu_clock: Callable[[], float] | None = None,
+    ):
         self.budget_units = budget_units
         self.slow_s_per_unit = slow_s_per_unit
         self.clock_name = "CPU" if resource is not None else "wall-clock"
@@ -160,9 +167,11 @@ class NotebookBudget:
         if not self.wall_s:
             return
         write = terminalreporter.write_line
-        terminalreporter.section(f"notebook budgets ({self.clock_name} time in calibrations; budget "
-                                 f"{self.budget_units:.0f} each, about {self.budget_units * self.slow_s_per_unit:.0f}"
-                                 " s on the slower machine)")
+        terminalreporter.section(
+            f"notebook budgets ({self.clock_name} time in calibrations; budget "
+            f"{self.budget_units:.0f} each, about {self.budget_units * self.slow_s_per_unit:.0f}"
+            " s on the slower machine)"
+        )
         write(f"{'units':>7} {self.clock_name + ' s':>7} {'wall s':>7} {'calib. ms':>9} {'~slower s':>9}  notebook")
         units = self.units()
         for nb in sorted(self.wall_s):
@@ -173,9 +182,15 @@ class NotebookBudget:
             calib_text = f"{calib * 1e3:9.1f}" if calib is not None else f"{'-':>9}"
             write(f"{u_text} {self.cpu_s.get(nb, 0.0):7.1f} {self.wall_s[nb]:7.1f} {calib_text} {slow}  {nb}")
         if units:
-            write(f"{sum(units.values()):7.1f} {sum(self.cpu_s.values()):7.1f} {sum(self.wall_s.values()):7.1f} "
-                  f"{'':9} {sum(units.values()) * self.slow_s_per_unit:9.0f}  all notebooks (serial sum)")
+            write(
+                f"{sum(units.values()):7.1f} {sum(self.cpu_s.values()):7.1f} {sum(self.wall_s.values()):7.1f} "
+                f"{'':9} {sum(units.values()) * self.slow_s_per_unit:9.0f}  all notebooks (serial sum)"
+            )
         for nb, u in sorted(self.over_budget().items()):
-            write(f"FAILED: {nb} took {u:.1f} calibrations ({self.cpu_s[nb]:.1f} s of {self.clock_name} time, "
-                  f"{self.wall_s[nb]:.1f} s wall), over the budget of {self.budget_units:.0f} per notebook "
-                  "(house rule 8)", red=True, bold=True)
+            write(
+                f"FAILED: {nb} took {u:.1f} calibrations ({self.cpu_s[nb]:.1f} s of {self.clock_name} time, "
+                f"{self.wall_s[nb]:.1f} s wall), over the budget of {self.budget_units:.0f} per notebook "
+                "(house rule 8)",
+                red=True,
+                bold=True,
+            )

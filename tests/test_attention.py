@@ -1,5 +1,6 @@
 """Scaled dot-product attention: the teaching path (explicit softmax) and the fast path both equal PyTorch's
 ``F.scaled_dot_product_attention``; temperature behaves as the closed forms say; weights are distributions."""
+
 import math
 
 import pytest
@@ -60,10 +61,12 @@ def test_teaching_path_matches_torch_sdpa_fp32(name, mask):
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     out, weights = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
-    additive = None if mask is None else (
-        torch.zeros(mask.shape).masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else mask)
-    torch.testing.assert_close(weights.double(), reference_weights(q, k, 1 / math.sqrt(D), additive),
-                               atol=1e-6, rtol=0)
+    additive = (
+        None
+        if mask is None
+        else (torch.zeros(mask.shape).masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else mask)
+    )
+    torch.testing.assert_close(weights.double(), reference_weights(q, k, 1 / math.sqrt(D), additive), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("name,mask", MASKS, ids=[m[0] for m in MASKS])
@@ -78,8 +81,7 @@ def test_fast_path_matches_torch_sdpa_fp32(name, mask):
 def test_causal_square_matches_torch_is_causal(need_weights, temperature):
     q, k, v = make_qkv(tq=6, tk=6)
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / (math.sqrt(D) * temperature))
-    out = scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights,
-                                       temperature=temperature)
+    out = scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights, temperature=temperature)
     out = out[0] if need_weights else out
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
 
@@ -108,10 +110,11 @@ def test_causal_with_cache_is_aligned_to_the_end_of_the_keys(tq, padded, need_we
 def test_both_paths_match_torch_sdpa_low_precision(dtype, name, mask):
     q, k, v = make_qkv(dtype=dtype)
     ref_mask = mask if mask is None or mask.dtype == torch.bool else mask.to(dtype)
-    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
-                                              attn_mask=None if mask is None else mask)
-    for out in (scaled_dot_product_attention(q, k, v, ref_mask, need_weights=True)[0],
-                scaled_dot_product_attention(q, k, v, ref_mask)):
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=None if mask is None else mask)
+    for out in (
+        scaled_dot_product_attention(q, k, v, ref_mask, need_weights=True)[0],
+        scaled_dot_product_attention(q, k, v, ref_mask),
+    ):
         assert out.dtype == dtype
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out.float(), expected, atol=3e-2, rtol=3e-2)
@@ -164,8 +167,12 @@ def test_temperature_to_infinity_tends_to_uniform_closed_form():
 
 @settings(max_examples=30, deadline=None)
 @given(
-    tq=st.integers(1, 6), tk=st.integers(1, 6), d=st.integers(1, 9),
-    temperature=st.floats(0.05, 20.0), masked=st.booleans(), seed=st.integers(0, 2**16),
+    tq=st.integers(1, 6),
+    tk=st.integers(1, 6),
+    d=st.integers(1, 9),
+    temperature=st.floats(0.05, 20.0),
+    masked=st.booleans(),
+    seed=st.integers(0, 2**16),
 )
 def test_attention_rows_sum_to_one(tq, tk, d, temperature, masked, seed):
     g = torch.Generator().manual_seed(seed)
@@ -210,8 +217,7 @@ def test_fully_masked_rows_give_zeros_not_nan(dtype, kind, temperature, need_wei
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_fully_masked_rows_have_finite_gradients(need_weights):
     q, k, v = (t.requires_grad_() for t in make_qkv())
-    result = scaled_dot_product_attention(q, k, v, fully_masked_bool(), temperature=0.5,
-                                          need_weights=need_weights)
+    result = scaled_dot_product_attention(q, k, v, fully_masked_bool(), temperature=0.5, need_weights=need_weights)
     (result[0] if need_weights else result).sum().backward()
     for t in (q, k, v):
         assert torch.isfinite(t.grad).all()
@@ -227,12 +233,15 @@ def test_non_positive_temperature_is_rejected():
             softmax_with_temperature(torch.zeros(3), t)
 
 
-@pytest.mark.parametrize("shapes,pattern", [
-    (((2, 5, 8), (2, 7, 6), (2, 7, 8)), r"q and k must share the last dimension D.*q\(2, 5, 8\).*k\(2, 7, 6\)"),
-    (((2, 5, 8), (2, 7, 8), (2, 6, 8)), r"k and v must share the key length Tk.*k\(2, 7, 8\).*v\(2, 6, 8\)"),
-    (((2, 5, 8), (7, 8), (7, 8)), r"same number of dimensions.*q\(2, 5, 8\).*k\(7, 8\)"),
-    (((2, 5, 8), (3, 7, 8), (3, 7, 8)), r"q\(2, 5, 8\).*k\(3, 7, 8\)"),
-])
+@pytest.mark.parametrize(
+    "shapes,pattern",
+    [
+        (((2, 5, 8), (2, 7, 6), (2, 7, 8)), r"q and k must share the last dimension D.*q\(2, 5, 8\).*k\(2, 7, 6\)"),
+        (((2, 5, 8), (2, 7, 8), (2, 6, 8)), r"k and v must share the key length Tk.*k\(2, 7, 8\).*v\(2, 6, 8\)"),
+        (((2, 5, 8), (7, 8), (7, 8)), r"same number of dimensions.*q\(2, 5, 8\).*k\(7, 8\)"),
+        (((2, 5, 8), (3, 7, 8), (3, 7, 8)), r"q\(2, 5, 8\).*k\(3, 7, 8\)"),
+    ],
+)
 def test_mismatched_qkv_shapes_are_rejected(shapes, pattern):
     q, k, v = (torch.randn(s) for s in shapes)
     for need_weights in (True, False):

@@ -1,5 +1,6 @@
 """Chapter 07's batching experiment: left padding, and the FLOPs/bytes closed form of one decoding step checked
 against PyTorch's FLOP counter and the model's own parameter tensors. No timing is asserted (benchmarks/ does that)."""
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -31,7 +32,7 @@ def test_decode_step_cost_counts_what_the_flop_counter_counts(n_kv_heads):
     with FlopCounterMode(display=False) as counter:  # the teaching path: attention as explicit matmuls
         model(token, cache=cache, need_weights=True)
     assert counter.get_total_flops() == cost["flops"]
-    assert cost["kv_bytes"] == sum(t[:, :, :past + 1].numel() * 4 for t in cache.keys + cache.values)
+    assert cost["kv_bytes"] == sum(t[:, :, : past + 1].numel() * 4 for t in cache.keys + cache.values)
     assert cost["intensity"] == cost["flops"] / (cost["weight_bytes"] + cost["kv_bytes"])
 
 
@@ -58,4 +59,4 @@ def test_left_padded_batch_decodes_each_prompt_as_alone():
     ids, mask = left_pad(prompts)
     out = generate(model, ids, 6, attention_mask=mask)
     for row, p in enumerate(prompts):
-        assert torch.equal(out[row, ids.shape[1]:], generate(model, p[None], 6, use_cache=False)[0, len(p):])
+        assert torch.equal(out[row, ids.shape[1] :], generate(model, p[None], 6, use_cache=False)[0, len(p) :])

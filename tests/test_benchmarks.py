@@ -3,6 +3,7 @@
 Speed is not asserted here (house rule 7: benchmarks measure it, tests do not); these tests catch a benchmark broken
 by a library change, and check that its output holds the tables and the ratios it promises.
 """
+
 import re
 import subprocess
 import sys
@@ -15,8 +16,13 @@ RATIO = re.compile(r"\d+\.\d\dx")  # "1.23x": a ratio against the baseline of th
 
 
 def run_benchmark(*args: str) -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / args[0]), *args[1:]], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / args[0]), *args[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     return proc.stdout

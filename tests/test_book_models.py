@@ -1,4 +1,5 @@
 """The committed checkpoints: they load, they are as good as their json says, and the recipes reproduce them."""
+
 import datetime as dt
 import json
 import math
@@ -14,10 +15,22 @@ from transformer_lib.corpus import get_batch, shakespeare_corpus, shakespeare_sp
 from transformer_lib.dates import date_test_set
 from transformer_lib.tokenization import BPETokenizer
 from transformer_lib.models import GPT, GPTConfig
-from transformer_lib.book_models import (CHECKPOINT_DIR, GPT_STEPS, GPT_VOCAB, NAMES, checkpoint_info, date_accuracy,
-                                         load_date_translator, load_shakespeare_gpt, nats_per_char, shakespeare_gpt_ids,
-                                         shakespeare_val_batches, shakespeare_val_loss, train_date_translator,
-                                         train_shakespeare_gpt)
+from transformer_lib.book_models import (
+    CHECKPOINT_DIR,
+    GPT_STEPS,
+    GPT_VOCAB,
+    NAMES,
+    checkpoint_info,
+    date_accuracy,
+    load_date_translator,
+    load_shakespeare_gpt,
+    nats_per_char,
+    shakespeare_gpt_ids,
+    shakespeare_val_batches,
+    shakespeare_val_loss,
+    train_date_translator,
+    train_shakespeare_gpt,
+)
 from transformer_lib.seq2seq import translate
 
 
@@ -25,7 +38,7 @@ from transformer_lib.seq2seq import translate
 def test_checkpoint_files_are_small_safetensors_with_a_record(name):
     path = CHECKPOINT_DIR / f"{name}.safetensors"
     raw = path.read_bytes()
-    header = json.loads(raw[8: 8 + struct.unpack("<Q", raw[:8])[0]])  # safetensors layout: no pickle anywhere
+    header = json.loads(raw[8 : 8 + struct.unpack("<Q", raw[:8])[0]])  # safetensors layout: no pickle anywhere
     assert all(v["dtype"] == "F32" for k, v in header.items() if k != "__metadata__")
     assert path.stat().st_size < 5_000_000
     info = checkpoint_info(name)
@@ -83,9 +96,11 @@ def test_shakespeare_gpt_beats_a_counted_bigram_model(gpt_val_loss):
     must do much better."""
     corpus = shakespeare_corpus()
     V = corpus.tokenizer.vocab_size
-    counts = torch.ones(V, V, dtype=torch.float64).index_put_((corpus.train[:-1], corpus.train[1:]),
-                                                              torch.ones(corpus.train.numel() - 1,
-                                                                         dtype=torch.float64), accumulate=True)
+    counts = torch.ones(V, V, dtype=torch.float64).index_put_(
+        (corpus.train[:-1], corpus.train[1:]),
+        torch.ones(corpus.train.numel() - 1, dtype=torch.float64),
+        accumulate=True,
+    )
     logp = (counts / counts.sum(1, keepdim=True)).log()
     bigram = -float(logp[corpus.val[:-1], corpus.val[1:]].mean())
     assert 2.0 < bigram < 3.0
@@ -143,8 +158,9 @@ def test_gpt_recipe_reproduces_the_checkpoint():
     """Retrains the GPT from scratch (about 2-3 minutes on two CPU cores) and compares the validation loss."""
     info = checkpoint_info("shakespeare_gpt")
     start = time.perf_counter()
-    model, _, hist, record = train_shakespeare_gpt(GPT_STEPS, seed=info["train_config"]["seed"], device="cpu",
-                                                   progress=False)
+    model, _, hist, record = train_shakespeare_gpt(
+        GPT_STEPS, seed=info["train_config"]["seed"], device="cpu", progress=False
+    )
     print(f"GPT recipe: {hist.steps_done} steps in {time.perf_counter() - start:.0f} s")
     assert hist.steps_done == info["steps_done"]
     assert record["val_loss"] == pytest.approx(info["val_loss"], abs=0.02)
@@ -153,7 +169,8 @@ def test_gpt_recipe_reproduces_the_checkpoint():
 @pytest.mark.slow
 def test_translator_recipe_reproduces_the_checkpoint():
     info = checkpoint_info("date_translator")
-    _, _, _, hist, record = train_date_translator(info["steps_done"], seed=info["train_config"]["seed"],
-                                                  device="cpu", progress=False)
+    _, _, _, hist, record = train_date_translator(
+        info["steps_done"], seed=info["train_config"]["seed"], device="cpu", progress=False
+    )
     assert record["exact_match_greedy"] >= 0.95
     assert record["exact_match_greedy"] == pytest.approx(info["exact_match_greedy"], abs=0.02)

@@ -1,5 +1,6 @@
 """Chapter figures in viz/ (rnn_plots, positional_plots, tables): labelled axes, captions whose
 numbers follow from closed forms."""
+
 import math
 
 import matplotlib
@@ -61,7 +62,7 @@ def test_markdown_table_has_a_header_a_rule_and_one_line_per_row():
 def test_batching_roofline_draws_the_measured_and_bytes_bound_lines_and_the_balance_point():
     from transformer_lib.viz.serving_plots import plot_batching_roofline
 
-    rows = [{"batch": b, "tok_per_s": 10.0 * b ** 0.5, "intensity": 0.5 * b} for b in (1, 2, 4, 8)]
+    rows = [{"batch": b, "tok_per_s": 10.0 * b**0.5, "intensity": 0.5 * b} for b in (1, 2, 4, 8)]
     fig = plot_batching_roofline(rows, balance=3.0)
     ax1, ax2 = fig.axes
     assert _labelled(fig) and ax1.get_title() and ax2.get_title()
@@ -80,9 +81,10 @@ def test_batching_roofline_draws_the_measured_and_bytes_bound_lines_and_the_bala
 def test_rnn_vs_attention_with_rounds_draws_whiskers_and_quotes_the_range():
     rounds = {key: [[t * 0.9, t, t * 1.2] for t in ts] for key, ts in TIMES.items()}
     fig, caption = draw_rnn_vs_attention(16, LENGTHS, TIMES, rounds=rounds)
-    t = TIMES['RNN (Python loop)', 'cpu'][1] * 1e3
+    t = TIMES["RNN (Python loop)", "cpu"][1] * 1e3
     assert f"{t:.2f} ms ({0.9 * t:.2f}-{1.2 * t:.2f})" in caption and "fastest-slowest of 3 rounds" in caption
     from matplotlib.container import BarContainer
+
     (bars,) = [c for c in fig.axes[2].containers if isinstance(c, BarContainer)]
     segments = bars.errorbar.lines[2][0].get_segments()  # one whisker per bar: [(low, y), (high, y)] in ms
     assert [s[0][0] for s in segments] == pytest.approx([0.9 * ts[1] * 1e3 for ts in TIMES.values()])

@@ -1,4 +1,5 @@
 """Checkpoint files: safetensors round trip with tied weights, strict loading, atomic writes, permissions."""
+
 import json
 import os
 import struct
@@ -19,7 +20,7 @@ def _tiny_gpt(seed=0, vocab=20):
 def _header(path):
     raw = open(path, "rb").read()
     n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8: 8 + n])
+    return json.loads(raw[8 : 8 + n])
 
 
 def test_save_load_round_trip_is_exact_and_reties_the_gpt_head(tmp_path):
@@ -51,6 +52,7 @@ def test_save_is_atomic_on_error(tmp_path, monkeypatch):
 
     def boom(fd):
         raise OSError("disk full")
+
     monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(OSError, match="disk full"):
         save_weights(_tiny_gpt(seed=5), path)
@@ -85,6 +87,7 @@ def test_new_files_follow_the_umask_with_and_without_proc(tmp_path, monkeypatch,
             if str(self).startswith("/proc"):
                 raise OSError("no /proc here")
             return real(self, *args, **kwargs)
+
         monkeypatch.setattr(Path, "read_text", no_proc)
     old = os.umask(0o027)
     try:

@@ -1,5 +1,6 @@
 """The library's one argument checker (``transformer_lib/checks.py``): what it accepts, what it refuses, and that the
 message names the argument, the expectation and the value received (house rule 6)."""
+
 import math
 
 import numpy as np
@@ -17,16 +18,33 @@ def test_check_int_accepts_python_and_numpy_integers_and_returns_an_int(value):
     assert out == value and type(out) is int
 
 
-@pytest.mark.parametrize("value, kind", [(True, "bool"), (False, "bool"), (2.0, "float"), ("3", "str"),
-                                         (None, "NoneType"), (torch.tensor(3), "Tensor"), ([1], "list")])
+@pytest.mark.parametrize(
+    "value, kind",
+    [
+        (True, "bool"),
+        (False, "bool"),
+        (2.0, "float"),
+        ("3", "str"),
+        (None, "NoneType"),
+        (torch.tensor(3), "Tensor"),
+        ([1], "list"),
+    ],
+)
 def test_check_int_refuses_other_types_with_a_type_error_naming_the_type(value, kind):
     with pytest.raises(TypeError) as info:
         check_int("n_heads", value, min=1)
     assert str(info.value).startswith(f"n_heads must be an int >= 1, got {kind} ")
 
 
-@pytest.mark.parametrize("value, low, high, expected", [(0, 1, None, "an int >= 1"), (9, 1, 8, "an int in [1, 8]"),
-                                                        (-1, None, 8, "an int"), (11, None, 10, "an int <= 10")])
+@pytest.mark.parametrize(
+    "value, low, high, expected",
+    [
+        (0, 1, None, "an int >= 1"),
+        (9, 1, 8, "an int in [1, 8]"),
+        (-1, None, 8, "an int"),
+        (11, None, 10, "an int <= 10"),
+    ],
+)
 def test_check_int_range_errors_say_the_range_and_the_value(value, low, high, expected):
     if low is None and high == 8:
         assert check_int("k", value, max=high) == -1  # no lower bound: negative is fine
@@ -113,8 +131,11 @@ def test_check_tensor_finite_names_the_count_and_the_first_bad_index():
     x = torch.zeros(3, 4)
     x[1, 2], x[2, 0] = INF, NAN
     assert check_tensor("x", x) is x  # finite is opt-in
-    with pytest.raises(ValueError, match=r"^w must be finite \(no NaN or inf\), got 2 non-finite value\(s\), "
-                                         r"the first inf at index \(1, 2\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^w must be finite \(no NaN or inf\), got 2 non-finite value\(s\), "
+        r"the first inf at index \(1, 2\)$",
+    ):
         check_tensor("w", x, finite=True)
     assert check_tensor("ids", torch.arange(3), finite=True) is not None  # integers are always finite
     for dtype in (torch.float16, torch.bfloat16):

@@ -8,6 +8,7 @@ read) shows the box at the claim, a banner at the top linking to it, the provena
 lines list the claim. A cell that raises anything else fails the build in report mode too, with a banner saying
 which cell failed. The execution cache: a second build executes nothing; a change to the library re-executes.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,14 +35,16 @@ def _strict_unless_a_test_says_otherwise(monkeypatch):
     monkeypatch.setenv("BOOK_CLAIMS", "strict")
 
 
-@pytest.mark.parametrize("condition", [True, np.bool_(True), torch.tensor(True), np.array(True),
-                                       torch.tensor([1.0, 2.0]).lt(3).all(), 2 > 1])
+@pytest.mark.parametrize(
+    "condition", [True, np.bool_(True), torch.tensor(True), np.array(True), torch.tensor([1.0, 2.0]).lt(3).all(), 2 > 1]
+)
 def test_claim_passes_silently_when_the_condition_holds(condition):
     assert claim(condition, "the sentence") is None
 
 
-@pytest.mark.parametrize("condition", [False, np.bool_(False), torch.tensor(False), 1 > 2,
-                                       torch.tensor([1.0, 5.0]).lt(3).all()])
+@pytest.mark.parametrize(
+    "condition", [False, np.bool_(False), torch.tensor(False), 1 > 2, torch.tensor([1.0, 5.0]).lt(3).all()]
+)
 def test_false_claim_raises_with_the_sentence_it_guards(condition, monkeypatch):
     monkeypatch.setenv("BOOK_CLAIMS", "strict")
     with pytest.raises(AssertionError) as err:
@@ -49,12 +52,18 @@ def test_false_claim_raises_with_the_sentence_it_guards(condition, monkeypatch):
     assert str(err.value) == "claim no longer holds: the cached decoder is at least 1.3x faster"
 
 
-@pytest.mark.parametrize("condition, got", [
-    (torch.tensor([True, False]), r"torch.bool tensor of shape \(2,\)"),
-    (torch.tensor(1.0), r"torch.float32 tensor of shape \(\)"),
-    (np.array([True, True]), r"array of dtype bool and shape \(2,\)"),
-    (1.0, "float 1.0"), (1, "int 1"), (None, "NoneType None"), ("yes", "str 'yes'"),
-])
+@pytest.mark.parametrize(
+    "condition, got",
+    [
+        (torch.tensor([True, False]), r"torch.bool tensor of shape \(2,\)"),
+        (torch.tensor(1.0), r"torch.float32 tensor of shape \(\)"),
+        (np.array([True, True]), r"array of dtype bool and shape \(2,\)"),
+        (1.0, "float 1.0"),
+        (1, "int 1"),
+        (None, "NoneType None"),
+        ("yes", "str 'yes'"),
+    ],
+)
 def test_claim_refuses_anything_but_one_truth_value(condition, got):
     # an int or a float would be truthy by accident: 0.3 passes where "ratio > 0.3" was meant
     with pytest.raises(TypeError, match="condition must be a single truth value .*got .*" + got):
@@ -67,8 +76,17 @@ def test_claim_needs_the_sentence_it_guards(sentence):
         claim(True, sentence)
 
 
-@pytest.mark.parametrize("value, expected", [(3, 3), (2.5, 2.5), (np.float32(0.25), 0.25), (np.int64(7), 7),
-                                             (torch.tensor(4.0), 4.0), (torch.tensor([[9]]), 9)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (3, 3),
+        (2.5, 2.5),
+        (np.float32(0.25), 0.25),
+        (np.int64(7), 7),
+        (torch.tensor(4.0), 4.0),
+        (torch.tensor([[9]]), 9),
+    ],
+)
 def test_glue_number_returns_the_number_as_a_python_scalar(value, expected):
     got = glue_number("n", value)
     assert got == expected and type(got) in (int, float)
@@ -87,9 +105,19 @@ def test_glue_outputs_what_myst_nb_glue_outputs(value, display, monkeypatch):
     assert outputs[claims.glue] == outputs[myst_nb.glue]
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), np.float32("nan"), np.float64("inf"),
-                                   torch.tensor(float("nan")), torch.tensor([-float("inf")]),
-                                   torch.tensor(float("inf"), dtype=torch.bfloat16)])
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        np.float32("nan"),
+        np.float64("inf"),
+        torch.tensor(float("nan")),
+        torch.tensor([-float("inf")]),
+        torch.tensor(float("inf"), dtype=torch.bfloat16),
+    ],
+)
 def test_glue_number_refuses_nan_and_infinity_naming_the_key(value, monkeypatch):
     glued = []
     monkeypatch.setattr("transformer_lib.claims.glue", lambda *args, **kwargs: glued.append(args))
@@ -98,12 +126,15 @@ def test_glue_number_refuses_nan_and_infinity_naming_the_key(value, monkeypatch)
     assert glued == []  # nothing reached the prose
 
 
-@pytest.mark.parametrize("name, value, err, match", [
-    ("n", torch.ones(2), ValueError, r"single number, got a tensor of shape \(2,\)"),
-    ("n", "12", TypeError, "value must be a real number, got str"),
-    ("n", True, TypeError, "value must be a real number, got bool"),
-    ("n-2", 1, ValueError, "name must be an identifier"),
-])
+@pytest.mark.parametrize(
+    "name, value, err, match",
+    [
+        ("n", torch.ones(2), ValueError, r"single number, got a tensor of shape \(2,\)"),
+        ("n", "12", TypeError, "value must be a real number, got str"),
+        ("n", True, TypeError, "value must be a real number, got bool"),
+        ("n-2", 1, ValueError, "name must be an identifier"),
+    ],
+)
 def test_glue_number_rejects_what_prose_cannot_show(name, value, err, match):
     with pytest.raises(err, match=match):
         glue_number(name, value)
@@ -111,11 +142,19 @@ def test_glue_number_rejects_what_prose_cannot_show(name, value, err, match):
 
 # ------------------------------------------------------------------------------------- the two modes
 
-@pytest.mark.parametrize("environ, expected", [
-    ({}, "report"), ({"CI": "true"}, "strict"), ({"CI": "false"}, "report"),
-    ({"BOOK_CLAIMS": "strict"}, "strict"), ({"BOOK_CLAIMS": "report", "CI": "true"}, "report"),
-    ({"BOOK_CLAIMS": " Strict "}, "strict"), ({"BOOK_CLAIMS": "", "CI": "true"}, "strict"),
-])
+
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({}, "report"),
+        ({"CI": "true"}, "strict"),
+        ({"CI": "false"}, "report"),
+        ({"BOOK_CLAIMS": "strict"}, "strict"),
+        ({"BOOK_CLAIMS": "report", "CI": "true"}, "report"),
+        ({"BOOK_CLAIMS": " Strict "}, "strict"),
+        ({"BOOK_CLAIMS": "", "CI": "true"}, "strict"),
+    ],
+)
 def test_mode_is_book_claims_else_strict_under_ci_else_report(environ, expected):
     assert claims.mode(environ) == expected
 
@@ -137,8 +176,10 @@ def test_report_mode_shows_the_sentence_and_the_values_glued_since_the_last_chec
     glue_number("steps", 12)
     assert claim(False, "the cache is at least 1.3x faster") is None  # no exception: the notebook runs on
     claim(False, "an explicit check", values={"t_cached": 0.5})
-    assert shown == [("the cache is at least 1.3x faster", {"ratio": 0.93, "steps": 12}),
-                     ("an explicit check", {"t_cached": 0.5})]
+    assert shown == [
+        ("the cache is at least 1.3x faster", {"ratio": 0.93, "steps": 12}),
+        ("an explicit check", {"t_cached": 0.5}),
+    ]
     monkeypatch.setenv("BOOK_CLAIMS", "strict")
     with pytest.raises(AssertionError, match="claim no longer holds: the same sentence, strict"):
         claim(False, "the same sentence, strict")
@@ -178,24 +219,37 @@ FAILURE = "an unexpected failure"
 def _notebook(folder: Path, threshold: int, error: bool = False) -> Path:
     """One chapter: a set-up cell, a measurement (from a small library beside it) glued into a sentence, a hidden
     claim (true iff 7 > threshold), a cell after it, and optionally a visible cell that raises."""
+
     def cell(kind, source, tags=()):
         c = {"cell_type": kind, "metadata": {"tags": list(tags)} if tags else {}, "source": source}
         return c if kind == "markdown" else {**c, "execution_count": None, "outputs": []}
-    cells = [cell("markdown", "# A claim\n"),
-             cell("code", f'SOURCE = "git+{REPO}@main"  # the set-up cell\'s pip source\n', tags=["setup"]),
-             cell("code", "import tinylib\nfrom transformer_lib.claims import claim, glue_number\n"
-                          "count = glue_number('count', tinylib.COUNT)\nprint('count:', count)\n"),
-             cell("markdown", "The count is {glue:text}`count`, so " + SENTENCE + ".\n"),
-             cell("code", f"claim(count > {threshold}, {SENTENCE!r})\n", tags=["remove-cell"]),
-             cell("code", "print('after' + ' the claim')\n")]
+
+    cells = [
+        cell("markdown", "# A claim\n"),
+        cell("code", f'SOURCE = "git+{REPO}@main"  # the set-up cell\'s pip source\n', tags=["setup"]),
+        cell(
+            "code",
+            "import tinylib\nfrom transformer_lib.claims import claim, glue_number\n"
+            "count = glue_number('count', tinylib.COUNT)\nprint('count:', count)\n",
+        ),
+        cell("markdown", "The count is {glue:text}`count`, so " + SENTENCE + ".\n"),
+        cell("code", f"claim(count > {threshold}, {SENTENCE!r})\n", tags=["remove-cell"]),
+        cell("code", "print('after' + ' the claim')\n"),
+    ]
     if error:
         cells.append(cell("code", f"raise ValueError({FAILURE!r})\n"))
     cells.append(cell("markdown", "The end.\n"))
     for i, c in enumerate(cells):
         c["id"] = f"cell-{i}"
-    nb = {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
-          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                       "language_info": {"name": "python"}}}
+    nb = {
+        "cells": cells,
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+    }
     (folder / "tinylib.py").write_text("COUNT = 7\n")
     path = folder / "claim.ipynb"
     path.write_text(json.dumps(nb))
@@ -205,12 +259,20 @@ def _notebook(folder: Path, threshold: int, error: bool = False) -> Path:
 def _book(folder: Path, threshold: int, error: bool = False) -> Path:
     """A one-page book with the project's execution settings and Sphinx extension, in a git repository."""
     project = yaml.safe_load((ROOT / "_config.yml").read_text())
-    config = {"title": "claim test", "only_build_toc_files": True, "execute": project["execute"],
-              "repository": {"url": REPO, "branch": "main", "path_to_book": ""},
-              "launch_buttons": {"colab_url": "https://colab.research.google.com", "thebe": False},
-              "sphinx": {"local_extensions": {"book_fixes": str(ROOT / "tools")},
-                         "config": {"nb_execution_show_tb": project["sphinx"]["config"]["nb_execution_show_tb"],
-                                    "book_cache_inputs": ["tinylib.py"]}}}
+    config = {
+        "title": "claim test",
+        "only_build_toc_files": True,
+        "execute": project["execute"],
+        "repository": {"url": REPO, "branch": "main", "path_to_book": ""},
+        "launch_buttons": {"colab_url": "https://colab.research.google.com", "thebe": False},
+        "sphinx": {
+            "local_extensions": {"book_fixes": str(ROOT / "tools")},
+            "config": {
+                "nb_execution_show_tb": project["sphinx"]["config"]["nb_execution_show_tb"],
+                "book_cache_inputs": ["tinylib.py"],
+            },
+        },
+    }
     (folder / "_config.yml").write_text(yaml.safe_dump(config))
     (folder / "_toc.yml").write_text("format: jb-book\nroot: claim\n")
     _notebook(folder, threshold, error)
@@ -222,13 +284,13 @@ def _book(folder: Path, threshold: int, error: bool = False) -> Path:
 
 
 def _commit(folder: Path) -> str:
-    return subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _run(cmd: list[str], cwd: Path, mode: str = "strict") -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "BOOK_CLAIMS": mode}
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "BOOK_CLAIMS": mode}
     env.pop("CI", None)
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
@@ -258,13 +320,14 @@ def _element(page: str, marker: str) -> str:
         if depth == 0:
             i = start + m.end()
             break
-    return page[start:page.index(">", i) + 1]
+    return page[start : page.index(">", i) + 1]
 
 
 def test_the_book_prints_tracebacks_of_failed_cells():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    assert config["sphinx"]["config"].get("nb_execution_show_tb") is True, \
+    assert config["sphinx"]["config"].get("nb_execution_show_tb") is True, (
         "without nb_execution_show_tb a failed claim's sentence does not reach the build log"
+    )
 
 
 @pytest.mark.slow
@@ -314,7 +377,7 @@ def test_report_mode_shows_the_failed_claim_on_its_page_and_goes_on_and_the_cach
     assert page.index("book-failure-banner") < page.index("The count is")
     assert "after the claim" in _text(page)
     # the build's last lines list it
-    tail = log[log.index("failed checks (1), mode BOOK_CLAIMS=report"):]
+    tail = log[log.index("failed checks (1), mode BOOK_CLAIMS=report") :]
     assert f"claim: a measurement does not support: {SENTENCE}" in tail and "WARNING:" not in tail
     # provenance: date, commit, torch build, CPU capability, threads, device
     line = _text(_element(page, "book-provenance"))
@@ -357,12 +420,14 @@ def test_any_other_exception_fails_the_book_in_report_mode_with_a_banner_naming_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("threshold, holds, mode", [(5, True, "strict"), (9, False, "strict"),
-                                                    (9, False, "report")])
+@pytest.mark.parametrize("threshold, holds, mode", [(5, True, "strict"), (9, False, "strict"), (9, False, "report")])
 def test_a_false_claim_fails_nbval_in_strict_mode_and_prints_its_sentence(tmp_path, threshold, holds, mode):
     nb = _notebook(tmp_path, threshold)
-    done = _run([sys.executable, "-m", "pytest", str(nb), "--nbval-lax", "--nbval-current-env",
-                 "-p", "no:cacheprovider", "-q"], tmp_path, mode)
+    done = _run(
+        [sys.executable, "-m", "pytest", str(nb), "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", "-q"],
+        tmp_path,
+        mode,
+    )
     log = done.stdout + done.stderr
     fails = not holds and mode == "strict"
     assert (done.returncode != 0) == fails, log[-3000:]
@@ -401,5 +466,8 @@ def test_every_claim_verdict_is_logged_when_book_claims_log_is_set(tmp_path, mon
     monkeypatch.setenv("BOOK_CLAIMS", "report")
     claim(False, "three fails, reported")
     rows = [json.loads(line) for line in log.read_text().splitlines()]
-    assert rows == [{"sentence": "one holds", "holds": True}, {"sentence": "two fails", "holds": False},
-                    {"sentence": "three fails, reported", "holds": False}]
+    assert rows == [
+        {"sentence": "one holds", "holds": True},
+        {"sentence": "two fails", "holds": False},
+        {"sentence": "three fails, reported", "holds": False},
+    ]

@@ -5,6 +5,7 @@ reference here is Python itself: each notebook's import statements are executed 
 for its module (``inspect.getmodule``), attributes of imported modules (``tl.GPT``) included. The issue that asked
 for the table also named modules the hand-written table had lost; they are checked by name.
 """
+
 import ast
 import importlib.util
 import inspect
@@ -54,8 +55,13 @@ def _runtime_modules(path: Path) -> set[str]:
     """Run the notebook's ``transformer_lib`` imports and ask each imported object (and each attribute the
     notebook reads from an imported module) which module defines it."""
     nb = nbformat.read(path, as_version=4)
-    source = "\n".join(line for c in nb.cells if c.cell_type == "code" for line in c.source.splitlines()
-                       if not line.lstrip().startswith(("%", "!")))
+    source = "\n".join(
+        line
+        for c in nb.cells
+        if c.cell_type == "code"
+        for line in c.source.splitlines()
+        if not line.lstrip().startswith(("%", "!"))
+    )
     tree = ast.parse(source)
     namespace: dict = {}
     found = set()
@@ -66,8 +72,7 @@ def _runtime_modules(path: Path) -> set[str]:
             except ModuleNotFoundError as err:  # a module that needs an optional package (Triton: chapter 10)
                 if err.name not in OPTIONAL_PACKAGES:
                     raise
-                found |= {f"{node.module}.{a.name}" if isinstance(node, ast.ImportFrom) else a.name
-                          for a in node.names}
+                found |= {f"{node.module}.{a.name}" if isinstance(node, ast.ImportFrom) else a.name for a in node.names}
 
     def add(obj):
         module = obj if isinstance(obj, types.ModuleType) else inspect.getmodule(obj)
@@ -79,8 +84,11 @@ def _runtime_modules(path: Path) -> set[str]:
         if name != "__builtins__" and not isinstance(obj, (int, float, str, tuple, dict, list)):  # data: no module
             add(obj)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-                isinstance(namespace.get(node.value.id), types.ModuleType):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and isinstance(namespace.get(node.value.id), types.ModuleType)
+        ):
             attr = getattr(namespace[node.value.id], node.attr, None)
             if attr is not None and not isinstance(attr, (int, float, str, tuple, dict, list)):
                 add(attr)
@@ -95,11 +103,17 @@ def test_the_map_is_what_python_finds_when_it_runs_the_imports(path):
 def test_the_modules_the_hand_written_table_had_lost_are_listed():
     rows = {line.split("|")[1].strip(): line for line in code_map.readme_table(ROOT).splitlines()[2:]}
     chapter = {re.search(r"\[(\d\d)", k).group(1): row for k, row in rows.items()}
-    for number, module in [("01", "experiments/training_step_cost.py"), ("02", "experiments/score_scale.py"),
-                           ("03", "experiments/head_batching.py"), ("03", "experiments/head_count.py"),
-                           ("05", "experiments/causal_leak.py"), ("05", "experiments/param_shares.py"),
-                           ("08", "experiments/minilm_pruning.py"), ("07", "serving/paged_cache.py"),
-                           ("09", "quant/gptq.py")]:
+    for number, module in [
+        ("01", "experiments/training_step_cost.py"),
+        ("02", "experiments/score_scale.py"),
+        ("03", "experiments/head_batching.py"),
+        ("03", "experiments/head_count.py"),
+        ("05", "experiments/causal_leak.py"),
+        ("05", "experiments/param_shares.py"),
+        ("08", "experiments/minilm_pruning.py"),
+        ("07", "serving/paged_cache.py"),
+        ("09", "quant/gptq.py"),
+    ]:
         assert f"`{module}`" in chapter[number], (number, module)
 
 
@@ -139,6 +153,8 @@ def test_a_backlink_is_added_once_changed_in_place_and_removed(source):
 
 
 def test_the_backlink_follows_the_first_paragraph():
-    assert code_map.with_backlink(MULTI, "Used in chapter 01.") == \
-        '"""Summary line.\n\nUsed in chapter 01.\n\nMore text.\n"""\nimport os\n'
+    assert (
+        code_map.with_backlink(MULTI, "Used in chapter 01.")
+        == '"""Summary line.\n\nUsed in chapter 01.\n\nMore text.\n"""\nimport os\n'
+    )
     assert code_map.backlink(["02", "03", "07"]) == "Used in chapters 02, 03 and 07."

@@ -18,6 +18,7 @@ file adds one folder holding symlinks to ``torch`` and the distributions torch i
 (numpy, matplotlib, ipywidgets, tqdm, safetensors, tokenizers, the data packages) is installed by the
 cell through pip, so a dependency missing from ``pyproject.toml`` makes the test fail.
 """
+
 from __future__ import annotations
 
 import importlib.metadata as metadata
@@ -51,6 +52,7 @@ README = ROOT / "README.md"
 
 # ------------------------------------------------------------------------ (a) cells match config
 
+
 def test_there_are_chapter_notebooks():
     assert len(NOTEBOOKS) >= 10, [p.name for p in NOTEBOOKS]
 
@@ -59,10 +61,12 @@ def test_there_are_chapter_notebooks():
 def test_first_code_cell_is_the_setup_cell_from_config(path):
     nb = nbformat.read(path, as_version=4)
     first_code = next(c for c in nb.cells if c.cell_type == "code")
-    assert sync.TAG in first_code.metadata.get("tags", []), \
+    assert sync.TAG in first_code.metadata.get("tags", []), (
         f"{path.name}: the first code cell is not the set-up cell; run: python tools/sync_setup_cells.py"
-    assert first_code.source == sync.setup_source(ROOT), \
+    )
+    assert first_code.source == sync.setup_source(ROOT), (
         f"{path.name}: set-up cell differs from _config.yml; run: python tools/sync_setup_cells.py"
+    )
     assert sum(sync.TAG in c.metadata.get("tags", []) for c in nb.cells) == 1, f"{path.name}: two set-up cells"
 
 
@@ -100,13 +104,19 @@ def test_launch_buttons_point_at_colab_and_the_repository():
 
 
 def test_setup_cell_does_nothing_where_the_library_is_installed():
-    run = subprocess.run([sys.executable, "-c", sync.setup_source(ROOT)], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, sync.SOURCE_ENV: "/nonexistent/never-installed"})
+    run = subprocess.run(
+        [sys.executable, "-c", sync.setup_source(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, sync.SOURCE_ENV: "/nonexistent/never-installed"},
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout == "", run.stdout
 
 
 # ------------------------------------------- (d) the page installs the commit it was built from
+
 
 def _book_fixes():
     spec = importlib.util.spec_from_file_location("book_fixes", ROOT / "tools" / "book_fixes.py")
@@ -162,6 +172,7 @@ def test_readme_says_what_a_colab_reader_gets():
 
 # ------------------------------------------------------------------ README blocks from config
 
+
 def test_readme_blocks_match_config_and_notebooks():
     text = README.read_text()
     assert sync.sync_readme(text, ROOT) == text, "README.md is out of date; run: python tools/sync_setup_cells.py"
@@ -212,8 +223,13 @@ sys.modules.update({"google": google, "google.colab": colab, "google.colab.outpu
 
 def _run_setup(prelude: str, after: str) -> subprocess.CompletedProcess:
     code = prelude + "\n" + sync.setup_source(ROOT) + "\n" + after
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, sync.SOURCE_ENV: "/nonexistent/never-installed"})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, sync.SOURCE_ENV: "/nonexistent/never-installed"},
+    )
 
 
 def test_setup_cell_enables_colabs_widget_manager_on_colab():
@@ -236,6 +252,7 @@ def test_setup_cell_leaves_colab_alone_elsewhere():
 
 
 # ---------------------------------------------------------- (b) the install path in a fresh venv
+
 
 def _requirement_closure(name: str) -> list[metadata.Distribution]:
     """``name``'s distribution and, recursively, those it requires (no extras)."""
@@ -280,18 +297,26 @@ def test_setup_cell_installs_the_library_in_a_fresh_environment(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (site / "torch_like_colab.pth").write_text(f"{_torch_overlay(tmp_path / 'torch_overlay')}\n")
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
     env.update({sync.SOURCE_ENV: _pip_source(), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "MPLBACKEND": "agg"})
 
     def python_run(code: str, timeout: int = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env,
-                              timeout=timeout, cwd=tmp_path)
+        return subprocess.run(
+            [str(python), "-c", code], capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path
+        )
 
-    before = python_run("import importlib.util as u, torch; "
-                        "print(torch.__version__, u.find_spec('transformer_lib') is None)")
+    before = python_run(
+        "import importlib.util as u, torch; print(torch.__version__, u.find_spec('transformer_lib') is None)"
+    )
     assert before.returncode == 0, before.stderr
     assert before.stdout.split()[1] == "True", "the fresh venv already sees transformer_lib"
 
@@ -300,7 +325,8 @@ def test_setup_cell_installs_the_library_in_a_fresh_environment(tmp_path):
     assert first.returncode == 0, f"set-up cell failed:\n{first.stdout}\n{first.stderr[-3000:]}"
     assert "Done: transformer_lib is installed." in first.stdout
 
-    check = python_run("""
+    check = python_run(
+        """
 import importlib, pkgutil, pathlib
 import transformer_lib as tl
 names = [m.name for m in pkgutil.walk_packages(tl.__path__, 'transformer_lib.')]
@@ -317,7 +343,9 @@ import torch
 q = torch.randn(1, 2, 3, 4)
 out = tl.scaled_dot_product_attention(q, q, q)
 print(pathlib.Path(tl.__file__).parent, len(names), len(texts), len(weights), tuple(out.shape))
-""", timeout=300)
+""",
+        timeout=300,
+    )
     assert check.returncode == 0, check.stderr[-3000:]
     location, n_modules, n_texts, n_weights, *_ = check.stdout.split()
     assert Path(location).is_relative_to(site), f"imported from {location}, not the fresh venv"

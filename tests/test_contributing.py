@@ -4,6 +4,7 @@ The references are the repository itself: every "house rule N" written in the pa
 benchmarks and the notebooks must be a rule CONTRIBUTING.md states, and every path and make target it names must be
 there (``make perturb`` excepted while it is being written: the page says so).
 """
+
 import re
 import subprocess
 from pathlib import Path
@@ -22,9 +23,24 @@ def test_the_rules_are_numbered_one_to_nine_in_order():
 
 
 def test_every_house_rule_the_code_cites_is_a_rule_contributing_states():
-    files = subprocess.run(["git", "ls-files", "transformer_lib", "tests", "tools", "benchmarks", "notebooks",
-                            "scripts", "Makefile", "README.md"], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.split()
+    files = subprocess.run(
+        [
+            "git",
+            "ls-files",
+            "transformer_lib",
+            "tests",
+            "tools",
+            "benchmarks",
+            "notebooks",
+            "scripts",
+            "Makefile",
+            "README.md",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     cited = {}
     for name in files:
         path = ROOT / name
@@ -37,8 +53,9 @@ def test_every_house_rule_the_code_cites_is_a_rule_contributing_states():
 
 def test_the_paths_and_make_targets_it_names_exist():
     paths = set(re.findall(r"`((?:tests|tools|transformer_lib|notebooks|benchmarks|\.github)/[\w./-]+\.\w+)`", TEXT))
-    assert paths and all((ROOT / p).exists() or "NN" in p or "<" in p for p in paths), \
-        sorted(p for p in paths if not (ROOT / p).exists())
+    assert paths and all((ROOT / p).exists() or "NN" in p or "<" in p for p in paths), sorted(
+        p for p in paths if not (ROOT / p).exists()
+    )
     targets = set(re.findall(r"make ([a-z-]+)", TEXT)) - {"perturb"}
     makefile = (ROOT / "Makefile").read_text()
     assert targets and {t for t in targets if not re.search(rf"^{t}:", makefile, re.M)} == set()

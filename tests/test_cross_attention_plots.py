@@ -1,4 +1,5 @@
 """viz.cross_attention_plots: every text in the figures is at least 8 pt, and the figure is no wider than asked."""
+
 import matplotlib
 
 matplotlib.use("Agg")

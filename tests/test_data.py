@@ -1,5 +1,6 @@
 """Data sets and tokenizers (tokenization.py, corpus.py, dates.py): determinism, round trips, and dates checked by
 Python's own ``datetime`` parser."""
+
 import datetime as dt
 import random
 import re
@@ -7,10 +8,26 @@ import re
 import pytest
 import torch
 
-from transformer_lib.corpus import (get_batch, shakespeare_corpus, shakespeare_split, shakespeare_token_corpus,
-                                    shakespeare_works, strip_gutenberg)
-from transformer_lib.dates import (DATE_STYLES, FIRST_DATE, LAST_DATE, MONTHS, date_pairs, date_split, date_test_set,
-                                   date_tokenizers, format_date, translation_batch)
+from transformer_lib.corpus import (
+    get_batch,
+    shakespeare_corpus,
+    shakespeare_split,
+    shakespeare_token_corpus,
+    shakespeare_works,
+    strip_gutenberg,
+)
+from transformer_lib.dates import (
+    DATE_STYLES,
+    FIRST_DATE,
+    LAST_DATE,
+    MONTHS,
+    date_pairs,
+    date_split,
+    date_test_set,
+    date_tokenizers,
+    format_date,
+    translation_batch,
+)
 from transformer_lib.tokenization import BPETokenizer, CharTokenizer, pad_sequences
 
 
@@ -101,8 +118,10 @@ def test_token_corpus_encodes_the_same_split(small_bpe):
 
 
 def test_strip_gutenberg_removes_licence_header_and_footer():
-    text = ("The Project Gutenberg EBook of Hamlet\r\nlicence\r\n*** START OF THIS PROJECT GUTENBERG EBOOK HAMLET ***"
-            "\r\nTo be, or not to be\r\n*** END OF THIS PROJECT GUTENBERG EBOOK HAMLET ***\r\nmore licence\r\n")
+    text = (
+        "The Project Gutenberg EBook of Hamlet\r\nlicence\r\n*** START OF THIS PROJECT GUTENBERG EBOOK HAMLET ***"
+        "\r\nTo be, or not to be\r\n*** END OF THIS PROJECT GUTENBERG EBOOK HAMLET ***\r\nmore licence\r\n"
+    )
     assert strip_gutenberg(text) == "To be, or not to be\n"
     assert strip_gutenberg("no header here\n") == "no header here\n"
 
@@ -120,10 +139,16 @@ def test_get_batch_targets_are_inputs_shifted_by_one_and_seeded():
 
 # ----------------------------------------------------------------------------- dates: parsed back by datetime
 _ORD = re.compile(r"(\d+)(st|nd|rd|th)\b")
-_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
-                                     "fourteen fifteen sixteen seventeen eighteen nineteen".split())}
-_WORDS.update({w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split())
-               if w != "_"})
+_WORDS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen "
+        "fourteen fifteen sixteen seventeen eighteen nineteen".split()
+    )
+}
+_WORDS.update(
+    {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if w != "_"}
+)
 _ORDINALS = {"first": 1, "second": 2, "third": 3, "fifth": 5, "eighth": 8, "ninth": 9, "twelfth": 12}
 
 
@@ -166,8 +191,20 @@ def _parse(text: str) -> dt.date:
             assert d.strftime("%A") == weekday, text
         return d
     plain = _ORD.sub(r"\1", text)
-    for fmt in ("the %d of %B, %Y", "%B %d, %Y", "%B %d %Y", "%d %B %Y", "%A, %d %B %Y", "%a, %b %d, %Y",
-                "%b %d '%y", "%d-%b-%Y", "%m/%d/%y", "%m/%d/%Y", "%d.%m.%Y", "%Y/%m/%d"):
+    for fmt in (
+        "the %d of %B, %Y",
+        "%B %d, %Y",
+        "%B %d %Y",
+        "%d %B %Y",
+        "%A, %d %B %Y",
+        "%a, %b %d, %Y",
+        "%b %d '%y",
+        "%d-%b-%Y",
+        "%m/%d/%y",
+        "%m/%d/%Y",
+        "%d.%m.%Y",
+        "%Y/%m/%d",
+    ):
         try:
             d = dt.datetime.strptime(plain, fmt).date()
         except ValueError:

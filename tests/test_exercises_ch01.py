@@ -1,5 +1,6 @@
 """Chapter 01 exercises: a correct reader solution (written here, independently of the library) passes each
 check; the usual mistakes fail with a message that names them; a stub that raises does not crash."""
+
 import pytest
 import torch
 
@@ -97,8 +98,9 @@ def test_state_jacobian_check_names_the_wrong_order():
     def wrong(w, hs):
         jac = torch.eye(w.shape[0], dtype=w.dtype)
         for h in hs:
-            jac = jac @ (torch.diag(1 - h ** 2) @ w)
+            jac = jac @ (torch.diag(1 - h**2) @ w)
         return jac
+
     result = check_state_jacobian(wrong)
     assert not result and "newest step" in result.message
 
@@ -113,6 +115,7 @@ def _closed_form_relative(eigenvalues, T=50):
 
 def test_random_matrix_prediction_reads_the_verdict_and_the_rate_from_the_measurement():
     from transformer_lib.exercises.ch01 import explain_random_matrix_prediction
+
     eig = [0.9] + [0.5] * 15  # the spectral radius 0.9 is one eigenvalue among smaller ones
     relative = _closed_form_relative(eig)  # at d = 20 about 0.9^20 / 4: smaller than a rotation's
     w = torch.diag(torch.tensor(eig))
@@ -127,6 +130,7 @@ def test_random_matrix_prediction_reads_the_verdict_and_the_rate_from_the_measur
 
 def test_random_matrix_prediction_without_a_guess_reveals_nothing_and_a_bad_guess_is_named():
     from transformer_lib.exercises.ch01 import explain_random_matrix_prediction
+
     relative, w = _closed_form_relative([0.9, 0.5]), torch.diag(torch.tensor([0.9, 0.5]))
     empty = explain_random_matrix_prediction(None, relative, w, distance=20)
     assert not empty and "measured" not in empty.message

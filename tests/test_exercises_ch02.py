@@ -5,13 +5,17 @@ mistakes must fail with a message that names them. The figure helpers are checke
 (``Categorical.entropy``) and against the real model's own attention maps. The statistics themselves
 (entropy in bits, neighbour weights) are tested in ``test_head_stats.py``.
 """
+
 import math
 
 import pytest
 import torch
 
-from transformer_lib.exercises.ch02 import (check_attention_entropy, check_scaled_dot_product_attention,
-                                            check_softmax_with_temperature)
+from transformer_lib.exercises.ch02 import (
+    check_attention_entropy,
+    check_scaled_dot_product_attention,
+    check_softmax_with_temperature,
+)
 from transformer_lib.viz.attention_widgets import head_queries_keys, temperature_frame
 
 
@@ -53,12 +57,15 @@ def test_softmax_check_reports_a_stub_without_raising():
     assert not result and "NotImplementedError" in result.message
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda s, t: torch.softmax(s, -1), "divide the scores by the temperature"),
-    (lambda s, t: torch.softmax(s * t, -1), "do not multiply"),
-    (lambda s, t: torch.softmax(s / t, 0), "wrong dimension"),
-    (naive_softmax_t, "subtract each row's maximum"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda s, t: torch.softmax(s, -1), "divide the scores by the temperature"),
+        (lambda s, t: torch.softmax(s * t, -1), "do not multiply"),
+        (lambda s, t: torch.softmax(s / t, 0), "wrong dimension"),
+        (naive_softmax_t, "subtract each row's maximum"),
+    ],
+)
 def test_softmax_check_names_the_mistake(wrong, hint):
     result = check_softmax_with_temperature(wrong)
     assert not result
@@ -77,12 +84,17 @@ def test_attention_check_accepts_pytorchs_builtin():
     assert result, result.message
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v, "divide the scores by sqrt(d_k)"),
-    (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v, "not d_k"),
-    (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -2) @ v,
-     "normalises over the queries"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v, "divide the scores by sqrt(d_k)"),
+        (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v, "not d_k"),
+        (
+            lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -2) @ v,
+            "normalises over the queries",
+        ),
+    ],
+)
 def test_attention_check_names_the_mistake(wrong, hint):
     result = check_scaled_dot_product_attention(wrong)
     assert not result
@@ -100,13 +112,16 @@ def test_entropy_check_accepts_a_correct_solution():
     assert result, result.message
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda w: -(w * torch.log(w.clamp_min(1e-38))).sum(-1), "nats"),
-    (lambda w: (w * torch.log2(w.clamp_min(1e-38))).sum(-1), "wrong sign"),
-    (lambda w: -(w * torch.log2(w)).sum(-1), "0 * log(0) is NaN"),
-    (lambda w: -(w * torch.log2(w.clamp_min(1e-38))).sum(0), "wrong dimension"),
-    (lambda w: -(w * torch.log(w)).sum(-1), "nats"),  # nats and NaN on zeros: the first mistake is named
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda w: -(w * torch.log(w.clamp_min(1e-38))).sum(-1), "nats"),
+        (lambda w: (w * torch.log2(w.clamp_min(1e-38))).sum(-1), "wrong sign"),
+        (lambda w: -(w * torch.log2(w)).sum(-1), "0 * log(0) is NaN"),
+        (lambda w: -(w * torch.log2(w.clamp_min(1e-38))).sum(0), "wrong dimension"),
+        (lambda w: -(w * torch.log(w)).sum(-1), "nats"),  # nats and NaN on zeros: the first mistake is named
+    ],
+)
 def test_entropy_check_names_the_mistake(wrong, hint):
     result = check_attention_entropy(wrong)
     assert not result
@@ -117,6 +132,7 @@ def test_entropy_check_names_the_mistake(wrong, hint):
 @pytest.fixture(scope="module")
 def minilm():
     from transformer_lib.pretrained import load_minilm
+
     return load_minilm(device="cpu")
 
 
@@ -156,6 +172,7 @@ def test_temperature_frame_caption_reports_row_entropies():
 
 def test_score_variance_prediction_passes_d_k_and_one_and_explains_a_standard_deviation():
     from transformer_lib.exercises.ch02 import explain_score_variance_prediction
+
     q, k = torch.randn(20000, 256, generator=torch.Generator().manual_seed(0)).chunk(2)  # independent, unit variance
     dots = (q * k).sum(-1)
     raw, scaled = dots.var().item(), (dots / 16).var().item()

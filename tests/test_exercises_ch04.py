@@ -1,11 +1,16 @@
 """Chapter 04's exercise checks: a correct answer written from the formulas passes, the usual slips
 fail with a message that names them, and a stub that raises does not crash the check."""
+
 import math
 
 import torch
 
-from transformer_lib.exercises.ch04 import (check_alibi_bias, explain_longest_wavelength_prediction, check_rope,
-                                           check_sinusoidal_table)
+from transformer_lib.exercises.ch04 import (
+    check_alibi_bias,
+    explain_longest_wavelength_prediction,
+    check_rope,
+    check_sinusoidal_table,
+)
 
 
 # ----------------------------------------------------------------------------- answers written from the papers
@@ -40,8 +45,11 @@ def alibi_from_paper(n_heads, t):
 
 
 def test_correct_answers_pass():
-    for check, answer in ((check_sinusoidal_table, table_from_formula), (check_rope, rope_complex),
-                          (check_alibi_bias, alibi_from_paper)):
+    for check, answer in (
+        (check_sinusoidal_table, table_from_formula),
+        (check_rope, rope_complex),
+        (check_alibi_bias, alibi_from_paper),
+    ):
         result = check(answer)
         assert result, result.message
         assert repr(result).startswith("Correct.")
@@ -104,7 +112,7 @@ def test_rope_half_split_pairing_is_named():
         theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
         angle = torch.arange(x.shape[-2], dtype=torch.float32)[:, None] * theta
         cos, sin = torch.cat((angle.cos(), angle.cos()), -1), torch.cat((angle.sin(), angle.sin()), -1)
-        x1, x2 = x[..., : d // 2], x[..., d // 2:]
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
         return x * cos + torch.cat((-x2, x1), -1) * sin
 
     result = check_rope(neox)
@@ -140,8 +148,12 @@ def test_longest_wavelength_prediction_passes_the_closed_form():
 
 
 def test_longest_wavelength_prediction_names_the_usual_slips():
-    cases = {2 * math.pi * 10000: "limit", 10000 ** (14 / 16): "2 pi", 2 * math.pi: "pair 0",
-             10000 ** (14 / 16) / 1.0001 * 1.0001: "2 pi"}
+    cases = {
+        2 * math.pi * 10000: "limit",
+        10000 ** (14 / 16): "2 pi",
+        2 * math.pi: "pair 0",
+        10000 ** (14 / 16) / 1.0001 * 1.0001: "2 pi",
+    }
     for guess, word in cases.items():
         result = explain_longest_wavelength_prediction(guess)
         assert not result and word in result.message

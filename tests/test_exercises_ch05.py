@@ -1,10 +1,17 @@
 """Chapter 05 exercise checks: the right answer passes, common mistakes fail with a hint."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.exercises.ch05 import (_reference_ffn, _reference_layer_norm, _reference_residual,
-                                            check_feed_forward, check_layer_norm, check_residual)
+from transformer_lib.exercises.ch05 import (
+    _reference_ffn,
+    _reference_layer_norm,
+    _reference_residual,
+    check_feed_forward,
+    check_layer_norm,
+    check_residual,
+)
 
 
 # ----------------------------------------------------------------------------- layer norm
@@ -22,6 +29,7 @@ def test_layer_norm_written_out_passes():
         mean = x.mean(-1, keepdim=True)
         var = ((x - mean) ** 2).mean(-1, keepdim=True)
         return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
     assert check_layer_norm(mine)
 
 
@@ -30,12 +38,20 @@ def test_layer_norm_reference_equals_torch():
     assert torch.allclose(_reference_layer_norm(x, gamma, beta, 1e-5), layer_norm(x, gamma, beta, 1e-5), atol=1e-5)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda x, g, b, e: F.layer_norm(x.transpose(1, 2), x.shape[1:2], None, None, e).transpose(1, 2) * g + b,
-     "time axis"),
-    (lambda x, g, b, e: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + e) * g + b, "unbiased"),
-    (lambda x, g, b, e: F.layer_norm(x, x.shape[-1:], eps=e), "gamma and beta"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (
+            lambda x, g, b, e: F.layer_norm(x.transpose(1, 2), x.shape[1:2], None, None, e).transpose(1, 2) * g + b,
+            "time axis",
+        ),
+        (
+            lambda x, g, b, e: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + e) * g + b,
+            "unbiased",
+        ),
+        (lambda x, g, b, e: F.layer_norm(x, x.shape[-1:], eps=e), "gamma and beta"),
+    ],
+)
 def test_layer_norm_common_mistakes_get_their_hint(wrong, hint):
     result = check_layer_norm(wrong)
     assert not result and hint in result.message
@@ -44,6 +60,7 @@ def test_layer_norm_common_mistakes_get_their_hint(wrong, hint):
 def test_layer_norm_stub_is_reported_not_raised():
     def stub(x, gamma, beta, eps):
         raise NotImplementedError
+
     result = check_layer_norm(stub)
     assert not result and "NotImplementedError" in result.message
 
@@ -65,11 +82,14 @@ def test_feed_forward_reference_equals_a_torch_sequential():
         assert torch.allclose(got, seq(x), atol=1e-6)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda x, w1, b1, w2, b2: F.linear(F.linear(x, w1, b1), w2, b2), "no non-linearity"),
-    (lambda x, w1, b1, w2, b2: F.relu(F.linear(F.linear(x, w1, b1), w2, b2)), "after the second layer"),
-    (lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2), "GELU"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda x, w1, b1, w2, b2: F.linear(F.linear(x, w1, b1), w2, b2), "no non-linearity"),
+        (lambda x, w1, b1, w2, b2: F.relu(F.linear(F.linear(x, w1, b1), w2, b2)), "after the second layer"),
+        (lambda x, w1, b1, w2, b2: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2), "GELU"),
+    ],
+)
 def test_feed_forward_common_mistakes_get_their_hint(wrong, hint):
     result = check_feed_forward(wrong)
     assert not result and hint in result.message
@@ -113,9 +133,14 @@ def test_residual_pre_norm_normalized_skip_gets_its_hint():
 # ----------------------------------------------------------------------------- exercise 4: predict, then run
 def test_ffn_share_prediction_right_answer_passes_and_wrong_one_is_explained():
     from transformer_lib.exercises.ch05 import explain_ffn_share_prediction
+
     d, f = 768, 3072  # GPT-2 small's block: self-attention and FFN, no cross-attention
-    counts = {"self-attention": 4 * d * d + 4 * d, "cross-attention": 0, "feed-forward": 2 * d * f + f + d,
-              "LayerNorm": 4 * d}  # the closed form, independent of the library
+    counts = {
+        "self-attention": 4 * d * d + 4 * d,
+        "cross-attention": 0,
+        "feed-forward": 2 * d * f + f + d,
+        "LayerNorm": 4 * d,
+    }  # the closed form, independent of the library
     assert explain_ffn_share_prediction(2 / 3, counts, d, f)
     wrong = explain_ffn_share_prediction(0.5, counts, d, f)
     assert not wrong and "you predicted 0.50" in wrong.message and "d_ff = 2 d_model" in wrong.message

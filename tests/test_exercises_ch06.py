@@ -1,9 +1,15 @@
 """Chapter 06 exercise checks: the right answer passes, common mistakes fail with a hint."""
+
 import pytest
 import torch
 
-from transformer_lib.exercises.ch06 import (_reference_masked_softmax, _reference_padded_causal,
-                                            check_causal_mask, check_masked_softmax, check_padded_causal_mask)
+from transformer_lib.exercises.ch06 import (
+    _reference_masked_softmax,
+    _reference_padded_causal,
+    check_causal_mask,
+    check_masked_softmax,
+    check_padded_causal_mask,
+)
 
 
 # ----------------------------------------------------------------------------- causal mask
@@ -23,12 +29,15 @@ def test_causal_solution_matches_torch_square_subsequent_mask():
     assert torch.equal(causal(5, 5), ~torch.isinf(ref))
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda t_q, t_k: torch.ones(t_q, t_k, dtype=torch.bool).tril(), "start"),
-    (lambda t_q, t_k: ~causal(t_q, t_k), "inverted"),
-    (lambda t_q, t_k: torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q - 1), "diagonal"),
-    (lambda t_q, t_k: torch.ones(t_q, t_k, dtype=torch.bool).triu(t_k - t_q), "see the future"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda t_q, t_k: torch.ones(t_q, t_k, dtype=torch.bool).tril(), "start"),
+        (lambda t_q, t_k: ~causal(t_q, t_k), "inverted"),
+        (lambda t_q, t_k: torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q - 1), "diagonal"),
+        (lambda t_q, t_k: torch.ones(t_q, t_k, dtype=torch.bool).triu(t_k - t_q), "see the future"),
+    ],
+)
 def test_causal_mask_common_mistakes_get_their_hint(wrong, hint):
     result = check_causal_mask(wrong)
     assert not result and hint in result.message
@@ -59,13 +68,20 @@ def test_padded_causal_reference_matches_the_loops():
     assert torch.equal(_reference_padded_causal(lengths, 4), padded_causal(lengths, 4))
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda lengths, T: torch.ones(len(lengths), T, T, dtype=torch.bool).tril(), "padding is not masked"),
-    (lambda lengths, T: (torch.arange(T)[None, None, :] < lengths[:, None, None]).expand(len(lengths), T, T),
-     "causal part is missing"),
-    (lambda lengths, T: padded_causal(lengths, T) & (torch.arange(T)[None, :, None] < lengths[:, None, None]),
-     "blocked the padded queries"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda lengths, T: torch.ones(len(lengths), T, T, dtype=torch.bool).tril(), "padding is not masked"),
+        (
+            lambda lengths, T: (torch.arange(T)[None, None, :] < lengths[:, None, None]).expand(len(lengths), T, T),
+            "causal part is missing",
+        ),
+        (
+            lambda lengths, T: padded_causal(lengths, T) & (torch.arange(T)[None, :, None] < lengths[:, None, None]),
+            "blocked the padded queries",
+        ),
+    ],
+)
 def test_padded_causal_common_mistakes_get_their_hint(wrong, hint):
     result = check_padded_causal_mask(wrong)
     assert not result and hint in result.message
@@ -112,18 +128,21 @@ def test_masked_softmax_uniform_rows_get_their_hint():
 def _flipped_call():
     from transformer_lib.experiments.mask_conventions import torch_mha_from
     from transformer_lib.multihead import MultiHeadAttention
+
     torch.manual_seed(0)
     x = torch.randn(2, 5, 16)
     keep = torch.ones(2, 5, dtype=torch.bool)
     keep[1, 3:] = False
     with torch.no_grad():
-        _, w = torch_mha_from(MultiHeadAttention(16, 4))(x, x, x, key_padding_mask=keep, need_weights=True,
-                                                        average_attn_weights=False)
+        _, w = torch_mha_from(MultiHeadAttention(16, 4))(
+            x, x, x, key_padding_mask=keep, need_weights=True, average_attn_weights=False
+        )
     return w, keep
 
 
 def test_flipped_mask_prediction_right_answer_passes_and_explains():
     from transformer_lib.exercises.ch06 import explain_flipped_mask_prediction
+
     w, keep = _flipped_call()
     result = explain_flipped_mask_prediction(0.0, w, keep)
     assert result and "ignore" in result.message and "NaN" in result.message
@@ -131,6 +150,7 @@ def test_flipped_mask_prediction_right_answer_passes_and_explains():
 
 def test_flipped_mask_prediction_wrong_answer_is_explained():
     from transformer_lib.exercises.ch06 import explain_flipped_mask_prediction
+
     w, keep = _flipped_call()
     result = explain_flipped_mask_prediction(1.0, w, keep)
     assert not result and "you predicted 1.00" in result.message and "~keep" in result.message

@@ -1,4 +1,5 @@
 """Chapter 07 exercise checks: the right answer passes, common mistakes fail with a hint, stubs are reported."""
+
 import pytest
 import torch
 
@@ -24,13 +25,16 @@ def test_cache_bytes_solution_agrees_with_a_real_cache():
     assert cache.nbytes() == cache_bytes(L, d, H, H_kv, T, B, 4)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda L, d, H, Hkv, T, B, nb: L * B * Hkv * (d // H) * T * nb, "only the keys"),
-    (lambda L, d, H, Hkv, T, B, nb: 2 * L * B * H * (d // H) * T * nb, "n_kv_heads"),
-    (lambda L, d, H, Hkv, T, B, nb: 2 * L * B * Hkv * (d // H) * T, "bytes_per_element"),
-    (lambda L, d, H, Hkv, T, B, nb: 2 * L * B * Hkv * d * T * nb, "d_head = d_model // n_heads"),
-    (lambda L, d, H, Hkv, T, B, nb: 2 * L * Hkv * (d // H) * T * nb, "batch"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda L, d, H, Hkv, T, B, nb: L * B * Hkv * (d // H) * T * nb, "only the keys"),
+        (lambda L, d, H, Hkv, T, B, nb: 2 * L * B * H * (d // H) * T * nb, "n_kv_heads"),
+        (lambda L, d, H, Hkv, T, B, nb: 2 * L * B * Hkv * (d // H) * T, "bytes_per_element"),
+        (lambda L, d, H, Hkv, T, B, nb: 2 * L * B * Hkv * d * T * nb, "d_head = d_model // n_heads"),
+        (lambda L, d, H, Hkv, T, B, nb: 2 * L * Hkv * (d // H) * T * nb, "batch"),
+    ],
+)
 def test_cache_bytes_common_mistakes_get_their_hint(wrong, hint):
     result = check_cache_bytes(wrong)
     assert not result and hint in result.message
@@ -66,14 +70,18 @@ def _sorted_wrong(keep_crossing, unsort):
         drop = (probs.cumsum(-1) - probs >= p) if keep_crossing else (probs.cumsum(-1) > p)
         out = s.masked_fill(drop, float("-inf"))
         return out.scatter(-1, order, out) if unsort else out
+
     return wrong
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (_sorted_wrong(False, True), "makes the total reach p"),
-    (_sorted_wrong(True, False), "sorted order"),
-    (lambda x, p: top_p(x, p).softmax(-1), "you returned probabilities"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (_sorted_wrong(False, True), "makes the total reach p"),
+        (_sorted_wrong(True, False), "sorted order"),
+        (lambda x, p: top_p(x, p).softmax(-1), "you returned probabilities"),
+    ],
+)
 def test_top_p_common_mistakes_get_their_hint(wrong, hint):
     result = check_top_p(wrong)
     assert not result and hint in result.message
@@ -125,6 +133,7 @@ def test_stubs_are_reported_not_raised(check, nargs):
     def stub(*args):
         assert len(args) == nargs
         raise NotImplementedError
+
     result = check(stub)
     assert not result and "not written yet" in result.message
 

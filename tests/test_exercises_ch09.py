@@ -3,11 +3,16 @@
 A correct reader solution (written here without the library) must pass each check; a stub must be reported, not
 raised; the usual mistakes must fail with a message that names them.
 """
+
 import pytest
 import torch
 
-from transformer_lib.exercises.ch09 import check_absmax_int8, check_int4_group_round_trip, check_pack_int4, \
-    explain_layer_bytes
+from transformer_lib.exercises.ch09 import (
+    check_absmax_int8,
+    check_int4_group_round_trip,
+    check_pack_int4,
+    explain_layer_bytes,
+)
 from transformer_lib.quant import QuantLinear
 
 
@@ -37,8 +42,9 @@ def not_implemented(*args):
 
 
 # ----------------------------------------------------------------------------- correct answers pass
-@pytest.mark.parametrize("check, fn", [(check_absmax_int8, absmax_int8), (check_int4_group_round_trip, int4_groups),
-                                       (check_pack_int4, pack)])
+@pytest.mark.parametrize(
+    "check, fn", [(check_absmax_int8, absmax_int8), (check_int4_group_round_trip, int4_groups), (check_pack_int4, pack)]
+)
 def test_check_accepts_a_correct_solution(check, fn):
     result = check(fn)
     assert result, result.message
@@ -53,11 +59,14 @@ def test_check_reports_a_stub_without_raising(check):
 
 
 # ----------------------------------------------------------------------------- mistakes are named
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda w: torch.round(w / (w.abs().max() / 127)).to(torch.int8), "one scale for the whole matrix"),
-    (lambda w: (w / (w.abs().amax(1, keepdim=True) / 127)).to(torch.int8), "truncated toward zero"),
-    (lambda w: torch.round(w / (w.abs().amax(1, keepdim=True) / 128)).clamp(-128, 127).to(torch.int8), "use 127"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda w: torch.round(w / (w.abs().max() / 127)).to(torch.int8), "one scale for the whole matrix"),
+        (lambda w: (w / (w.abs().amax(1, keepdim=True) / 127)).to(torch.int8), "truncated toward zero"),
+        (lambda w: torch.round(w / (w.abs().amax(1, keepdim=True) / 128)).clamp(-128, 127).to(torch.int8), "use 127"),
+    ],
+)
 def test_absmax_check_names_the_mistake(wrong, hint):
     result = check_absmax_int8(wrong)
     assert not result and hint in result.message, result.message
@@ -68,23 +77,39 @@ def test_absmax_check_wants_int8():
     assert not result and "dtype" in result.message, result.message
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda w, g: int4_groups(w, w.shape[1]), "one scale per row"),
-    (lambda w, g: (lambda s: torch.round(w.reshape(w.shape[0], -1, g) / s).clamp(-8, 8) * s)(
-        w.reshape(w.shape[0], -1, g).abs().amax(-1, keepdim=True) / 8).reshape(w.shape), "divided by 8"),
-    (lambda w, g: torch.round(w.reshape(w.shape[0], -1, g) / (w.reshape(w.shape[0], -1, g).abs().amax(-1, keepdim=True)
-                                                               / 7)).reshape(w.shape), "returned the integer codes"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda w, g: int4_groups(w, w.shape[1]), "one scale per row"),
+        (
+            lambda w, g: (lambda s: torch.round(w.reshape(w.shape[0], -1, g) / s).clamp(-8, 8) * s)(
+                w.reshape(w.shape[0], -1, g).abs().amax(-1, keepdim=True) / 8
+            ).reshape(w.shape),
+            "divided by 8",
+        ),
+        (
+            lambda w, g: torch.round(
+                w.reshape(w.shape[0], -1, g) / (w.reshape(w.shape[0], -1, g).abs().amax(-1, keepdim=True) / 7)
+            ).reshape(w.shape),
+            "returned the integer codes",
+        ),
+    ],
+)
 def test_int4_check_names_the_mistake(wrong, hint):
     result = check_int4_group_round_trip(wrong)
     assert not result and hint in result.message, result.message
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda q: pack(torch.stack([q[:, 1::2], q[:, 0::2]], -1).flatten(-2)), "swapped"),
-    (lambda q: ((q[:, 0::2].to(torch.int16) | (q[:, 1::2].to(torch.int16) << 4)) & 0xFF).to(torch.uint8),
-     "negative codes"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda q: pack(torch.stack([q[:, 1::2], q[:, 0::2]], -1).flatten(-2)), "swapped"),
+        (
+            lambda q: ((q[:, 0::2].to(torch.int16) | (q[:, 1::2].to(torch.int16) << 4)) & 0xFF).to(torch.uint8),
+            "negative codes",
+        ),
+    ],
+)
 def test_pack_check_names_the_mistake(wrong, hint):
     result = check_pack_int4(wrong)
     assert not result and hint in result.message, result.message
@@ -110,12 +135,15 @@ def test_layer_bytes_right_answer_passes():
     assert explain_layer_bytes(by_hand, measured, d_in, d_out, bits, g)
 
 
-@pytest.mark.parametrize("wrong, words", [
-    (lambda d_in, d_out, g: d_in * d_out // 2 + 4 * d_out, "scales"),
-    (lambda d_in, d_out, g: d_in * d_out + 2 * d_out * d_in // g + 4 * d_out, "packing"),
-    (lambda d_in, d_out, g: d_in * d_out // 2 + 4 * d_out * d_in // g + 4 * d_out, "float16"),
-    (lambda d_in, d_out, g: 7, "off by"),
-])
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (lambda d_in, d_out, g: d_in * d_out // 2 + 4 * d_out, "scales"),
+        (lambda d_in, d_out, g: d_in * d_out + 2 * d_out * d_in // g + 4 * d_out, "packing"),
+        (lambda d_in, d_out, g: d_in * d_out // 2 + 4 * d_out * d_in // g + 4 * d_out, "float16"),
+        (lambda d_in, d_out, g: 7, "off by"),
+    ],
+)
 def test_layer_bytes_explains_a_wrong_guess(wrong, words):
     measured, (d_in, d_out, bits, g) = quantized_layer_bytes()
     result = explain_layer_bytes(wrong(d_in, d_out, g), measured, d_in, d_out, bits, g)

@@ -1,4 +1,5 @@
 """Chapter 10 exercise checks: the right answer passes, common mistakes fail with their hint, stubs are reported."""
+
 import math
 
 import torch
@@ -9,11 +10,11 @@ from transformer_lib.exercises.ch10 import causal_peak_bytes, check_merge, check
 def online_row(scores, values, block):
     m, l, o = -math.inf, 0.0, torch.zeros(values.shape[-1])
     for j in range(0, scores.shape[0], block):
-        s = scores[j:j + block]
+        s = scores[j : j + block]
         m_new = max(m, s.max().item())
         p = torch.exp(s - m_new)
         l = math.exp(m - m_new) * l + p.sum()
-        o = math.exp(m - m_new) * o + p @ values[j:j + block]
+        o = math.exp(m - m_new) * o + p @ values[j : j + block]
         m = m_new
     return o / l
 
@@ -30,6 +31,7 @@ def test_online_row_solution_passes():
 def test_online_row_stub_is_reported():
     def stub(scores, values, block):
         raise NotImplementedError
+
     assert "not written yet" in check_online_row(stub).message
 
 
@@ -37,13 +39,14 @@ def test_online_row_forgotten_output_rescale_gets_its_hint():
     def wrong(scores, values, block):
         m, l, o = -math.inf, 0.0, torch.zeros(values.shape[-1])
         for j in range(0, scores.shape[0], block):
-            s = scores[j:j + block]
+            s = scores[j : j + block]
             m_new = max(m, s.max().item())
             p = torch.exp(s - m_new)
             l = math.exp(m - m_new) * l + p.sum()
-            o = o + p @ values[j:j + block]
+            o = o + p @ values[j : j + block]
             m = m_new
         return o / l
+
     result = check_online_row(wrong)
     assert not result and "old output o must be rescaled" in result.message, result.message
 

@@ -1,5 +1,6 @@
 """Chapter 11: the self-checking exercises. A correct reader solution (written without the library) passes, a stub
 is reported, and the usual mistakes fail with a message naming them."""
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -41,21 +42,27 @@ def test_stubs_are_reported():
         assert not result and "not written yet" in result.message
 
 
-@pytest.mark.parametrize("wrong, words", [
-    (lambda x, w, eps: torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps) * w, "LayerNorm"),
-    (lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w, "inside the square root"),
-    (lambda x, w, eps: rms(x, 1.0, eps), "gain"),
-])
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (lambda x, w, eps: torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps) * w, "LayerNorm"),
+        (lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w, "inside the square root"),
+        (lambda x, w, eps: rms(x, 1.0, eps), "gain"),
+    ],
+)
 def test_rms_norm_mistakes_are_named(wrong, words):
     result = check_rms_norm(wrong)
     assert not result and words in result.message
 
 
-@pytest.mark.parametrize("wrong, words", [
-    (lambda x, g, u, d: swiglu(x, u, g, d), "wrong branch"),
-    (lambda x, g, u, d: (torch.sigmoid(x @ g.T) * (x @ u.T)) @ d.T, "GLU"),
-    (lambda x, g, u, d: (torch.nn.functional.gelu(x @ g.T) * (x @ u.T)) @ d.T, "GEGLU"),
-])
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (lambda x, g, u, d: swiglu(x, u, g, d), "wrong branch"),
+        (lambda x, g, u, d: (torch.sigmoid(x @ g.T) * (x @ u.T)) @ d.T, "GLU"),
+        (lambda x, g, u, d: (torch.nn.functional.gelu(x @ g.T) * (x @ u.T)) @ d.T, "GEGLU"),
+    ],
+)
 def test_swiglu_mistakes_are_named(wrong, words):
     result = check_swiglu(wrong)
     assert not result and words in result.message
@@ -66,6 +73,7 @@ def test_gating_mistakes_are_named():
         p = logits.softmax(-1)
         top = p.topk(k, -1)
         return torch.zeros_like(p).scatter(-1, top.indices, top.values)
+
     assert "sum to 1" in check_top_k_gates(raw).message
     assert "k largest" in check_top_k_gates(lambda logits, k: logits.softmax(-1)).message
 
@@ -83,13 +91,16 @@ def test_flops_right_answer_passes():
     assert explain_moe_flops(2 * E * d + 6 * k * d * d_ff, measured, d, d_ff, E, k)
 
 
-@pytest.mark.parametrize("wrong, words", [
-    (lambda d, f, E, k: 2 * E * d + E * 6 * d * f, "only the top_k"),
-    (lambda d, f, E, k: k * 6 * d * f, "router"),
-    (lambda d, f, E, k: E * d + k * 3 * d * f, "multiply-add"),
-    (lambda d, f, E, k: 2 * E * d + k * 4 * d * f, "three matrices"),
-    (lambda d, f, E, k: 11, "off by"),
-])
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (lambda d, f, E, k: 2 * E * d + E * 6 * d * f, "only the top_k"),
+        (lambda d, f, E, k: k * 6 * d * f, "router"),
+        (lambda d, f, E, k: E * d + k * 3 * d * f, "multiply-add"),
+        (lambda d, f, E, k: 2 * E * d + k * 4 * d * f, "three matrices"),
+        (lambda d, f, E, k: 11, "off by"),
+    ],
+)
 def test_flops_wrong_guesses_are_explained(wrong, words):
     d, d_ff, E, k = 48, 80, 6, 2
     measured = measured_flops(d, d_ff, E, k)

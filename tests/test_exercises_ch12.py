@@ -1,5 +1,6 @@
 """Chapter 12: the self-checking exercises. A correct reader solution (written without the library) passes, a stub
 is reported, and the usual mistakes fail with a message naming them."""
+
 import pytest
 import torch
 
@@ -21,12 +22,15 @@ def test_correct_solution_passes_and_stub_is_reported():
     assert not result and "not written yet" in result.message
 
 
-@pytest.mark.parametrize("wrong, words", [
-    (lambda x, w, b, a, bb, alpha: x @ w.T + b + alpha * (x @ a.T @ bb.T), "divide by the rank"),
-    (lambda x, w, b, a, bb, alpha: x @ w.T + b + x @ a.T @ bb.T, "scaling alpha / r is missing"),
-    (lambda x, w, b, a, bb, alpha: alpha / a.shape[0] * (x @ a.T @ bb.T), "frozen layer's output"),
-    (lambda x, w, b, a, bb, alpha: x @ w.T + alpha / a.shape[0] * (x @ a.T @ bb.T), "bias is missing"),
-])
+@pytest.mark.parametrize(
+    "wrong, words",
+    [
+        (lambda x, w, b, a, bb, alpha: x @ w.T + b + alpha * (x @ a.T @ bb.T), "divide by the rank"),
+        (lambda x, w, b, a, bb, alpha: x @ w.T + b + x @ a.T @ bb.T, "scaling alpha / r is missing"),
+        (lambda x, w, b, a, bb, alpha: alpha / a.shape[0] * (x @ a.T @ bb.T), "frozen layer's output"),
+        (lambda x, w, b, a, bb, alpha: x @ w.T + alpha / a.shape[0] * (x @ a.T @ bb.T), "bias is missing"),
+    ],
+)
 def test_lora_mistakes_are_named(wrong, words):
     result = check_lora_forward(wrong)
     assert not result and words in result.message
@@ -55,7 +59,12 @@ def test_adam_bytes_right_answer_passes_and_mistakes_are_named():
     measured = measured_adam_bytes(n_in, n_out, r)
     assert explain_adam_bytes(measured, measured, n_in, n_out, r)
     assert "first" in explain_adam_bytes(None, measured, n_in, n_out, r).message
-    for guess, words in ((4 * r * (n_in + n_out) + 8, "two"), (adam_bytes_parts(n_in, n_out, r)["full"], "frozen"),
-                         (measured - 8, "step counters"), (8 * r * n_in + 8, "B's size"), (measured + 1, "off by")):
+    for guess, words in (
+        (4 * r * (n_in + n_out) + 8, "two"),
+        (adam_bytes_parts(n_in, n_out, r)["full"], "frozen"),
+        (measured - 8, "step counters"),
+        (8 * r * n_in + 8, "B's size"),
+        (measured + 1, "off by"),
+    ):
         result = explain_adam_bytes(guess, measured, n_in, n_out, r)
         assert not result and words in result.message

@@ -1,5 +1,6 @@
 """The timing experiments (pruning_speed): what they time and how they turn medians
 into rates, with a stub timer (no real timing in tests)."""
+
 import torch
 
 from transformer_lib import GPT, GPTConfig
@@ -16,6 +17,7 @@ def _stub_timer(monkeypatch, seconds):
             ran.append((key, fn()))
             out[key] = seconds[key[-1] if isinstance(key, tuple) else key]
         return out
+
     monkeypatch.setattr(pruning_speed, "interleaved_medians", stub)
     return ran
 
@@ -54,6 +56,7 @@ def _stub_rounds(monkeypatch, seconds):
             ran.append((key, fn()))
             out[key] = list(seconds[key[-1] if isinstance(key, tuple) else key])
         return out
+
     monkeypatch.setattr(pruning_speed, "interleaved_times", stub)
     return ran
 

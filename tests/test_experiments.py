@@ -1,5 +1,6 @@
 """The chapter 05/06 experiment helpers, checked against closed forms and PyTorch built-ins,
 and the architecture diagram checked against the modules it is drawn from."""
+
 import math
 
 import matplotlib
@@ -13,8 +14,13 @@ matplotlib.use("Agg")
 import transformer_lib as tl  # noqa: E402
 from transformer_lib import variants  # noqa: E402
 from transformer_lib.dates import date_tokenizers  # noqa: E402
-from transformer_lib.experiments import (causal_leak, cross_attention, mask_fill, norm_placement,  # noqa: E402
-                                        padded_rows)
+from transformer_lib.experiments import (
+    causal_leak,
+    cross_attention,
+    mask_fill,
+    norm_placement,  # noqa: E402
+    padded_rows,
+)
 from transformer_lib.layers import LayerNorm, Residual  # noqa: E402
 from transformer_lib.train import evaluate_loss  # noqa: E402
 from transformer_lib.viz.architecture import architecture_columns, plot_architecture  # noqa: E402
@@ -66,7 +72,7 @@ def test_fp16_cannot_hold_minus_1e9():
 
 def test_bf16_rounds_minus_1e9_to_eight_significant_bits():
     row = mask_fill.mask_fill_outcome(torch.bfloat16, "-1e9", "replace")
-    closed_form = -round(1e9 / 2 ** 22) * 2 ** 22  # 1e9 lies in [2^29, 2^30): spacing 2^(29-7) = 2^22
+    closed_form = -round(1e9 / 2**22) * 2**22  # 1e9 lies in [2^29, 2^30): spacing 2^(29-7) = 2^22
     assert float(row["blocked score"]) == pytest.approx(closed_form, rel=1e-4)
     assert row["fully masked row"] == "uniform (1/4 each)"
 
@@ -99,7 +105,8 @@ def test_mask_fill_table_covers_every_combination():
     table = mask_fill.mask_fill_table()
     assert len(table) == 3 * 3 * 2
     assert {(r["dtype"], r["fill"], r["how"]) for r in table} == {
-        (d, f, h) for d in ("float32", "float16", "bfloat16") for f in mask_fill.FILLS for h in ("replace", "add")}
+        (d, f, h) for d in ("float32", "float16", "bfloat16") for f in mask_fill.FILLS for h in ("replace", "add")
+    }
 
 
 def test_fill_arguments_are_checked():
@@ -181,8 +188,9 @@ def test_last_position_loss_is_the_cross_entropy_of_the_last_column():
 
 
 def test_train_char_gpt_with_and_without_mask():
-    cfg = causal_leak.CausalConfig(n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=3,
-                                   warmup_steps=1, eval_batches=1)
+    cfg = causal_leak.CausalConfig(
+        n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=3, warmup_steps=1, eval_batches=1
+    )
     masked, hist = causal_leak.train_char_gpt(True, cfg, progress=False, device="cpu")
     unmasked, _ = causal_leak.train_char_gpt(False, cfg, progress=False, device="cpu")
     assert hist.steps_done == 3 and all(math.isfinite(v) for v in hist.val_loss)
@@ -209,8 +217,9 @@ def test_committed_causal_leak_runs_follow_the_config_and_load():
 
 
 def test_causal_leak_save_and_load_round_trip(tmp_path):
-    cfg = causal_leak.CausalConfig(n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=2,
-                                   warmup_steps=1, eval_batches=1)
+    cfg = causal_leak.CausalConfig(
+        n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=2, warmup_steps=1, eval_batches=1
+    )
     runs = causal_leak.train_runs(cfg, progress=False, device="cpu")
     causal_leak.save_runs(runs, tmp_path / "c")
     back = causal_leak.load_runs("cpu", tmp_path / "c")
@@ -241,9 +250,14 @@ def test_causal_leak_training_reproduces_the_chapters_claims(seed):
         # scored 73% known words against the masked model's 68%, so that sentence hangs on the seed (reported)
         return
     vocabulary, tok = causal_leak.word_set(shakespeare_split()[0]), shakespeare_corpus().tokenizer
-    share = {name: sum(causal_leak.known_word_share(t, vocabulary)
-                       for t in causal_leak.sample_texts(m, tok, "ROMEO:\nI", 160, seeds=range(3))) / 3
-             for name, m in models.items()}
+    share = {
+        name: sum(
+            causal_leak.known_word_share(t, vocabulary)
+            for t in causal_leak.sample_texts(m, tok, "ROMEO:\nI", 160, seeds=range(3))
+        )
+        / 3
+        for name, m in models.items()
+    }
     assert share["with causal mask"] > share["without causal mask"] + 0.15  # far more real words
 
 
@@ -267,8 +281,10 @@ def test_set_norm_placement_rewires_every_residual():
 def test_post_norm_block_follows_the_paper_formula():
     block = variants.set_norm_placement(tiny_gpt(n_layers=1), "post").blocks[0]
     x = torch.randn(2, 5, 16)
-    ln1, ln2 = (lambda r: lambda h: F.layer_norm(h, (16,), r.norm.weight, r.norm.bias))(block.res_self), \
-        (lambda r: lambda h: F.layer_norm(h, (16,), r.norm.weight, r.norm.bias))(block.res_ffn)
+    ln1, ln2 = (
+        (lambda r: lambda h: F.layer_norm(h, (16,), r.norm.weight, r.norm.bias))(block.res_self),
+        (lambda r: lambda h: F.layer_norm(h, (16,), r.norm.weight, r.norm.bias))(block.res_ffn),
+    )
     a = ln1(x + block.self_attn(x, is_causal=True)[0])  # LN(x + Attn(x))
     want = ln2(a + block.ffn(a))  # LN(a + FFN(a))
     assert torch.allclose(block(x), want, atol=1e-5)
@@ -283,15 +299,16 @@ def test_gradient_norms_by_layer_match_autograd():
     sizes = [len(list(b.parameters())) for b in model.blocks]
     want, i = [], 0
     for n in sizes:
-        want.append(torch.sqrt(sum((g ** 2).sum() for g in grads[i:i + n])))
+        want.append(torch.sqrt(sum((g**2).sum() for g in grads[i : i + n])))
         i += n
     assert got.shape == (3,) and torch.allclose(got, torch.stack(want), rtol=1e-5)
     assert all(p.grad is None for p in model.parameters())
 
 
 def test_run_norm_placement_trains_and_reports_divergence_without_raising():
-    cfg = norm_placement.NormConfig(n_layers=2, d_model=16, n_heads=2, block_size=8, batch_size=4, steps=4,
-                                    eval_batches=1, lr=1e-3)
+    cfg = norm_placement.NormConfig(
+        n_layers=2, d_model=16, n_heads=2, block_size=8, batch_size=4, steps=4, eval_batches=1, lr=1e-3
+    )
     run = norm_placement.run_norm_placement("post", 0, cfg, progress=False, device="cpu")
     assert len(run.losses) == 4 and not run.diverged and math.isfinite(run.val_loss)
     wild = norm_placement.NormConfig(**{**cfg.__dict__, "lr": 1e30, "steps": 6})
@@ -314,8 +331,18 @@ def test_summarize_runs_is_mean_and_sample_std():
 def test_cross_attention_maps_shapes_and_rows():
     src_tok, tgt_tok = date_tokenizers()
     torch.manual_seed(0)
-    model = tl.Transformer(tl.TransformerConfig(src_tok.vocab_size, tgt_tok.vocab_size, d_model=16, n_heads=2,
-                                                d_ff=32, n_encoder_layers=1, n_decoder_layers=2, dropout=0.0))
+    model = tl.Transformer(
+        tl.TransformerConfig(
+            src_tok.vocab_size,
+            tgt_tok.vocab_size,
+            d_model=16,
+            n_heads=2,
+            d_ff=32,
+            n_encoder_layers=1,
+            n_decoder_layers=2,
+            dropout=0.0,
+        )
+    )
     text = "3 March 1987"
     src, out, w = cross_attention.cross_attention_maps(model, src_tok, tgt_tok, text, max_len=6)
     assert src == list(text) and 1 <= len(out) <= 6
@@ -329,23 +356,39 @@ def texts(col, part="layer"):
 
 
 def test_architecture_of_a_post_norm_encoder_decoder():
-    model = tl.Transformer(tl.TransformerConfig(30, 12, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=3,
-                                                n_decoder_layers=2))
+    model = tl.Transformer(
+        tl.TransformerConfig(30, 12, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=3, n_decoder_layers=2)
+    )
     enc, dec = architecture_columns(model)
     assert texts(enc) == ["Self-attention", "Add & LayerNorm", "Feed-forward", "Add & LayerNorm"]
-    assert texts(dec) == ["Masked self-attention", "Add & LayerNorm", "Cross-attention", "Add & LayerNorm",
-                          "Feed-forward", "Add & LayerNorm"]
+    assert texts(dec) == [
+        "Masked self-attention",
+        "Add & LayerNorm",
+        "Cross-attention",
+        "Add & LayerNorm",
+        "Feed-forward",
+        "Add & LayerNorm",
+    ]
     assert (enc.n_layers, dec.n_layers) == (3, 2) and dec.cross_box == 2
     assert "4 heads x 8" in enc.layer[0].text and "32 -> 64 -> 32" in enc.layer[2].text
     assert not any("final" in b.text for b in enc.above + dec.above)  # post-norm: no final LayerNorm
 
 
 def test_architecture_of_a_pre_norm_encoder_decoder_has_norms_first_and_a_final_norm():
-    model = tl.Transformer(tl.TransformerConfig(30, 12, d_model=32, n_heads=4, d_ff=64, norm_first=True,
-                                                n_encoder_layers=1, n_decoder_layers=1))
+    model = tl.Transformer(
+        tl.TransformerConfig(
+            30, 12, d_model=32, n_heads=4, d_ff=64, norm_first=True, n_encoder_layers=1, n_decoder_layers=1
+        )
+    )
     enc, dec = architecture_columns(model)
-    assert texts(enc) == ["LayerNorm", "Self-attention", "Add (residual)", "LayerNorm", "Feed-forward",
-                          "Add (residual)"]
+    assert texts(enc) == [
+        "LayerNorm",
+        "Self-attention",
+        "Add (residual)",
+        "LayerNorm",
+        "Feed-forward",
+        "Add (residual)",
+    ]
     assert texts(dec, "above")[0] == "LayerNorm (final)" and dec.residuals == [(0, 2), (3, 5), (6, 8)]
 
 
@@ -362,15 +405,18 @@ def test_architecture_follows_the_modules_of_a_gpt_and_a_bert():
 
 
 def test_plot_architecture_draws_every_box():
-    model = tl.Transformer(tl.TransformerConfig(30, 12, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1,
-                                                n_decoder_layers=1))
+    model = tl.Transformer(
+        tl.TransformerConfig(30, 12, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
+    )
     fig = plot_architecture(model)
     drawn = [t.get_text() for t in fig.axes[0].texts]
     for col in architecture_columns(model):
         for box in col.below + col.layer + col.above:
             assert box.text in drawn
-    assert "memory\n(keys, values)" in drawn and f"{sum(p.numel() for p in model.parameters()):,}" in \
-        fig.axes[0].get_title()
+    assert (
+        "memory\n(keys, values)" in drawn
+        and f"{sum(p.numel() for p in model.parameters()):,}" in fig.axes[0].get_title()
+    )
 
 
 def test_plot_architecture_rejects_other_modules():
@@ -397,9 +443,11 @@ def test_moving_average_steps_below_and_largest_rise():
 
 
 def test_summarize_runs_reports_steps_below_a_level():
-    runs = [norm_placement.NormRun("pre", 0, [3.0] * 5 + [1.0] * 15, 1.0, False),
-            norm_placement.NormRun("pre", 1, [3.0] * 20, 3.0, False),
-            norm_placement.NormRun("pre", 2, [3.0], float("nan"), True)]
+    runs = [
+        norm_placement.NormRun("pre", 0, [3.0] * 5 + [1.0] * 15, 1.0, False),
+        norm_placement.NormRun("pre", 1, [3.0] * 20, 3.0, False),
+        norm_placement.NormRun("pre", 2, [3.0], float("nan"), True),
+    ]
     # window of 10 ending at step 10 holds four 3.0s and six 1.0s: mean 1.8 < 2 (the one before: 2.0)
     assert norm_placement.summarize_runs(runs, level=2.0)["steps_below"] == [10, None, None]
 
@@ -407,8 +455,18 @@ def test_summarize_runs_reports_steps_below_a_level():
 def test_sequence_log_prob_matches_step_by_step_decoding():
     src_tok, tgt_tok = date_tokenizers()
     torch.manual_seed(0)
-    model = tl.Transformer(tl.TransformerConfig(src_tok.vocab_size, tgt_tok.vocab_size, d_model=16, n_heads=2,
-                                                d_ff=32, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)).eval()
+    model = tl.Transformer(
+        tl.TransformerConfig(
+            src_tok.vocab_size,
+            tgt_tok.vocab_size,
+            d_model=16,
+            n_heads=2,
+            d_ff=32,
+            n_encoder_layers=1,
+            n_decoder_layers=1,
+            dropout=0.0,
+        )
+    ).eval()
     text, output = "3 March 1987", "1987-03"
     src = torch.tensor([src_tok.encode(text)])
     memory = model.encode(src)

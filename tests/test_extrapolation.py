@@ -1,4 +1,5 @@
 """The length-extrapolation experiment of chapter 04: its task generator, its scoring, its training loop."""
+
 import dataclasses
 import math
 
@@ -7,9 +8,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from transformer_lib.experiments.extrapolation import (IGNORE, ExtrapolationConfig, accuracy_by_position, evaluate,
-                                           lookback_batch, make_model, run_experiment, run_seeds,
-                                           seed_summary, train)
+from transformer_lib.experiments.extrapolation import (
+    IGNORE,
+    ExtrapolationConfig,
+    accuracy_by_position,
+    evaluate,
+    lookback_batch,
+    make_model,
+    run_experiment,
+    run_seeds,
+    seed_summary,
+    train,
+)
 
 
 @pytest.mark.parametrize("batch, length, vocab, offset", [(1, 2, 2, 1), (3, 17, 5, 4), (8, 64, 16, 1), (2, 9, 3, 8)])
@@ -37,8 +47,9 @@ def test_lookback_is_reproducible_with_a_generator():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
-@pytest.mark.parametrize("kwargs, name", [(dict(offset=0), "offset"), (dict(offset=10), "offset"),
-                                          (dict(vocab_size=1), "vocab_size")])
+@pytest.mark.parametrize(
+    "kwargs, name", [(dict(offset=0), "offset"), (dict(offset=10), "offset"), (dict(vocab_size=1), "vocab_size")]
+)
 def test_lookback_rejects_bad_arguments(kwargs, name):
     args = dict(batch_size=2, length=10, vocab_size=4, offset=1) | kwargs
     with pytest.raises(ValueError, match=name):
@@ -139,6 +150,7 @@ def test_evaluate_gives_the_training_mode_back():
 
 def test_seed_summary_matches_statistics_module():
     import statistics
+
     fake = {s: {"rope": {"eval": {64: {"accuracy": a, "loss": 1.0}}}} for s, a in ((0, 0.25), (1, 0.5), (2, 0.9))}
     got = seed_summary(fake, 64)["rope"]
     assert got["mean"] == pytest.approx(statistics.mean([0.25, 0.5, 0.9]))
@@ -210,12 +222,14 @@ def check_chapter_claims(runs):
     worst = max(final[n] for n in positioned)  # "bring the loss from chance to at most <worst>"
     assert worst < 0.25 * math.log(cfg.vocab_size) and final["none"] > 3 * worst
     assert unscaled > math.log(cfg.vocab_size) - 0.2
-    assert beyond["alibi"]["min"] > 0.9 and all(beyond[n]["max"] < 0.5 for n in ("none", "learned", "sinusoidal", "rope"))
+    assert beyond["alibi"]["min"] > 0.9 and all(
+        beyond[n]["max"] < 0.5 for n in ("none", "learned", "sinusoidal", "rope")
+    )
     assert beyond["learned"]["max"] < 2.5 / cfg.vocab_size and at_train["none"]["mean"] > 5 / cfg.vocab_size
     T = cfg.train_len
     for results in by_seed.values():  # none: accuracy falls with position, before T_train and after it
         p = results["none"]["eval"][cfg.eval_lens[-1]]["by_position"]
-        assert p[1:T // 2].mean() > p[T // 2:T].mean() > p[T:].mean()
+        assert p[1 : T // 2].mean() > p[T // 2 : T].mean() > p[T:].mean()
     rope = [r["rope"]["eval"][cfg.eval_lens[-1]]["by_position"] for r in by_seed.values()]
-    assert min(p[T:T + 4].min().item() for p in rope) > 0.8  # RoPE keeps its accuracy a few positions past T_train
-    assert sum(p[T + 8:].mean().item() for p in rope) / len(rope) < 2.5 / cfg.vocab_size  # then about chance
+    assert min(p[T : T + 4].min().item() for p in rope) > 0.8  # RoPE keeps its accuracy a few positions past T_train
+    assert sum(p[T + 8 :].mean().item() for p in rope) / len(rope) < 2.5 / cfg.vocab_size  # then about chance

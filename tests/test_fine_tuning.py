@@ -1,6 +1,7 @@
 """Chapter 12's runs (``experiments.fine_tuning``): the committed record is what its recipe produces, the committed
 heads and adapters are the ones the record measured, and the pieces the page relies on do what they say (the
 objectives' evaluations read only what they claim to read; the methods train what they claim to train)."""
+
 import dataclasses
 
 import pytest
@@ -55,7 +56,7 @@ def test_methods_train_what_they_say():
     probe, full, lora, qlora = (X.build_model(m, 0, cfg) for m in X.METHODS)
     head = sum(p.numel() for p in probe.head.parameters())
     assert count_parameters(probe, trainable=True) == head == 384 * 4 + 4
-    top = sum(p.numel() for layer in full.encoder.layers[-cfg.top_layers:] for p in layer.parameters())
+    top = sum(p.numel() for layer in full.encoder.layers[-cfg.top_layers :] for p in layer.parameters())
     assert count_parameters(full, trainable=True) == top + head
     adapters = sum(cfg.r * (m.in_features + m.out_features) for m in lora_layers(lora.encoder).values())
     assert len(lora_layers(lora.encoder)) == 6 * len(X.TARGETS)
@@ -76,18 +77,22 @@ def test_fill_a_blank_reads_both_sides_only_for_mlm():
     cfg = X.ObjectiveConfig()
     mlm, causal = X.make_lm("mlm", cfg).eval(), X.make_lm("next-token", cfg).eval()
     changed = windows.clone()
-    changed[:, p + 1:] = torch.randint(0, X.mask_id(), changed[:, p + 1:].shape)
+    changed[:, p + 1 :] = torch.randint(0, X.mask_id(), changed[:, p + 1 :].shape)
     answer_changed = windows.clone()
     answer_changed[:, p] = (windows[:, p] + 1) % X.mask_id()
     with torch.no_grad():
+
         def mlm_logits(w):
             x = w.clone()
             x[:, p] = X.mask_id()
             return mlm(x)[0][:, p]
+
         assert not torch.allclose(mlm_logits(windows), mlm_logits(changed))
         torch.testing.assert_close(mlm_logits(windows), mlm_logits(answer_changed), atol=0, rtol=0)
+
         def left(w):
             return causal(w[:, :p])[0][:, -1]
+
         torch.testing.assert_close(left(windows), left(changed), atol=0, rtol=0)
         torch.testing.assert_close(left(windows), left(answer_changed), atol=0, rtol=0)
 

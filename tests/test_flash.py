@@ -1,5 +1,6 @@
 """Tiled attention with an online softmax, split-K decoding and the recomputing backward, each against PyTorch's
 ``F.scaled_dot_product_attention`` (the independent reference), and their memory against the T x T path."""
+
 import math
 
 import pytest
@@ -8,16 +9,26 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_lib.flash import (FlashAttentionFunction, attention_with_lse, materialised_attention, merge_partials,
-                                   split_k_decode, tiled_attention, trace_one_query_block)
+from transformer_lib.flash import (
+    FlashAttentionFunction,
+    attention_with_lse,
+    materialised_attention,
+    merge_partials,
+    split_k_decode,
+    tiled_attention,
+    trace_one_query_block,
+)
 from transformer_lib.masking import causal_mask
 from transformer_lib.tensor_memory import PeakTensorBytes, peak_tensor_bytes
 
 
 def qkv(B, H, Tq, Tk, D, Dv=None, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, H, Tq, D, generator=g, dtype=dtype), torch.randn(B, H, Tk, D, generator=g, dtype=dtype),
-            torch.randn(B, H, Tk, Dv or D, generator=g, dtype=dtype))
+    return (
+        torch.randn(B, H, Tq, D, generator=g, dtype=dtype),
+        torch.randn(B, H, Tk, D, generator=g, dtype=dtype),
+        torch.randn(B, H, Tk, Dv or D, generator=g, dtype=dtype),
+    )
 
 
 def sdpa(q, k, v, causal=False, key_mask=None):
@@ -32,8 +43,16 @@ def sdpa(q, k, v, causal=False, key_mask=None):
 
 
 @settings(max_examples=40, deadline=None)
-@given(B=st.integers(1, 2), H=st.integers(1, 3), Tq=st.integers(1, 41), extra=st.integers(0, 20),
-       D=st.sampled_from([1, 8, 17]), block_q=st.integers(1, 19), block_k=st.integers(1, 23), causal=st.booleans())
+@given(
+    B=st.integers(1, 2),
+    H=st.integers(1, 3),
+    Tq=st.integers(1, 41),
+    extra=st.integers(0, 20),
+    D=st.sampled_from([1, 8, 17]),
+    block_q=st.integers(1, 19),
+    block_k=st.integers(1, 23),
+    causal=st.booleans(),
+)
 def test_tiled_attention_matches_sdpa(B, H, Tq, extra, D, block_q, block_k, causal):
     q, k, v = qkv(B, H, Tq, Tq + extra, D)
     out = tiled_attention(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
@@ -87,11 +106,14 @@ def test_recomputing_backward_matches_sdpa(causal):
     key_mask = torch.ones(2, 23, dtype=torch.bool)
     key_mask[0, 20:] = False
     small = [t[:, :1, :6].double().requires_grad_() for t in (q, k, v)]
-    assert torch.autograd.gradcheck(lambda *x: FlashAttentionFunction.apply(*x, causal, key_mask[:, :6], 4, 3),
-                                    small, eps=1e-6)
+    assert torch.autograd.gradcheck(
+        lambda *x: FlashAttentionFunction.apply(*x, causal, key_mask[:, :6], 4, 3), small, eps=1e-6
+    )
     grads = []
-    for fn in (lambda *x: FlashAttentionFunction.apply(*x, causal, key_mask, 7, 6), lambda *x: sdpa(*x, causal,
-                                                                                                  key_mask)):
+    for fn in (
+        lambda *x: FlashAttentionFunction.apply(*x, causal, key_mask, 7, 6),
+        lambda *x: sdpa(*x, causal, key_mask),
+    ):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
         (fn(*leaves) * torch.linspace(-1, 1, 5)).sum().backward()
         grads.append([t.grad for t in leaves])
@@ -130,16 +152,17 @@ def test_trace_ends_at_the_softmax_of_the_whole_row():
 
 def test_materialised_path_matches_sdpa():
     q, k, v = qkv(2, 2, 11, 11, 8)
-    torch.testing.assert_close(materialised_attention(q, k, v, causal=True), sdpa(q, k, v, True), atol=1e-6,
-                               rtol=1e-6)
+    torch.testing.assert_close(materialised_attention(q, k, v, causal=True), sdpa(q, k, v, True), atol=1e-6, rtol=1e-6)
 
 
 def test_memory_of_tiles_grows_linearly_and_of_scores_quadratically():
     peaks = {}
     for T in (256, 512, 1024):
         q, k, v = qkv(1, 1, T, T, 32)
-        peaks[T] = (peak_tensor_bytes(lambda: materialised_attention(q, k, v)),
-                    peak_tensor_bytes(lambda: tiled_attention(q, k, v, block_q=64, block_k=64)))
+        peaks[T] = (
+            peak_tensor_bytes(lambda: materialised_attention(q, k, v)),
+            peak_tensor_bytes(lambda: tiled_attention(q, k, v, block_q=64, block_k=64)),
+        )
     assert peaks[256][0] >= 256 * 256 * 4 * 2  # scores and weights, both T x T fp32, alive together
     for T in (512, 1024):
         assert peaks[T][0] / peaks[T // 2][0] > 3.5  # doubling T: ~4x
@@ -156,16 +179,19 @@ def test_peak_tensor_bytes_counts_views_once_and_frees():
     assert (mem.peak, mem.live) == (6000, 0)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda q, k, v: tiled_attention(q[0], k, v), "q must be a 4-D floating-point tensor"),
-    (lambda q, k, v: tiled_attention(q.long(), k, v), "q must be a 4-D floating-point tensor"),
-    (lambda q, k, v: tiled_attention(q, k.double(), v), "share a dtype"),
-    (lambda q, k, v: tiled_attention(q, k[..., :3], v), "expected q (B, H, Tq, D)"),
-    (lambda q, k, v: tiled_attention(q, k, v, block_k=0), "block_k must be an int >= 1, got 0"),
-    (lambda q, k, v: tiled_attention(q, k, v, key_mask=torch.ones(1, 5)), "key_mask must be a boolean tensor"),
-    (lambda q, k, v: tiled_attention(q, k, v, key_mask=torch.ones(2, 5, dtype=torch.bool)), "(B, Tk) = (1, 6)"),
-    (lambda q, k, v: split_k_decode(q, k, v, n_splits=0), "n_splits must be an int >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda q, k, v: tiled_attention(q[0], k, v), "q must be a 4-D floating-point tensor"),
+        (lambda q, k, v: tiled_attention(q.long(), k, v), "q must be a 4-D floating-point tensor"),
+        (lambda q, k, v: tiled_attention(q, k.double(), v), "share a dtype"),
+        (lambda q, k, v: tiled_attention(q, k[..., :3], v), "expected q (B, H, Tq, D)"),
+        (lambda q, k, v: tiled_attention(q, k, v, block_k=0), "block_k must be an int >= 1, got 0"),
+        (lambda q, k, v: tiled_attention(q, k, v, key_mask=torch.ones(1, 5)), "key_mask must be a boolean tensor"),
+        (lambda q, k, v: tiled_attention(q, k, v, key_mask=torch.ones(2, 5, dtype=torch.bool)), "(B, Tk) = (1, 6)"),
+        (lambda q, k, v: split_k_decode(q, k, v, n_splits=0), "n_splits must be an int >= 1, got 0"),
+    ],
+)
 def test_bad_inputs_are_named(call, message):
     q, k, v = qkv(1, 2, 4, 6, 8)
     with pytest.raises(ValueError) as error:

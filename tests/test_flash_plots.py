@@ -1,5 +1,6 @@
 """Chapter 10's figures and measurements: labelled axes, the plotted values are the measured ones, and the
 experiment's closed forms (FLOPs, score bytes, FLOP share) are the chapter's formulas."""
+
 import matplotlib
 import pytest
 import torch
@@ -9,15 +10,22 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from transformer_lib.experiments.attention_wall import block_shares, wall_table  # noqa: E402
-from transformer_lib.flash import (flash_block_sizes, hbm_elements_flash, hbm_elements_flash2,  # noqa: E402
-                                   hbm_elements_standard, trace_one_query_block)
+from transformer_lib.flash import (
+    flash_block_sizes,
+    hbm_elements_flash,
+    hbm_elements_flash2,  # noqa: E402
+    hbm_elements_standard,
+    trace_one_query_block,
+)
 from transformer_lib.viz.flash_plots import plot_online_softmax, plot_wall  # noqa: E402
 
 
 def test_wall_table_closed_forms_and_memory_plot_values():
     rows = wall_table([32, 64], d_head=8, repeats=1)
-    assert [(r["flops"], r["score_bytes"]) for r in rows] == [(4 * 32 * 32 * 8, 4 * 32 * 32), (4 * 64 * 64 * 8,
-                                                                                               4 * 64 * 64)]
+    assert [(r["flops"], r["score_bytes"]) for r in rows] == [
+        (4 * 32 * 32 * 8, 4 * 32 * 32),
+        (4 * 64 * 64 * 8, 4 * 64 * 64),
+    ]
     assert all(len(r["times"][n]) == 1 for r in rows for n in ("materialised", "tiled", "sdpa"))
     fig = plot_wall(rows)
     ax_t, ax_m = fig.axes
@@ -34,8 +42,9 @@ def test_block_shares_flop_share_is_t_over_t_plus_6d():
 
 def test_online_softmax_figure_draws_the_running_max_of_each_step():
     g = torch.Generator().manual_seed(0)
-    steps = trace_one_query_block(torch.randn(2, 4, generator=g), torch.randn(10, 4, generator=g),
-                                  torch.randn(10, 3, generator=g), block_k=4)
+    steps = trace_one_query_block(
+        torch.randn(2, 4, generator=g), torch.randn(10, 4, generator=g), torch.randn(10, 3, generator=g), block_k=4
+    )
     fig = plot_online_softmax(steps, query=1)
     ax_s, ax_r = fig.axes
     assert all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)

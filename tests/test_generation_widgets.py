@@ -1,6 +1,7 @@
 """Chapter 07's sampling figure: the entropies in its caption are those of the distribution it draws, in bits,
 checked against ``torch.distributions.Categorical`` (the trace/slider helpers are tested in
 serving/test_generate.py)."""
+
 import math
 
 import matplotlib.pyplot as plt

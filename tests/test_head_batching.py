@@ -1,5 +1,6 @@
 """Chapter 03's loop-over-heads vs batched measurement: same numbers, and a peak-memory count that matches
 allocations of known size (and, on a GPU, CUDA's own allocator counter)."""
+
 import math
 
 import pytest

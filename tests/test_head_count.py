@@ -1,5 +1,6 @@
 """Chapter 03's one-head-vs-several experiment: its task generator, its reference accuracy, its scoring, the
 committed checkpoint (it loads the trained models), and (slow) retraining reproduces the chapter's claims."""
+
 import itertools
 import math
 
@@ -7,9 +8,22 @@ import pytest
 import torch
 import torch.nn as nn
 
-from transformer_lib.experiments.head_count import (HEAD_COUNTS, IGNORE, SEEDS, HeadCountConfig, PairReader, accuracy,
-                                                    flag_summary, flag_weights, flagged_pair_batch, load_runs,
-                                                    order_blind_accuracy, run_experiment, save_runs, train_runs)
+from transformer_lib.experiments.head_count import (
+    HEAD_COUNTS,
+    IGNORE,
+    SEEDS,
+    HeadCountConfig,
+    PairReader,
+    accuracy,
+    flag_summary,
+    flag_weights,
+    flagged_pair_batch,
+    load_runs,
+    order_blind_accuracy,
+    run_experiment,
+    save_runs,
+    train_runs,
+)
 
 
 @pytest.mark.parametrize("batch, length, vocab", [(1, 4, 2), (5, 9, 3), (16, 16, 8)])
@@ -56,7 +70,7 @@ class _Oracle(nn.Module):
 
     def forward(self, idx):
         B, T = idx.shape
-        logits = torch.zeros(B, T, self.vocab ** 2)
+        logits = torch.zeros(B, T, self.vocab**2)
         for b in range(B):
             first, second = [int(v) - self.vocab for v in idx[b] if v >= self.vocab]
             logits[b, :, self.vocab * first + second] = 1.0
@@ -67,7 +81,7 @@ def test_accuracy_of_a_perfect_reader_is_one_and_of_a_constant_is_small():
     cfg = HeadCountConfig(eval_size=64)
     assert accuracy(_Oracle(cfg.vocab_size), cfg) == 1.0
     constant = _Oracle(cfg.vocab_size)
-    constant.forward = lambda idx: torch.zeros(*idx.shape, cfg.vocab_size ** 2)  # always class 0
+    constant.forward = lambda idx: torch.zeros(*idx.shape, cfg.vocab_size**2)  # always class 0
     assert accuracy(constant, cfg) < 0.1  # class 0 is the pair (0, 0): about 1 / V**2 of the targets
 
 
@@ -82,8 +96,9 @@ def test_flag_weights_of_a_blind_query_are_uniform_over_the_causal_past(n_heads)
         model.attn.qkv.bias[:q_rows] = 0
     first, second = flag_weights(model, cfg, seed=5)
     idx, targets = flagged_pair_batch(cfg.eval_size, cfg.length, cfg.vocab_size, torch.Generator().manual_seed(5))
-    expected = torch.tensor([1 / (t + 1) for b in range(idx.shape[0]) for t in range(idx.shape[1])
-                             if targets[b, t] != IGNORE])  # the scored positions, row by row
+    expected = torch.tensor(
+        [1 / (t + 1) for b in range(idx.shape[0]) for t in range(idx.shape[1]) if targets[b, t] != IGNORE]
+    )  # the scored positions, row by row
     assert first.shape == second.shape == (len(expected), n_heads)
     torch.testing.assert_close(first, expected[:, None].expand(-1, n_heads), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(second, first)
@@ -97,7 +112,7 @@ def test_flag_weights_follow_a_query_that_looks_only_at_flags():
     with torch.no_grad():
         model.pos.weight.zero_()
         model.tok.weight.zero_()
-        model.tok.weight[cfg.vocab_size:, 0] = 1.0  # flagged tokens: coordinate 0 is 1, everything else 0
+        model.tok.weight[cfg.vocab_size :, 0] = 1.0  # flagged tokens: coordinate 0 is 1, everything else 0
         model.tok.weight[:, 1] = 1.0  # every token: coordinate 1 is 1 (gives each query the same vector)
         model.attn.qkv.weight.zero_()
         model.attn.qkv.bias.zero_()
@@ -169,8 +184,10 @@ def test_training_reproduces_the_chapters_claims(seeds):
     one_max, multi_min = max(acc[1]), min(acc[2] + acc[4])
     assert multi_min > one_max + 0.1  # every run with two or four heads beat every run with one head, by > 0.1
     assert one_max < 0.85 and multi_min > 0.8  # two or four heads come close to solving the task; one head does not
-    summary = {h: [flag_summary(*flag_weights(r["model"], cfg, seed=2027, n=256)) for r in results]
-               for h, results in runs.items()}
+    summary = {
+        h: [flag_summary(*flag_weights(r["model"], cfg, seed=2027, n=256)) for r in results]
+        for h, results in runs.items()
+    }
     assert all(s["opposite"] > 0.75 for s in summary[2])  # the two heads favour different flags at most positions
     assert min(s["one_sided"] for s in summary[2]) > max(s["one_sided"] for s in summary[1])
     assert all(0.3 < e < 0.7 for s in summary[2] for e in s["earlier"].tolist())  # neither is an "earlier-flag head"

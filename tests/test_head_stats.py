@@ -1,12 +1,22 @@
 """Per-head statistics (transformer_lib.head_stats) against closed-form attention maps."""
+
 import math
 
 import pytest
 import torch
 
-from transformer_lib.head_stats import (STATISTICS, check_attention_maps, dominant_pattern, entropy_bits,
-                                        head_statistics, head_statistics_over, key_weight, mean_distance,
-                                        offset_weight, row_entropy)
+from transformer_lib.head_stats import (
+    STATISTICS,
+    check_attention_maps,
+    dominant_pattern,
+    entropy_bits,
+    head_statistics,
+    head_statistics_over,
+    key_weight,
+    mean_distance,
+    offset_weight,
+    row_entropy,
+)
 
 
 def uniform(T, *lead):
@@ -68,8 +78,9 @@ def test_entropy_bits_of_half_precision_is_float32():
     torch.testing.assert_close(got, torch.full((2,), 3.0))  # log2(8)
 
 
-@pytest.mark.parametrize("bad, match", [(torch.eye(3, dtype=torch.long), "floating-point.*int64"),
-                                        ([0.5, 0.5], "floating-point.*list")])
+@pytest.mark.parametrize(
+    "bad, match", [(torch.eye(3, dtype=torch.long), "floating-point.*int64"), ([0.5, 0.5], "floating-point.*list")]
+)
 def test_entropy_bits_rejects_non_float_input(bad, match):
     with pytest.raises(ValueError, match=match):
         entropy_bits(bad)
@@ -160,22 +171,26 @@ def test_head_statistics_over_sentences_of_different_lengths_stacks_them():
 
 def test_dominant_pattern_names_closed_form_heads():
     T = 8
-    maps = torch.stack([shifted_identity(T, -1), shifted_identity(T, 1), torch.eye(T), column(T, 0),
-                        column(T, -1), uniform(T)])
+    maps = torch.stack(
+        [shifted_identity(T, -1), shifted_identity(T, 1), torch.eye(T), column(T, 0), column(T, -1), uniform(T)]
+    )
     want = ["previous token", "next token", "itself", "[CLS]", "[SEP]", "broad"]
     assert dominant_pattern(head_statistics(maps)) == want
     mix = 0.5 * shifted_identity(T, -1) + 0.5 * shifted_identity(T, 1)  # 0.5 / 0.5, entropy 1 bit of 3
     assert dominant_pattern(head_statistics(mix), threshold=0.6) == "mixed"
 
 
-@pytest.mark.parametrize("bad, match", [
-    (torch.ones(4, 5) / 5, r"square.*\(4, 5\)"),
-    (torch.ones(6), r"square.*\(6,\)"),
-    (torch.ones(3, 3, dtype=torch.long), "floating-point"),
-    (torch.ones(4, 4), "sum to 1"),
-    (torch.tensor([[1.5, -0.5], [0.5, 0.5]]), "non-negative"),
-    (torch.tensor([[float("nan"), 1.0], [0.5, 0.5]]), "NaN"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (torch.ones(4, 5) / 5, r"square.*\(4, 5\)"),
+        (torch.ones(6), r"square.*\(6,\)"),
+        (torch.ones(3, 3, dtype=torch.long), "floating-point"),
+        (torch.ones(4, 4), "sum to 1"),
+        (torch.tensor([[1.5, -0.5], [0.5, 0.5]]), "non-negative"),
+        (torch.tensor([[float("nan"), 1.0], [0.5, 0.5]]), "NaN"),
+    ],
+)
 def test_bad_maps_raise_value_error_naming_the_problem(bad, match):
     with pytest.raises(ValueError, match=match):
         head_statistics(bad, skip_special=False)

@@ -5,6 +5,7 @@ page) is built in English, its messages extracted (``-b gettext``), translated h
 ``language=zh_CN`` from the same execution cache. Without ``book/_ext/glue_i18n.py`` every glue role inside a
 translated message renders nothing, with a warning (NOTES.md, "A second language"): the tests below would fail.
 """
+
 from __future__ import annotations
 
 import html
@@ -58,15 +59,12 @@ The loss over {glue:text}`n_steps` steps.
 
 TRANSLATIONS = {
     "A glued page": "一个粘贴了数值的页面",
-    "After {glue:text}`n_steps` steps the model reaches {glue:text}`acc:.1%` accuracy ({glue:}`acc`).":
-        "训练 {glue:text}`n_steps` 步之后，模型的准确率达到 {glue:text}`acc:.1%`（{glue:}`acc`）。",
-    "The cache is {glue:md}`verdict:gfm` here, over {glue:any}`n_steps` steps.":
-        "在这里缓存{glue:md}`verdict:gfm`，共 {glue:any}`n_steps` 步。",
+    "After {glue:text}`n_steps` steps the model reaches {glue:text}`acc:.1%` accuracy ({glue:}`acc`).": "训练 {glue:text}`n_steps` 步之后，模型的准确率达到 {glue:text}`acc:.1%`（{glue:}`acc`）。",
+    "The cache is {glue:md}`verdict:gfm` here, over {glue:any}`n_steps` steps.": "在这里缓存{glue:md}`verdict:gfm`，共 {glue:any}`n_steps` 步。",
     "The loss over {glue:text}`n_steps` steps.": "{glue:text}`n_steps` 步内的损失。",
     "heads": "头数",  # the glued table's cells are messages too
     "loss": "损失",
-    "The loop is {glue:text}`speed_word` the batch.":
-        "循环{glue:choice}`speed_word|faster=比批处理快|slower=比批处理慢`。",
+    "The loop is {glue:text}`speed_word` the batch.": "循环{glue:choice}`speed_word|faster=比批处理快|slower=比批处理慢`。",
     "Plain page": "普通页面",
     "It links to [the glued page](glued.ipynb).": "它链接到[粘贴了数值的页面](glued.ipynb)。",
 }
@@ -91,8 +89,9 @@ suppress_warnings = ["epub"]
 def _write_book(src: Path) -> None:
     src.mkdir(parents=True)
     (src / "conf.py").write_text(CONF.format(ext=str(ROOT / "book" / "_ext"), cache=str(src / "_build" / "cache")))
-    (src / "index.md").write_text("# Plain page\n\nIt links to [the glued page](glued.ipynb).\n\n"
-                                  "```{toctree}\nglued\n```\n")
+    (src / "index.md").write_text(
+        "# Plain page\n\nIt links to [the glued page](glued.ipynb).\n\n```{toctree}\nglued\n```\n"
+    )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(GLUE_CELL), nbformat.v4.new_markdown_cell(PROSE)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, src / "glued.ipynb")
@@ -105,8 +104,17 @@ def _build(src: Path, builder: str, out: str, **overrides) -> tuple[str, str]:
 
     status, warning = io.StringIO(), io.StringIO()
     with patch_docutils(str(src)), docutils_namespace():
-        app = Sphinx(str(src), str(src), str(src / "_build" / out), str(src / "_build" / f"{out}.doctrees"),
-                     builder, confoverrides=overrides, status=status, warning=warning, freshenv=True)
+        app = Sphinx(
+            str(src),
+            str(src),
+            str(src / "_build" / out),
+            str(src / "_build" / f"{out}.doctrees"),
+            builder,
+            confoverrides=overrides,
+            status=status,
+            warning=warning,
+            freshenv=True,
+        )
         app.build()
     return status.getvalue(), warning.getvalue()
 
@@ -140,9 +148,14 @@ def tiny_book(tmp_path_factory):
     pot = _build(src, "gettext", "gettext")
     _translate_catalogs(src / "_build" / "gettext", src / "locales")
     zh = _build(src, "html", "zh", language="zh_CN")
-    return {"src": src, "en": en, "pot": pot, "zh": zh,
-            "en_page": (src / "_build/en/glued.html").read_text(),
-            "zh_page": (src / "_build/zh/glued.html").read_text()}
+    return {
+        "src": src,
+        "en": en,
+        "pot": pot,
+        "zh": zh,
+        "en_page": (src / "_build/en/glued.html").read_text(),
+        "zh_page": (src / "_build/zh/glued.html").read_text(),
+    }
 
 
 def test_glued_values_in_translated_messages_render_as_in_english(tiny_book):
@@ -179,6 +192,7 @@ def test_translated_build_warns_nothing_and_executes_nothing(tiny_book):
 
 # ----------------------------------------------------------------------------- the catalogs and their check
 
+
 def _book_i18n():
     import importlib.util
 
@@ -207,34 +221,46 @@ def _po(tmp_path, body: str) -> Path:
 
 def test_check_accepts_a_faithful_translation_and_ignores_the_fuzzy_header(tmp_path):
     tool = _book_i18n()
-    path = _po(tmp_path, 'msgid "Accuracy is {glue:text}`acc:.1%` with `d_model` and $\\\\sqrt{d}$, '
-                         'see [the paper](x.md)."\n'
-                         'msgstr "准确率为 {glue:text}`acc:.1%`，使用 `d_model` 和 $\\\\sqrt{d}$，见[论文](x.md)。"\n')
+    path = _po(
+        tmp_path,
+        'msgid "Accuracy is {glue:text}`acc:.1%` with `d_model` and $\\\\sqrt{d}$, '
+        'see [the paper](x.md)."\n'
+        'msgstr "准确率为 {glue:text}`acc:.1%`，使用 `d_model` 和 $\\\\sqrt{d}$，见[论文](x.md)。"\n',
+    )
     assert tool.check_catalog(path, release=True) == []
 
 
-@pytest.mark.parametrize("msgstr, missing", [
-    ("准确率为 {glue:text}`acc:.2%`。", "role {glue:text}`acc:.1%`"),   # a changed format spec
-    ("准确率为 {glue:text}`acc`。", "role {glue:text}`acc:.1%`"),
-    ("准确率为 87%。", "role {glue:text}`acc:.1%`"),                      # a typed number instead of the glue
-    ("准确率为 {glue:text}`acc:.1%`，`dmodel`。", "code d_model"),
-    ("{glue:text}`acc:.1%` `d_model` $d$ [论文](y.md)", "link x.md"),
-    ("{glue:text}`acc:.1%` `d_model` $\\\\sqrt{d}$ 论文", "link x.md"),
-    ("{glue:text}`acc:.1%` `d_model` [论文](x.md)", "math $\\sqrt{d}$"),
-])
+@pytest.mark.parametrize(
+    "msgstr, missing",
+    [
+        ("准确率为 {glue:text}`acc:.2%`。", "role {glue:text}`acc:.1%`"),  # a changed format spec
+        ("准确率为 {glue:text}`acc`。", "role {glue:text}`acc:.1%`"),
+        ("准确率为 87%。", "role {glue:text}`acc:.1%`"),  # a typed number instead of the glue
+        ("准确率为 {glue:text}`acc:.1%`，`dmodel`。", "code d_model"),
+        ("{glue:text}`acc:.1%` `d_model` $d$ [论文](y.md)", "link x.md"),
+        ("{glue:text}`acc:.1%` `d_model` $\\\\sqrt{d}$ 论文", "link x.md"),
+        ("{glue:text}`acc:.1%` `d_model` [论文](x.md)", "math $\\sqrt{d}$"),
+    ],
+)
 def test_check_fails_when_a_translation_changes_roles_code_math_or_links(tmp_path, msgstr, missing):
     tool = _book_i18n()
-    path = _po(tmp_path, 'msgid "Accuracy is {glue:text}`acc:.1%` with `d_model`, $\\\\sqrt{d}$ [the paper](x.md)."\n'
-                         f'msgstr "{msgstr}"\n')
+    path = _po(
+        tmp_path,
+        'msgid "Accuracy is {glue:text}`acc:.1%` with `d_model`, $\\\\sqrt{d}$ [the paper](x.md)."\n'
+        f'msgstr "{msgstr}"\n',
+    )
     problems = tool.check_catalog(path, release=False)
     assert len(problems) == 1 and missing in problems[0], problems
 
 
 def test_check_reads_a_chosen_word_as_the_english_glue_role(tmp_path):
     tool = _book_i18n()
-    path = _po(tmp_path, 'msgid "It is {glue:text}`w` here."\n'
-                         'msgstr "这里{glue:choice}`w|faster=更快|slower=更慢`。"\n\n'
-                         'msgid "And {glue:text}`w` there."\nmsgstr "那里{glue:choice}`v|faster=更快`。"\n')
+    path = _po(
+        tmp_path,
+        'msgid "It is {glue:text}`w` here."\n'
+        'msgstr "这里{glue:choice}`w|faster=更快|slower=更慢`。"\n\n'
+        'msgid "And {glue:text}`w` there."\nmsgstr "那里{glue:choice}`v|faster=更快`。"\n',
+    )
     problems = tool.check_catalog(path, release=True)
     assert len(problems) == 1 and "missing: role {glue:text}`w`" in problems[0]
 
@@ -244,19 +270,24 @@ def test_choice_roles_parse_their_words():
     import glue_i18n
 
     assert glue_i18n.parse_choice("w|faster=更快 |within_noise= 差别在噪声之内") == (
-        "w", {"faster": "更快", "within_noise": "差别在噪声之内"})
+        "w",
+        {"faster": "更快", "within_noise": "差别在噪声之内"},
+    )
     with pytest.raises(ValueError, match="is not key=word"):
         glue_i18n.parse_choice("w|faster")
 
 
 def test_release_check_fails_on_fuzzy_and_untranslated_entries_draft_check_does_not(tmp_path):
     tool = _book_i18n()
-    path = _po(tmp_path, '#, fuzzy\nmsgid "New {glue:text}`n` words"\nmsgstr "旧的 {glue:text}`m`"\n\n'
-                         'msgid "Not yet"\nmsgstr ""\n\nmsgid "Done"\nmsgstr "完成"\n')
+    path = _po(
+        tmp_path,
+        '#, fuzzy\nmsgid "New {glue:text}`n` words"\nmsgstr "旧的 {glue:text}`m`"\n\n'
+        'msgid "Not yet"\nmsgstr ""\n\nmsgid "Done"\nmsgstr "完成"\n',
+    )
     assert tool.check_catalog(path, release=False) == []  # a fuzzy entry is not used by the build
     problems = tool.check_catalog(path, release=True)
     assert len(problems) == 2 and "fuzzy" in problems[0] and "untranslated" in problems[1]
-    assert tool.check([ "zh_CN"], release=True, locales=tmp_path) == 1
+    assert tool.check(["zh_CN"], release=True, locales=tmp_path) == 1
 
 
 def _toc_pages() -> list[str]:
@@ -302,10 +333,12 @@ def test_every_page_links_to_the_same_page_in_the_other_edition():
         switch = re.search(r'<nav class="book-language-switch".*?href="([^"]+)"', page.read_text(encoding="utf-8"))
         assert switch, f"{page}: no language switch"
         assert (page.parent / switch.group(1)).resolve() == (
-            (zh if zh not in page.parents else SITE) / "notebooks" / "00_quickstart.html").resolve()
+            (zh if zh not in page.parents else SITE) / "notebooks" / "00_quickstart.html"
+        ).resolve()
 
 
 # ------------------------------------------------------------------------------------------ the glossary
+
 
 def _variants(term: str) -> list[str]:
     """The English term's spellings: ``layer normalization (LayerNorm)`` -> both; ``a / b`` and ``a, b`` -> each."""
@@ -346,8 +379,11 @@ def test_glossary_names_the_chapter_where_each_term_is_first_used():
     chapters = [p for p in _toc_pages() if p.startswith("notebooks/")]
     rows = glossary_rows()
     assert len(rows) >= 30
-    wrong = [(en, chapter, first_chapter_using(en, chapters)) for en, _, chapter in rows
-             if first_chapter_using(en, chapters) != chapter]
+    wrong = [
+        (en, chapter, first_chapter_using(en, chapters))
+        for en, _, chapter in rows
+        if first_chapter_using(en, chapters) != chapter
+    ]
     assert not wrong, f"(term, glossary says, first used in): {wrong}"
 
 
@@ -376,8 +412,11 @@ def test_forced_execution_for_two_editions_writes_the_cache_the_translation_read
         cache.mkdir(parents=True, exist_ok=True)
         (cache / "global.db").write_text("executed notebooks")
         config = NbParserConfig(execution_mode="cache", execution_cache_path=str(cache))
-        app = SimpleNamespace(confdir=str(tmp_path), env=SimpleNamespace(mystnb_config=config),
-                              config=SimpleNamespace(book_cache_inputs=["lib.py"], book_execute_into_cache=into_cache))
+        app = SimpleNamespace(
+            confdir=str(tmp_path),
+            env=SimpleNamespace(mystnb_config=config),
+            config=SimpleNamespace(book_cache_inputs=["lib.py"], book_execute_into_cache=into_cache),
+        )
         fixes.prepare_execution(app)
         assert app.env.mystnb_config.execution_mode == mode
         assert (cache / "global.db").exists() is (not into_cache)  # emptied: every notebook executes, into it

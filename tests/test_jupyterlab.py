@@ -12,6 +12,7 @@ all its cells with the kernel ("Run All Cells"), and checks that:
 JupyterLab is stopped at the end (``POST /api/shutdown``, which shuts its kernels down), whatever happened.
 Every wait is bounded (``RUN_ALL_TIMEOUT_S`` for the chapter's cells).
 """
+
 from __future__ import annotations
 
 import json
@@ -90,6 +91,7 @@ def jupyterlab(browser_path, request):
     root.mkdir()
     if getattr(request, "param", None) == LIVE_NOTEBOOK:
         import nbformat
+
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LIVE_CELL)])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, root / LIVE_NOTEBOOK)
@@ -97,17 +99,30 @@ def jupyterlab(browser_path, request):
         shutil.copy2(CHAPTER, root / CHAPTER.name)
     token, port = secrets.token_hex(24), _free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-           # the kernel imports this checkout's transformer_lib, as the tests do
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        # the kernel imports this checkout's transformer_lib, as the tests do
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     jupyter = Path(sys.executable).with_name("jupyter")  # the README's `.venv/bin/jupyter lab`
     lab = [str(jupyter), "lab"] if jupyter.exists() else [sys.executable, "-m", "jupyterlab"]
-    cmd = [*lab, "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-           "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-           "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: the test runs commands as the menus do
-           "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-           "--LabApp.extension_manager=readonly"]
+    cmd = [
+        *lab,
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: the test runs commands as the menus do
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+    ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # CI runs as root
     log = (home / "server.log").open("w")
@@ -157,10 +172,14 @@ def _running_kernels(ids: list[str]) -> list[str]:
 
 # The notebook panel of the chapter, through the app JupyterLab exposes (expose_app_in_browser). Not
 # `shell.currentWidget`: that follows the focus, which a headless page never has.
-PANEL = "(window.jupyterapp ? Array.from(jupyterapp.shell.widgets('main'))" \
-        ".find(w => w.content && w.sessionContext) || null : null)"
-KERNEL_IDLE = f"(p => !!(p && p.sessionContext.session && p.sessionContext.session.kernel " \
-              f"&& p.sessionContext.session.kernel.status === 'idle'))({PANEL})"
+PANEL = (
+    "(window.jupyterapp ? Array.from(jupyterapp.shell.widgets('main'))"
+    ".find(w => w.content && w.sessionContext) || null : null)"
+)
+KERNEL_IDLE = (
+    f"(p => !!(p && p.sessionContext.session && p.sessionContext.session.kernel "
+    f"&& p.sessionContext.session.kernel.status === 'idle'))({PANEL})"
+)
 CELLS_RUN = f"""(p => {{
   const code = p.content.widgets.filter(c => c.model.type === 'code');
   return [code.length, code.filter(c => c.model.executionCount !== null).length];
@@ -221,14 +240,17 @@ def test_a_chapter_runs_in_jupyterlab_and_its_widget_answers(jupyterlab, browser
         chrome.wait_for(f"{INTERACT} !== null", timeout=30)  # rendered by the JupyterLab widget manager
         before, readout = chrome.js(PICTURE), chrome.js(READOUT)
         assert before and readout, (before, readout)
-        chrome.js(f"(([box, track]) => {{ track.scrollIntoView({{block: 'center'}}); "
-                  f"track.querySelector('.noUi-handle').focus(); return document.activeElement.className; }})"
-                  f"({INTERACT})")
+        chrome.js(
+            f"(([box, track]) => {{ track.scrollIntoView({{block: 'center'}}); "
+            f"track.querySelector('.noUi-handle').focus(); return document.activeElement.className; }})"
+            f"({INTERACT})"
+        )
         chrome.key("ArrowRight", 39)  # a reader's key press on the focused slider handle
         moved = chrome.wait_for(f"(r => r !== null && r !== {json.dumps(readout)} ? r : null)({READOUT})", timeout=10)
         # the kernel runs the callback and sends a new figure
-        after = chrome.wait_for(f"(h => h !== null && h !== {json.dumps(before)} ? h : null)({PICTURE})",
-                                timeout=REDRAW_TIMEOUT_S)
+        after = chrome.wait_for(
+            f"(h => h !== null && h !== {json.dumps(before)} ? h : null)({PICTURE})", timeout=REDRAW_TIMEOUT_S
+        )
         print(f"slider {readout} -> {moved}; picture (length:hash) {before} -> {after}")
         assert chrome.js(ERRORS) == []
         if Path("/proc").is_dir():  # what the fixture's check for leftover kernels looks for
@@ -237,14 +259,17 @@ def test_a_chapter_runs_in_jupyterlab_and_its_widget_answers(jupyterlab, browser
 
 
 # Run `code` in the notebook's kernel and resolve to what it printed (the front-end's own kernel connection).
-KERNEL_PRINT = """(async (code) => {
+KERNEL_PRINT = (
+    """(async (code) => {
   const kernel = %s.sessionContext.session.kernel;
   let text = '';
   const future = kernel.requestExecute({ code });
   future.onIOPub = (msg) => { if (msg.header.msg_type === 'stream') text += msg.content.text; };
   await future.done;
   return text;
-})(%%s)""" % PANEL
+})(%%s)"""
+    % PANEL
+)
 QUERY_BOX = "document.querySelector('.jp-Notebook .tl-live select')"
 
 
@@ -268,5 +293,6 @@ def test_a_readers_choice_in_a_live_figure_reaches_the_kernel_and_back(jupyterla
         chrome.js(KERNEL_PRINT % json.dumps("w.query = 3"), await_promise=True)
         chrome.wait_for(f"{QUERY_BOX}.value === '3'", timeout=REDRAW_TIMEOUT_S)
         assert chrome.js("document.querySelector('.jp-Notebook .tl-live [role=status]').textContent").startswith(
-            '3. output for "d"')
+            '3. output for "d"'
+        )
         assert chrome.js(ERRORS) == []

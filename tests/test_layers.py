@@ -1,13 +1,21 @@
 """Encoder/decoder layers equal torch.nn.TransformerEncoderLayer/DecoderLayer (batch_first=True) with copied
 weights; LayerNorm equals nn.LayerNorm; FeedForward equals its closed form."""
+
 import math
 
 import pytest
 import torch
 import torch.nn as nn
 
-from transformer_lib.layers import (DecoderLayer, EncoderLayer, FeedForward, LayerNorm, layer_norm,
-                                    load_decoder_layer_from_torch, load_encoder_layer_from_torch)
+from transformer_lib.layers import (
+    DecoderLayer,
+    EncoderLayer,
+    FeedForward,
+    LayerNorm,
+    layer_norm,
+    load_decoder_layer_from_torch,
+    load_encoder_layer_from_torch,
+)
 from transformer_lib.masking import causal_mask, padding_mask
 
 B, T, S, D, H, DFF = 2, 6, 5, 16, 4, 32
@@ -33,42 +41,56 @@ def randn(*shape, seed=1):
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_encoder_layer_matches_torch(norm_first, activation):
-    ref = nn.TransformerEncoderLayer(D, H, DFF, dropout=0.0, activation=activation, batch_first=True,
-                                     norm_first=norm_first)
+    ref = nn.TransformerEncoderLayer(
+        D, H, DFF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+    )
     ref = randomize_(ref).eval()
-    ours = load_encoder_layer_from_torch(EncoderLayer(D, H, DFF, activation=activation, norm_first=norm_first),
-                                         ref).eval()
+    ours = load_encoder_layer_from_torch(
+        EncoderLayer(D, H, DFF, activation=activation, norm_first=norm_first), ref
+    ).eval()
     x = randn(B, T, D)
     keep = padding_mask(torch.tensor([T, 4]), T)  # (B, T), True on real tokens
     cases = [
         (dict(), dict()),
         (dict(attention_mask=keep), dict(src_key_padding_mask=~keep)),
-        (dict(attention_mask=keep, self_mask=causal_mask(T)), dict(src_key_padding_mask=~keep,
-                                                                     src_mask=~causal_mask(T))),
+        (
+            dict(attention_mask=keep, self_mask=causal_mask(T)),
+            dict(src_key_padding_mask=~keep, src_mask=~causal_mask(T)),
+        ),
     ]
     for ours_kwargs, ref_kwargs in cases:
         expected = ref(x, **ref_kwargs)
         for need_weights in (False, True):
-            torch.testing.assert_close(ours(x, need_weights=need_weights, **ours_kwargs), expected,
-                                       atol=ATOL, rtol=ATOL)
+            torch.testing.assert_close(
+                ours(x, need_weights=need_weights, **ours_kwargs), expected, atol=ATOL, rtol=ATOL
+            )
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_decoder_layer_matches_torch(norm_first, activation):
-    ref = nn.TransformerDecoderLayer(D, H, DFF, dropout=0.0, activation=activation, batch_first=True,
-                                     norm_first=norm_first)
+    ref = nn.TransformerDecoderLayer(
+        D, H, DFF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+    )
     ref = randomize_(ref).eval()
-    ours = load_decoder_layer_from_torch(DecoderLayer(D, H, DFF, activation=activation, norm_first=norm_first),
-                                         ref).eval()
+    ours = load_decoder_layer_from_torch(
+        DecoderLayer(D, H, DFF, activation=activation, norm_first=norm_first), ref
+    ).eval()
     x, memory = randn(B, T, D, seed=1), randn(B, S, D, seed=2)
     tgt_keep = padding_mask(torch.tensor([T, 4]), T)  # padded targets at the end: row 0 always sees key 0
     mem_keep = padding_mask(torch.tensor([3, S]), S)
-    expected = ref(x, memory, tgt_mask=~causal_mask(T), tgt_key_padding_mask=~tgt_keep,
-                   memory_key_padding_mask=~mem_keep)
+    expected = ref(
+        x, memory, tgt_mask=~causal_mask(T), tgt_key_padding_mask=~tgt_keep, memory_key_padding_mask=~mem_keep
+    )
     for need_weights in (False, True):
-        out = ours(x, memory, encoder_attention_mask=mem_keep, attention_mask=tgt_keep, is_causal=True,
-                   need_weights=need_weights)
+        out = ours(
+            x,
+            memory,
+            encoder_attention_mask=mem_keep,
+            attention_mask=tgt_keep,
+            is_causal=True,
+            need_weights=need_weights,
+        )
         torch.testing.assert_close(out, expected, atol=ATOL, rtol=ATOL)
     # without masks as well (is_causal=False must mean no mask at all)
     expected = ref(x, memory)
@@ -79,8 +101,9 @@ def test_decoder_layer_matches_torch(norm_first, activation):
 def test_gpt_block_is_a_pre_norm_encoder_layer_masked_by_its_causal_flag(causal):
     # A decoder layer without cross-attention (a GPT block) is torch's pre-norm encoder layer, under a causal mask
     # when its ``causal`` attribute is True (the default) and unmasked when it is False.
-    ref = randomize_(nn.TransformerEncoderLayer(D, H, DFF, dropout=0.0, activation="gelu", batch_first=True,
-                                                norm_first=True)).eval()
+    ref = randomize_(
+        nn.TransformerEncoderLayer(D, H, DFF, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+    ).eval()
     block = DecoderLayer(D, H, DFF, activation="gelu", norm_first=True, cross_attention=False).eval()
     block.self_attn.load_from_torch(ref.self_attn)
     block.ffn.up.load_state_dict(ref.linear1.state_dict())
@@ -158,11 +181,14 @@ def test_layer_norm_matches_torch_bf16():
     torch.testing.assert_close(written_out, ref(x), atol=2e-2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("activation,closed_form", [
-    ("relu", lambda h: torch.clamp(h, min=0)),
-    ("gelu", lambda h: 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))),
-    ("gelu_tanh", lambda h: 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))),
-])
+@pytest.mark.parametrize(
+    "activation,closed_form",
+    [
+        ("relu", lambda h: torch.clamp(h, min=0)),
+        ("gelu", lambda h: 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))),
+        ("gelu_tanh", lambda h: 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))),
+    ],
+)
 def test_feed_forward_equals_its_closed_form(activation, closed_form):
     ffn = FeedForward(D, DFF, activation=activation)
     x = randn(B, T, D)

@@ -1,5 +1,6 @@
 """experiments.left_padding: a left-padded batch with its attention_mask generates what each prompt generates
 alone, checked against a plain greedy loop (full forward pass, argmax, no cache) written here."""
+
 import pytest
 import torch
 
@@ -12,7 +13,7 @@ def _greedy_alone(model, prompt, n):
     for _ in range(n):
         nxt = model(ids)[0][0, -1].argmax()
         ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
-    return ids[0, len(prompt):].tolist()
+    return ids[0, len(prompt) :].tolist()
 
 
 def test_left_pad_puts_padding_on_the_left():

@@ -10,6 +10,7 @@ with the reason when there is no built site. Checked on every page:
 The derivation itself (``tools/book_fixes.py``: ``html_baseurl`` from ``repository.url``, the 404 page)
 is tested without a build.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -27,8 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-LINK_ATTRS = {("a", "href"), ("link", "href"), ("img", "src"), ("script", "src"), ("iframe", "src"),
-              ("source", "src")}
+LINK_ATTRS = {("a", "href"), ("link", "href"), ("img", "src"), ("script", "src"), ("iframe", "src"), ("source", "src")}
 EXTERNAL_SCHEMES = {"http", "https", "mailto", "data", "javascript", "tel", "blob"}
 
 
@@ -79,14 +79,15 @@ def _pages() -> list[Path]:
         no_built_site(f"no built site at {SITE}: run `make book` first (or set BOOK_HTML to a built html folder)")
     # not under _static/ (the theme's Jinja macro files end in .html too) or other _folders
     # (also in the Chinese edition's zh/_static/)
-    return sorted(p for p in SITE.rglob("*.html")
-                  if not any(part.startswith("_") for part in p.relative_to(SITE).parts))
+    return sorted(
+        p for p in SITE.rglob("*.html") if not any(part.startswith("_") for part in p.relative_to(SITE).parts)
+    )
 
 
 def _target(page: Path, link: str) -> tuple[Path | None, str]:
     """(local file the link points at or None for an external link, its fragment)."""
     if link.startswith(SITE_URL):
-        page, link = SITE / "index.html", link[len(SITE_URL):]  # the site's own absolute address
+        page, link = SITE / "index.html", link[len(SITE_URL) :]  # the site's own absolute address
     parts = urlsplit(link)
     if parts.scheme in EXTERNAL_SCHEMES or parts.netloc or link.startswith("//"):
         return None, ""
@@ -145,18 +146,30 @@ def test_markdown_tables_printed_by_cells_are_rendered_as_tables():
     leftovers = []
     for page in _pages():
         text = page.read_text(encoding="utf-8", errors="replace")
-        leftovers += [f"{page.relative_to(SITE)}: {line.strip()[:60]}" for line in text.splitlines()
-                      if line.lstrip("<p>").startswith(("|—|", "|---|", "|–|"))]
+        leftovers += [
+            f"{page.relative_to(SITE)}: {line.strip()[:60]}"
+            for line in text.splitlines()
+            if line.lstrip("<p>").startswith(("|—|", "|---|", "|–|"))
+        ]
     assert not leftovers, "Markdown tables left as text:\n" + "\n".join(leftovers)
 
 
 # ---------------------------------------------------------------- without a build: the hooks
 
+
 def _fake_app(outdir: Path, **config):
-    defaults = {"html_baseurl": "", "html_theme_options": {}, "html_title": "A Book", "project": "p",
-                "html_favicon": None}
-    return types.SimpleNamespace(config=types.SimpleNamespace(**{**defaults, **config}), outdir=str(outdir),
-                                 builder=types.SimpleNamespace(format="html"))
+    defaults = {
+        "html_baseurl": "",
+        "html_theme_options": {},
+        "html_title": "A Book",
+        "project": "p",
+        "html_favicon": None,
+    }
+    return types.SimpleNamespace(
+        config=types.SimpleNamespace(**{**defaults, **config}),
+        outdir=str(outdir),
+        builder=types.SimpleNamespace(format="html"),
+    )
 
 
 def test_baseurl_comes_from_the_repository_address():
@@ -164,12 +177,17 @@ def test_baseurl_comes_from_the_repository_address():
     app = _fake_app(Path("."), html_theme_options={"repository_url": "https://github.com/Some-One/Book"})
     fixes.set_baseurl(app, app.config)
     assert app.config.html_baseurl == "https://some-one.github.io/Book/"
-    explicit = _fake_app(Path("."), html_baseurl="https://example.org/b/",
-                         html_theme_options={"repository_url": "https://github.com/a/b"})
+    explicit = _fake_app(
+        Path("."),
+        html_baseurl="https://example.org/b/",
+        html_theme_options={"repository_url": "https://github.com/a/b"},
+    )
     fixes.set_baseurl(explicit, explicit.config)
     assert explicit.config.html_baseurl == "https://example.org/b/"  # an explicit baseurl wins
-    assert SITE_URL == f"https://{CONFIG['repository']['url'].split('/')[-2].lower()}.github.io/" \
-                       f"{CONFIG['repository']['url'].rstrip('/').split('/')[-1]}/"
+    assert (
+        SITE_URL == f"https://{CONFIG['repository']['url'].split('/')[-2].lower()}.github.io/"
+        f"{CONFIG['repository']['url'].rstrip('/').split('/')[-1]}/"
+    )
 
 
 def test_404_page_links_absolutely_under_the_baseurl(tmp_path):

@@ -9,6 +9,7 @@ Three kinds of test:
 * The built book (``browser``): every live widget renders on its chapter page with no outside request and
   no script error, and moving its control changes what it shows. Needs ``_build/html`` (``make book``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,6 +39,7 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 # ------------------------------------------------------------------------ Python-side validation
 
+
 def _scores(L=2, H=3, T=4):
     return torch.randn(L, H, T, T)
 
@@ -48,17 +50,23 @@ def test_attention_heatmap_accepts_scores_and_encodes_them_compactly():
     assert len(w.scores[0]) == math.ceil(2 * 3 * 4 * 4 * 4 / 3) * 4  # base64 of float32: 4 bytes a number
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(tokens=[list("abc")], scores=[_scores()]), r"scores\[0\] must be a tensor .*T = len\(tokens\[0\]\) = 3"),
-    (dict(tokens=[list("abcd")], scores=[_scores(), _scores()]), "same length"),
-    (dict(tokens=[list("abcd"), list("ab")], scores=[_scores(), _scores(L=3, T=2)]), r"expected \(2, 3\)"),
-    (dict(tokens=[list("abcd")], scores=[_scores()], layer=2), r"layer must be an int in \[0, 1\], got 2"),
-    (dict(tokens=[list("abcd")], scores=[_scores()], head=-1), r"head must be an int in \[0, 2\], got -1"),
-    (dict(tokens=[list("abcd")], scores=[_scores()], temperature=0.0), "temperature must be a number"),
-    (dict(tokens=[list("abcd")], scores=[_scores()], mode="grid"), "mode must be 'one' or 'all', got 'grid'"),
-    (dict(tokens=[list("abcd")], scores=[torch.full((2, 3, 4, 4), float("nan"))]), "must be finite"),
-    (dict(tokens=[list("abcd")], scores=[_scores()], head_labels=[[["x"] * 3]]), r"head_labels must hold.*\(2, 3\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(tokens=[list("abc")], scores=[_scores()]), r"scores\[0\] must be a tensor .*T = len\(tokens\[0\]\) = 3"),
+        (dict(tokens=[list("abcd")], scores=[_scores(), _scores()]), "same length"),
+        (dict(tokens=[list("abcd"), list("ab")], scores=[_scores(), _scores(L=3, T=2)]), r"expected \(2, 3\)"),
+        (dict(tokens=[list("abcd")], scores=[_scores()], layer=2), r"layer must be an int in \[0, 1\], got 2"),
+        (dict(tokens=[list("abcd")], scores=[_scores()], head=-1), r"head must be an int in \[0, 2\], got -1"),
+        (dict(tokens=[list("abcd")], scores=[_scores()], temperature=0.0), "temperature must be a number"),
+        (dict(tokens=[list("abcd")], scores=[_scores()], mode="grid"), "mode must be 'one' or 'all', got 'grid'"),
+        (dict(tokens=[list("abcd")], scores=[torch.full((2, 3, 4, 4), float("nan"))]), "must be finite"),
+        (
+            dict(tokens=[list("abcd")], scores=[_scores()], head_labels=[[["x"] * 3]]),
+            r"head_labels must hold.*\(2, 3\)",
+        ),
+    ],
+)
 def test_attention_heatmap_rejects_bad_input_naming_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         live.AttentionHeatmap(**kwargs)
@@ -66,6 +74,7 @@ def test_attention_heatmap_rejects_bad_input_naming_the_argument(kwargs, match):
 
 def test_scaled_scores_give_the_pretrained_models_own_attention_at_temperature_one():
     from transformer_lib.pretrained import attention_maps, load_minilm
+
     model, tokenizer = load_minilm(torch.device("cpu"))
     sentence = "The cat sat on the mat."
     tokens, scores = live.scaled_scores(model, tokenizer, sentence)  # (L, H, T, T)
@@ -76,77 +85,97 @@ def test_scaled_scores_give_the_pretrained_models_own_attention_at_temperature_o
     assert (widget.n_layers, widget.n_heads) == maps.shape[:2]
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(d_model=63), "d_model must be even"),
-    (dict(d_model=1024), r"d_model must be an int in \[2, 512\], got 1024"),
-    (dict(position=100), r"position must be an int in \[0, 99\], got 100"),
-    (dict(other=-1), "other must be an int"),
-    (dict(n_positions=1), "n_positions must be an int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(d_model=63), "d_model must be even"),
+        (dict(d_model=1024), r"d_model must be an int in \[2, 512\], got 1024"),
+        (dict(position=100), r"position must be an int in \[0, 99\], got 100"),
+        (dict(other=-1), "other must be an int"),
+        (dict(n_positions=1), "n_positions must be an int"),
+    ],
+)
 def test_sinusoid_table_rejects_bad_input_naming_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         live.SinusoidTable(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(q=torch.randn(7), k=torch.randn(7)), r"q must be a 1-D tensor \(d_head,\) with d_head even.*got \(7,\)"),
-    (dict(q=torch.randn(8), k=torch.randn(6)), "q and k must have the same shape"),
-    (dict(q=torch.randn(8), k=torch.randn(8), m=65), r"m must be an int in \[0, 64\], got 65"),
-    (dict(q=torch.randn(8), k=[0.0] * 8), "k must be a 1-D tensor"),
-    (dict(q=torch.randn(8), k=torch.randn(8), base=float("nan")), "base must be a number"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(q=torch.randn(7), k=torch.randn(7)), r"q must be a 1-D tensor \(d_head,\) with d_head even.*got \(7,\)"),
+        (dict(q=torch.randn(8), k=torch.randn(6)), "q and k must have the same shape"),
+        (dict(q=torch.randn(8), k=torch.randn(8), m=65), r"m must be an int in \[0, 64\], got 65"),
+        (dict(q=torch.randn(8), k=[0.0] * 8), "k must be a 1-D tensor"),
+        (dict(q=torch.randn(8), k=torch.randn(8), base=float("nan")), "base must be a number"),
+    ],
+)
 def test_rope_rotation_rejects_bad_input_naming_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         live.RopeRotation(**kwargs)
 
 
-@pytest.mark.parametrize("models, kwargs, match", [
-    ([], {}, "models must list at least one"),
-    ([("GPT-2", 12, 12, 64, 1024)], {}, r"models\[0\] must be \(name, n_layers"),
-    ([("GPT-2", 0, 12, 64, 1024, 2)], {},
-     r"models\[0\] n_layers must be an int in \[1, 128\], got 0"),
-    ([("GPT-2", 12, 12, 64, 1024, 3)], {}, "bytes_per_element must be 1, 2 or 4, got 3"),
-    ([("GPT-2", 12, 12, 64, 4096, 2)], dict(max_length=2048), r"context_length must be an int in \[1, 2048\]"),
-])
+@pytest.mark.parametrize(
+    "models, kwargs, match",
+    [
+        ([], {}, "models must list at least one"),
+        ([("GPT-2", 12, 12, 64, 1024)], {}, r"models\[0\] must be \(name, n_layers"),
+        ([("GPT-2", 0, 12, 64, 1024, 2)], {}, r"models\[0\] n_layers must be an int in \[1, 128\], got 0"),
+        ([("GPT-2", 12, 12, 64, 1024, 3)], {}, "bytes_per_element must be 1, 2 or 4, got 3"),
+        ([("GPT-2", 12, 12, 64, 4096, 2)], dict(max_length=2048), r"context_length must be an int in \[1, 2048\]"),
+    ],
+)
 def test_kv_cache_calculator_rejects_bad_input_naming_the_argument(models, kwargs, match):
     with pytest.raises(ValueError, match=match):
         live.KVCacheCalculator(models, **kwargs)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(row=torch.randn(4, 8)), r"row must be a 1-D floating-point tensor \(K,\) with K >= 2, got \(\(4, 8\)"),
-    (dict(row=torch.arange(8)), "row must be a 1-D floating-point tensor"),
-    (dict(row=torch.randn(64), group_options=(None, 24)), "ints dividing K=64, got 24"),
-    (dict(row=torch.randn(128), bits=5), r"bits must be one of bits_options=\(2, 3, 4, 8\), got bits=5"),
-    (dict(row=torch.randn(64), bits_options=(1, 4)), r"bits_options entries must be an int in \[2, 8\]"),
-    (dict(row=torch.randn(64), group_size=16, group_options=(None, 8)), "group_size must be one of"),
-    (dict(row=torch.randn(128), outlier=0.5), r"outlier must be a number in \[1.0, 10.0\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(row=torch.randn(4, 8)), r"row must be a 1-D floating-point tensor \(K,\) with K >= 2, got \(\(4, 8\)"),
+        (dict(row=torch.arange(8)), "row must be a 1-D floating-point tensor"),
+        (dict(row=torch.randn(64), group_options=(None, 24)), "ints dividing K=64, got 24"),
+        (dict(row=torch.randn(128), bits=5), r"bits must be one of bits_options=\(2, 3, 4, 8\), got bits=5"),
+        (dict(row=torch.randn(64), bits_options=(1, 4)), r"bits_options entries must be an int in \[2, 8\]"),
+        (dict(row=torch.randn(64), group_size=16, group_options=(None, 8)), "group_size must be one of"),
+        (dict(row=torch.randn(128), outlier=0.5), r"outlier must be a number in \[1.0, 10.0\]"),
+    ],
+)
 def test_quant_grid_rejects_bad_input_naming_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         live.QuantGrid(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(q=torch.randn(3, 4)), r"q must be a finite \(T, d\) tensor with T = len\(tokens\) = 4, got \(3, 4\)"),
-    (dict(k=torch.randn(4, 5)), r"q and k must have the same shape"),
-    (dict(features=["a"]), "features must name the d_v = 2 value dimensions, got 1 names"),
-    (dict(query=4), r"query must be an int in \[0, 3\], got 4"),
-    (dict(v=torch.full((4, 2), float("inf"))), "v must be a finite"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(q=torch.randn(3, 4)), r"q must be a finite \(T, d\) tensor with T = len\(tokens\) = 4, got \(3, 4\)"),
+        (dict(k=torch.randn(4, 5)), r"q and k must have the same shape"),
+        (dict(features=["a"]), "features must name the d_v = 2 value dimensions, got 1 names"),
+        (dict(query=4), r"query must be an int in \[0, 3\], got 4"),
+        (dict(v=torch.full((4, 2), float("inf"))), "v must be a finite"),
+    ],
+)
 def test_attention_steps_rejects_bad_input_naming_the_argument(kwargs, match):
     args = dict(tokens=list("abcd"), q=torch.randn(4, 4), k=torch.randn(4, 4), v=torch.randn(4, 2)) | kwargs
     with pytest.raises(ValueError, match=match):
         live.AttentionSteps(**args)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(logits=torch.randn(2, 3, 4)), r"logits must be a finite \(n_layers, T, n_experts\) tensor with T = len\(tokens\) = 5"),
-    (dict(logits=torch.randn(2, 5, 1)), "n_experts >= 2"),
-    (dict(layer=2), r"layer must be an int in \[0, 1\], got 2"),
-    (dict(top_k=5), r"top_k must be an int in \[1, 4\], got 5"),
-    (dict(logits=torch.full((2, 5, 4), float("nan"))), "finite"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (
+            dict(logits=torch.randn(2, 3, 4)),
+            r"logits must be a finite \(n_layers, T, n_experts\) tensor with T = len\(tokens\) = 5",
+        ),
+        (dict(logits=torch.randn(2, 5, 1)), "n_experts >= 2"),
+        (dict(layer=2), r"layer must be an int in \[0, 1\], got 2"),
+        (dict(top_k=5), r"top_k must be an int in \[1, 4\], got 5"),
+        (dict(logits=torch.full((2, 5, 4), float("nan"))), "finite"),
+    ],
+)
 def test_expert_routing_rejects_bad_input_naming_the_argument(kwargs, match):
     args = dict(tokens=list("abcde"), logits=torch.randn(2, 5, 4)) | kwargs
     with pytest.raises(ValueError, match=match):
@@ -157,6 +186,7 @@ def test_router_logits_are_what_each_mixture_layer_routed():
     from transformer_lib.experiments.moe_vs_dense import router_logits
     from transformer_lib.llama import Llama, LlamaConfig
     from transformer_lib.moe import top_k_gating
+
     torch.manual_seed(0)
     model = Llama(LlamaConfig(vocab_size=30, n_layers=2, d_model=16, n_heads=2, n_experts=4, top_k=2)).eval()
     ids = torch.randint(0, 30, (9,))
@@ -169,6 +199,7 @@ def test_router_logits_are_what_each_mixture_layer_routed():
 
 
 # ------------------------------------------------------------------ a browser page for the modules
+
 
 def _no_browser(error: Exception):
     message = f"headless Chromium did not start ({error})"
@@ -187,6 +218,7 @@ def served_in_chromium(browser_path, folder: Path, domains=("Network", "Page", "
     """Serve ``folder`` on 127.0.0.1 and open headless Chromium (devtools.py's harness): ``(chrome, base_url)``."""
     pytest.importorskip("websocket")  # websocket-client, used by the harness
     from devtools import Chromium  # the DevTools client
+
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     profile = Path(tempfile.mkdtemp(prefix="chromium-profile-"))
@@ -227,11 +259,14 @@ def run_module(page, widget_cls, body: str):
     the shared helpers' module.
     """
     src, common = json.dumps(widget_cls._esm), json.dumps(esm.bundle("common.js"))
-    return page.js(f"""(async () => {{
+    return page.js(
+        f"""(async () => {{
       const load = (text) => import(URL.createObjectURL(new Blob([text], {{type: 'text/javascript'}})));
       const m = await load({src}), c = await load({common});
       return JSON.stringify(await (async (m, c) => {{ {body} }})(m, c));
-    }})()""", await_promise=True)
+    }})()""",
+        await_promise=True,
+    )
 
 
 def as_json(x: torch.Tensor) -> str:
@@ -242,14 +277,20 @@ def as_json(x: torch.Tensor) -> str:
 def test_browser_softmax_at_any_temperature_matches_torch(page):
     scores = torch.randn(2, 3, 5, 5) * 3  # (L, H, T, T)
     taus = [0.05, 0.3, 1.0, 2.7, 5.0]
-    got = json.loads(run_module(page, live.AttentionHeatmap, f"""
+    got = json.loads(
+        run_module(
+            page,
+            live.AttentionHeatmap,
+            f"""
       const flat = c.decodeFloat32({json.dumps(live.encode_float32(scores))});
       return {json.dumps(taus)}.map(tau => {{
         const out = [];
         for (let l = 0; l < 2; l++) for (let h = 0; h < 3; h++)
           out.push(m.headWeights(m.headScores(flat, 3, 5, l, h), tau).map(r => Array.from(r)));
         return out;
-      }});"""))
+      }});""",
+        )
+    )
     for tau, weights in zip(taus, got):
         expected = torch.softmax(scores.double() / tau, dim=-1).reshape(6, 5, 5)
         torch.testing.assert_close(torch.tensor(weights, dtype=torch.float64), expected, atol=1e-6, rtol=0)
@@ -258,6 +299,7 @@ def test_browser_softmax_at_any_temperature_matches_torch(page):
 @pytest.mark.browser
 def test_browser_row_entropy_matches_head_stats(page):
     from transformer_lib.head_stats import row_entropy
+
     p = torch.softmax(torch.randn(7, 7) * 2, dim=-1)  # one square map: row_entropy checks the shape
     p[0] = torch.tensor([1.0, 0, 0, 0, 0, 0, 0])  # 0 log 0 = 0
     got = json.loads(run_module(page, live.AttentionHeatmap, f"return {as_json(p)}.map(c.entropyBits);"))
@@ -267,6 +309,7 @@ def test_browser_row_entropy_matches_head_stats(page):
 @pytest.mark.browser
 def test_browser_viridis_is_matplotlibs(page):
     from matplotlib import colormaps
+
     ts = [i / 20 for i in range(21)]
     got = json.loads(run_module(page, live.AttentionHeatmap, f"return {json.dumps(ts)}.map(c.viridisRGB);"))
     expected = [[round(255 * c) for c in colormaps["viridis"](t)[:3]] for t in ts]
@@ -284,19 +327,31 @@ def test_browser_round_half_even_matches_torch(page):
 @pytest.mark.browser
 def test_browser_sinusoid_table_matches_the_library(page):
     import transformer_lib as tl
+
     for d in (2, 6, 64, 510):
-        got = json.loads(run_module(page, live.SinusoidTable,
-                                    f"return Array.from({{length: 200}}, (_, p) => m.sinusoidalRow(p, {d}));"))
-        torch.testing.assert_close(torch.tensor(got, dtype=torch.float32), tl.sinusoidal_table(200, d),
-                                   atol=1e-6, rtol=0)
+        got = json.loads(
+            run_module(
+                page, live.SinusoidTable, f"return Array.from({{length: 200}}, (_, p) => m.sinusoidalRow(p, {d}));"
+            )
+        )
+        torch.testing.assert_close(
+            torch.tensor(got, dtype=torch.float32), tl.sinusoidal_table(200, d), atol=1e-6, rtol=0
+        )
 
 
 @pytest.mark.browser
 def test_browser_dot_products_of_positions_match_torch(page):
     import transformer_lib as tl
+
     pe = tl.sinusoidal_table(100, 64).double()  # (100, 64)
-    got = json.loads(run_module(page, live.SinusoidTable, """
-      return Array.from({length: 100}, (_, p) => c.dot(m.sinusoidalRow(p, 64), m.sinusoidalRow(37, 64)));"""))
+    got = json.loads(
+        run_module(
+            page,
+            live.SinusoidTable,
+            """
+      return Array.from({length: 100}, (_, p) => c.dot(m.sinusoidalRow(p, 64), m.sinusoidalRow(37, 64)));""",
+        )
+    )
     torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), pe @ pe[37], atol=1e-5, rtol=0)
 
 
@@ -312,6 +367,7 @@ def rope_closed_form(x: torch.Tensor, pos: int, base: float = 10000.0) -> torch.
 @pytest.mark.browser
 def test_browser_rope_matches_the_closed_form_and_the_library(page):
     from transformer_lib.positional import RotaryEmbedding
+
     x = torch.randn(16)
     positions = [0, 1, 5, 37, 64]
     script = f"return {json.dumps(positions)}.map(p => m.ropeRotate({as_json(x)}, p));"
@@ -325,9 +381,11 @@ def test_browser_rope_matches_the_closed_form_and_the_library(page):
 @pytest.mark.browser
 def test_browser_kv_cache_bytes_match_the_library(page):
     from transformer_lib.serving.kv_cache import DynamicCache, kv_cache_bytes
+
     shapes = [(12, 12, 64, 1024, 1, 2), (32, 32, 128, 2048, 16, 2), (80, 8, 128, 4096, 4, 1), (2, 4, 16, 128, 1, 4)]
-    got = json.loads(run_module(page, live.KVCacheCalculator,
-                                f"return {json.dumps(shapes)}.map(s => m.kvCacheBytes(...s));"))
+    got = json.loads(
+        run_module(page, live.KVCacheCalculator, f"return {json.dumps(shapes)}.map(s => m.kvCacheBytes(...s));")
+    )
     assert got == [kv_cache_bytes(L, H, d, T, batch_size=B, bytes_per_element=nb) for L, H, d, T, B, nb in shapes]
     cache = DynamicCache()  # and what a real cache allocates: 2 layers, batch 1, 4 kv heads, 16 dims, 128 positions
     for layer in range(2):
@@ -335,11 +393,11 @@ def test_browser_kv_cache_bytes_match_the_library(page):
     assert got[-1] == cache.nbytes()
 
 
-
 @pytest.mark.browser
 def test_browser_kv_cache_sizes_print_as_the_library_prints_them(page):
     from test_kv_cache import HUMAN_BYTES  # the table of expected strings the Python twin is tested on
     from transformer_lib.serving.kv_cache import human_bytes
+
     ns = [n for n, _ in HUMAN_BYTES]
     got = json.loads(run_module(page, live.KVCacheCalculator, f"return {json.dumps(ns)}.map(n => m.human(n));"))
     assert got == [text for _, text in HUMAN_BYTES] == [human_bytes(n) for n in ns]
@@ -348,6 +406,7 @@ def test_browser_kv_cache_sizes_print_as_the_library_prints_them(page):
 def quantize_reference(w: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
     """Absmax round trip: the library's for 4 and 8 bits, the same closed form in torch otherwise."""
     from transformer_lib.quant import BITS, fake_quantize
+
     if bits in BITS:
         return fake_quantize(w[None], bits, True, "channel" if group_size is None else "group", group_size)[0]
     qmax = 2 ** (bits - 1) - 1
@@ -360,19 +419,31 @@ def quantize_reference(w: torch.Tensor, bits: int, group_size: int | None) -> to
 def test_browser_quantization_grid_matches_the_library(page):
     w = torch.randn(512) * 0.05
     settings = [(b, g) for b in (2, 3, 4, 8) for g in (None, 128, 32, 8)]
-    got = json.loads(run_module(page, live.QuantGrid, f"""
+    got = json.loads(
+        run_module(
+            page,
+            live.QuantGrid,
+            f"""
       const w = Array.from(c.decodeFloat32({json.dumps(live.encode_float32(w))}));
-      return {json.dumps(settings)}.map(([b, g]) => m.quantizeGroups(w, b, g).deq);"""))
+      return {json.dumps(settings)}.map(([b, g]) => m.quantizeGroups(w, b, g).deq);""",
+        )
+    )
     for (bits, g), deq in zip(settings, got):
-        torch.testing.assert_close(torch.tensor(deq), quantize_reference(w, bits, g), atol=1e-6, rtol=0,
-                                   msg=lambda m: f"int{bits}, groups of {g}: {m}")
+        torch.testing.assert_close(
+            torch.tensor(deq),
+            quantize_reference(w, bits, g),
+            atol=1e-6,
+            rtol=0,
+            msg=lambda m: f"int{bits}, groups of {g}: {m}",
+        )
 
 
 @pytest.mark.browser
 def test_browser_outlier_scales_the_largest_weight(page):
     w = torch.randn(64)
-    got = json.loads(run_module(page, live.QuantGrid,
-                                f"const r = m.withOutlier({as_json(w)}, 7.5); return [r.at, r.w];"))
+    got = json.loads(
+        run_module(page, live.QuantGrid, f"const r = m.withOutlier({as_json(w)}, 7.5); return [r.at, r.w];")
+    )
     at = int(w.abs().argmax())
     expected = w.clone()
     expected[at] *= 7.5
@@ -383,30 +454,44 @@ def test_browser_outlier_scales_the_largest_weight(page):
 @pytest.mark.browser
 def test_browser_attention_steps_match_the_library(page):
     import transformer_lib as tl
+
     q, k, v = torch.randn(6, 8), torch.randn(6, 8), torch.randn(6, 3)
     taus = [0.1, 1.0, 3.3]
-    got = json.loads(run_module(page, live.AttentionSteps, f"""
+    got = json.loads(
+        run_module(
+            page,
+            live.AttentionSteps,
+            f"""
       const [Q, K, V] = [{as_json(q)}, {as_json(k)}, {as_json(v)}];
       return {json.dumps(taus)}.map(tau => Q.map(q => {{
         const a = c.softmax(m.scoresFor(q, K), tau);
         return [a, m.weightedSum(a, V)];
-      }}));"""))
+      }}));""",
+        )
+    )
     for tau, per_query in zip(taus, got):
-        out, weights = tl.scaled_dot_product_attention(q.double(), k.double(), v.double(), need_weights=True,
-                                                       temperature=tau)
-        torch.testing.assert_close(torch.tensor([w for w, _ in per_query], dtype=torch.float64), weights,
-                                   atol=1e-6, rtol=0)
-        torch.testing.assert_close(torch.tensor([o for _, o in per_query], dtype=torch.float64), out,
-                                   atol=1e-6, rtol=0)
+        out, weights = tl.scaled_dot_product_attention(
+            q.double(), k.double(), v.double(), need_weights=True, temperature=tau
+        )
+        torch.testing.assert_close(
+            torch.tensor([w for w, _ in per_query], dtype=torch.float64), weights, atol=1e-6, rtol=0
+        )
+        torch.testing.assert_close(torch.tensor([o for _, o in per_query], dtype=torch.float64), out, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(q=torch.randn(4), k=torch.randn(16, 4), v=torch.randn(16, 2)), "q must be a 2-D floating-point tensor"),
-    (dict(q=torch.randn(2, 4), k=torch.randn(16, 3), v=torch.randn(16, 2)), "expected q"),
-    (dict(q=torch.randn(2, 4), k=torch.randn(8, 4), v=torch.randn(8, 2), block_k=3, block_options=(1, 4)), "block_k must be one of"),
-    (dict(q=torch.randn(2, 4), k=torch.randn(8, 4), v=torch.randn(8, 2), block_options=(4, 9)), "block_options"),
-    (dict(q=torch.full((2, 4), math.nan), k=torch.randn(16, 4), v=torch.randn(16, 2)), "q must be finite"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(q=torch.randn(4), k=torch.randn(16, 4), v=torch.randn(16, 2)), "q must be a 2-D floating-point tensor"),
+        (dict(q=torch.randn(2, 4), k=torch.randn(16, 3), v=torch.randn(16, 2)), "expected q"),
+        (
+            dict(q=torch.randn(2, 4), k=torch.randn(8, 4), v=torch.randn(8, 2), block_k=3, block_options=(1, 4)),
+            "block_k must be one of",
+        ),
+        (dict(q=torch.randn(2, 4), k=torch.randn(8, 4), v=torch.randn(8, 2), block_options=(4, 9)), "block_options"),
+        (dict(q=torch.full((2, 4), math.nan), k=torch.randn(16, 4), v=torch.randn(16, 2)), "q must be finite"),
+    ],
+)
 def test_online_softmax_tiles_rejects_bad_input_naming_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         live.OnlineSoftmaxTiles(**kwargs)
@@ -415,29 +500,45 @@ def test_online_softmax_tiles_rejects_bad_input_naming_the_argument(kwargs, matc
 @pytest.mark.browser
 def test_browser_online_softmax_steps_match_the_library(page):
     from transformer_lib.flash import trace_one_query_block
+
     q, k, v = torch.randn(3, 8), torch.randn(21, 8) * 2, torch.randn(21, 5)
     w = live.OnlineSoftmaxTiles(q, k, v, block_k=4, block_options=(1, 4, 8))
     for block in (1, 4, 8):
-        got = json.loads(run_module(page, live.OnlineSoftmaxTiles, f"""
+        got = json.loads(
+            run_module(
+                page,
+                live.OnlineSoftmaxTiles,
+                f"""
           const d = (b) => c.decodeFloat32(b);
           return m.onlineSoftmaxSteps(d({json.dumps(w.q)}), d({json.dumps(w.k)}), d({json.dumps(w.v)}),
-                                      3, 21, 8, 5, {block});"""))
+                                      3, 21, 8, 5, {block});""",
+            )
+        )
         want = trace_one_query_block(q, k, v, block_k=block)
         assert [(s["j0"], s["j1"]) for s in got] == [(s["j0"], s["j1"]) for s in want]
         for g, r in zip(got, want):
             for key in ("m", "l", "out", "scores"):
-                torch.testing.assert_close(torch.tensor(g[key], dtype=torch.float64),
-                                           torch.tensor(r[key], dtype=torch.float64), atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(
+                    torch.tensor(g[key], dtype=torch.float64),
+                    torch.tensor(r[key], dtype=torch.float64),
+                    atol=1e-5,
+                    rtol=1e-5,
+                )
     out = torch.tensor(got[-1]["out"], dtype=torch.float64)  # the end of the sweep is attention itself
     torch.testing.assert_close(out.float(), torch.softmax(q @ k.T / math.sqrt(8), -1) @ v, atol=1e-5, rtol=0)
 
 
 @pytest.mark.browser
 def test_browser_online_softmax_figure_renders_and_follows_its_controls(page):
-    w = live.OnlineSoftmaxTiles(torch.randn(2, 4), torch.randn(12, 4), torch.randn(12, 3), block_k=4,
-                                block_options=(1, 4))
+    w = live.OnlineSoftmaxTiles(
+        torch.randn(2, 4), torch.randn(12, 4), torch.randn(12, 3), block_k=4, block_options=(1, 4)
+    )
     traits = {name: getattr(w, name) for name in ("q", "k", "v", "bq", "t_k", "d", "d_v", "block_k", "block_options")}
-    shown = json.loads(run_module(page, live.OnlineSoftmaxTiles, f"""
+    shown = json.loads(
+        run_module(
+            page,
+            live.OnlineSoftmaxTiles,
+            f"""
       const traits = {json.dumps(traits)};
       const el = document.createElement('div'); document.body.append(el);
       const model = {{ get: (name) => traits[name], on: () => {{}}, set: () => {{}}, save_changes: () => {{}} }};
@@ -447,7 +548,9 @@ def test_browser_online_softmax_figure_renders_and_follows_its_controls(page):
       range.value = range.max; range.dispatchEvent(new Event('input'));
       const last = text(), before = range.max;
       const box = el.querySelector('select'); box.value = '0'; box.dispatchEvent(new Event('change'));
-      return [first, last, before, range.max];"""))
+      return [first, last, before, range.max];""",
+        )
+    )
     first, last, steps_at_4, steps_at_1 = shown
     assert first.startswith("after 1 tile(s)") and "every key seen" in last and first != last
     assert (steps_at_4, steps_at_1) == ("3", "12")  # 12 keys: 3 tiles of 4, then 12 tiles of 1
@@ -455,17 +558,26 @@ def test_browser_online_softmax_figure_renders_and_follows_its_controls(page):
 
 def test_browser_expert_routing_matches_top_k_gating(page):
     from transformer_lib.moe import expert_shares, top_k_gating
+
     torch.manual_seed(3)
     logits = torch.randn(6, 5) * 2
     for k in (1, 2, 3):
-        got = json.loads(run_module(page, live.ExpertRouting, f"""
+        got = json.loads(
+            run_module(
+                page,
+                live.ExpertRouting,
+                f"""
           const rows = {as_json(logits)};
           const gates = rows.map((r) => m.topKGates(r, {k}));
-          return [gates, m.expertShares(gates)];"""))
+          return [gates, m.expertShares(gates)];""",
+            )
+        )
         weights, experts = top_k_gating(logits, k)
         dense = torch.zeros_like(logits).scatter(-1, experts, weights)
         torch.testing.assert_close(torch.tensor(got[0], dtype=torch.float32), dense, atol=1e-6, rtol=0)
-        torch.testing.assert_close(torch.tensor(got[1], dtype=torch.float32), expert_shares(experts, 5), atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(got[1], dtype=torch.float32), expert_shares(experts, 5), atol=1e-6, rtol=0
+        )
 
 
 # ------------------------------------------------------------------ the modules: real ES modules, linked
@@ -497,18 +609,37 @@ def _write(folder, files):
         (folder / name).write_text(text)
 
 
-@pytest.mark.parametrize("files, match", [
-    ({"a.js": 'import { nope } from "./b.js";\nexport default {};', "b.js": "export function f() {}"},
-     r"a.js imports \['nope'\] from ./b.js, which exports \['f'\]"),
-    ({"a.js": 'import f from "./b.js";\nexport default {};', "b.js": "export function f() {}"},
-     "every import must read"),
-    ({"a.js": 'import { f } from "./b.js";\nexport default {};',
-      "b.js": 'import { g } from "./a.js";\nexport function f() {}'}, "import cycle"),
-    ({"a.js": 'import { f } from "./b.js";\nexport default {};', "b.js": "function f() {}\nexport { f };"},
-     "export only declarations"),
-    ({"a.js": 'import { f } from "./b.js";\nexport default {};', "b.js": "export function f() {}\nexport default {};"},
-     "must not have a default export"),
-])
+@pytest.mark.parametrize(
+    "files, match",
+    [
+        (
+            {"a.js": 'import { nope } from "./b.js";\nexport default {};', "b.js": "export function f() {}"},
+            r"a.js imports \['nope'\] from ./b.js, which exports \['f'\]",
+        ),
+        (
+            {"a.js": 'import f from "./b.js";\nexport default {};', "b.js": "export function f() {}"},
+            "every import must read",
+        ),
+        (
+            {
+                "a.js": 'import { f } from "./b.js";\nexport default {};',
+                "b.js": 'import { g } from "./a.js";\nexport function f() {}',
+            },
+            "import cycle",
+        ),
+        (
+            {"a.js": 'import { f } from "./b.js";\nexport default {};', "b.js": "function f() {}\nexport { f };"},
+            "export only declarations",
+        ),
+        (
+            {
+                "a.js": 'import { f } from "./b.js";\nexport default {};',
+                "b.js": "export function f() {}\nexport default {};",
+            },
+            "must not have a default export",
+        ),
+    ],
+)
 def test_bundle_refuses_what_it_cannot_link_naming_the_file(tmp_path, monkeypatch, files, match):
     _write(tmp_path, files)
     monkeypatch.setattr(esm, "JS_DIR", tmp_path)
@@ -517,8 +648,13 @@ def test_bundle_refuses_what_it_cannot_link_naming_the_file(tmp_path, monkeypatc
 
 
 def test_bundle_gives_each_imported_file_its_own_scope_and_renames_as_asked(tmp_path, monkeypatch):
-    _write(tmp_path, {"a.js": 'import { twice as double } from "./b.js";\nconst k = 1;\nexport const y = double(k);',
-                      "b.js": "const k = 2;\nexport function twice(x) { return k * x / k * 2; }"})
+    _write(
+        tmp_path,
+        {
+            "a.js": 'import { twice as double } from "./b.js";\nconst k = 1;\nexport const y = double(k);',
+            "b.js": "const k = 2;\nexport function twice(x) { return k * x / k * 2; }",
+        },
+    )
     monkeypatch.setattr(esm, "JS_DIR", tmp_path)
     text = esm.bundle("a.js")
     assert "const { twice: double } = __module_b_js;" in text and text.count("const k") == 2
@@ -537,7 +673,9 @@ def test_every_file_loads_natively_and_its_bundle_exports_the_same(browser_path)
             chrome.send("Page.navigate", url=f"{base}/index.html")
             chrome.wait_for("document.readyState === 'complete'")
             bundles = json.dumps({f: esm.bundle(f) for f in JS_FILES})
-            got = json.loads(chrome.js(f"""(async () => {{
+            got = json.loads(
+                chrome.js(
+                    f"""(async () => {{
               const out = {{}};
               for (const [name, text] of Object.entries({bundles})) {{
                 const native = await import('/js/' + name);
@@ -545,7 +683,10 @@ def test_every_file_loads_natively_and_its_bundle_exports_the_same(browser_path)
                 out[name] = [Object.keys(native).sort(), Object.keys(linked).sort()];
               }}
               return JSON.stringify(out);
-            }})()""", await_promise=True))
+            }})()""",
+                    await_promise=True,
+                )
+            )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     for name in JS_FILES:
@@ -555,31 +696,46 @@ def test_every_file_loads_natively_and_its_bundle_exports_the_same(browser_path)
 
 # ------------------------------------------------------------------ the reader's choices reach Python
 
+
 def _examples():
     """One small instance of every live figure (``TokenFlow`` on a tiny GPT)."""
     from test_token_flow import TOKENS, VOCAB, _model
     from transformer_lib.viz.token_flow import TokenFlow, trace_token_flow
+
     torch.manual_seed(0)
     toks = ["[CLS]", "the", "cat", "sat", "[SEP]"]
     return {
         "token-flow": TokenFlow(TOKENS, trace_token_flow(_model(), torch.tensor([1, 2, 3, 4, 5, 6])), VOCAB, top_k=3),
         "attention": live.AttentionHeatmap([toks, toks[:4] + ["[SEP]"]], [torch.randn(2, 3, 5, 5)] * 2, head=1),
-        "attention-all": live.AttentionHeatmap([toks], [torch.randn(2, 3, 5, 5)], mode="all",
-                                               head_labels=[[["a", "b", "c"], ["d", "e", "f"]]]),
-        "steps": live.AttentionSteps(list("abcd"), torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 2),
-                                     features=["x", "y"]),
+        "attention-all": live.AttentionHeatmap(
+            [toks], [torch.randn(2, 3, 5, 5)], mode="all", head_labels=[[["a", "b", "c"], ["d", "e", "f"]]]
+        ),
+        "steps": live.AttentionSteps(
+            list("abcd"), torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 2), features=["x", "y"]
+        ),
         "table": live.SinusoidTable(d_model=32, position=10, other=20),
         "rope": live.RopeRotation(torch.randn(16), torch.randn(16), m=3, n=1),
         "kvcache": live.KVCacheCalculator([("GPT-2", 12, 12, 64, 1024, 2), ("8B", 32, 8, 128, 8192, 2)]),
         "quant": live.QuantGrid(torch.randn(256) * 0.05, bits=4, group_size=32, group_options=(None, 128, 32, 8)),
-        "flash": live.OnlineSoftmaxTiles(torch.randn(2, 4), torch.randn(12, 4), torch.randn(12, 3), block_k=4,
-                                         block_options=(1, 4)),
+        "flash": live.OnlineSoftmaxTiles(
+            torch.randn(2, 4), torch.randn(12, 4), torch.randn(12, 3), block_k=4, block_options=(1, 4)
+        ),
         "routing": live.ExpertRouting(list("abcde"), torch.randn(2, 5, 4)),
     }
 
 
-EXAMPLES = ["token-flow", "attention", "attention-all", "steps", "table", "rope", "kvcache", "quant", "flash",
-            "routing"]
+EXAMPLES = [
+    "token-flow",
+    "attention",
+    "attention-all",
+    "steps",
+    "table",
+    "rope",
+    "kvcache",
+    "quant",
+    "flash",
+    "routing",
+]
 # Controls that change only the view, not a trait Python holds (the row whose numbers are read out).
 VIEW_ONLY = {"query row", "show numbers of", "tiles folded in"}
 
@@ -630,10 +786,17 @@ def test_a_readers_choice_reaches_python_and_a_python_change_redraws_the_same(pa
     n = json.loads(run_module(page, w, HARNESS % (state, "null") + "return controls().length;"))
     assert n > 0
     for c in range(n):
-        moved = json.loads(run_module(page, w, HARNESS % (state, "null") + f"""
+        moved = json.loads(
+            run_module(
+                page,
+                w,
+                HARNESS % (state, "null")
+                + f"""
           const control = controls()[{c}];
           move(control);
-          return [control.closest('label')?.firstChild.textContent.trim(), sets, saves, sets.length, {shown}];"""))
+          return [control.closest('label')?.firstChild.textContent.trim(), sets, saves, sets.length, {shown}];""",
+            )
+        )
         label, sets, saves, n_sets, after = moved
         if label in VIEW_ONLY:
             assert sets == [], f"{name}: {label!r} should change only the view, wrote {sets}"
@@ -644,13 +807,21 @@ def test_a_readers_choice_reaches_python_and_a_python_change_redraws_the_same(pa
         w.set_state(changes)  # what ipywidgets does with an update message from the front-end
         for trait, value in changes.items():
             assert getattr(w, trait) == value, (name, label, trait)
-        replay = json.loads(run_module(page, w, HARNESS % (state, "null") + f"""
+        replay = json.loads(
+            run_module(
+                page,
+                w,
+                HARNESS % (state, "null")
+                + f"""
           for (const [k, v] of {json.dumps(sets)}) fromPython(k, v);
-          return {shown};"""))
+          return {shown};""",
+            )
+        )
         assert replay == after, f"{name}: setting {changes} from Python shows something else than moving {label!r}"
 
 
 # ------------------------------------------------------------------ a static picture for readers without JavaScript
+
 
 def _subclasses(cls):
     for sub in cls.__subclasses__():
@@ -661,14 +832,17 @@ def _subclasses(cls):
 
 def test_every_live_figure_class_has_an_example_here():
     from transformer_lib.viz.token_flow import TokenFlow  # noqa: F401  (a LiveWidget defined outside live.py)
-    covered = {type(w).__mro__[0] if type(w).__dict__.get("script") else type(w).__mro__[1]
-               for w in _examples().values()}
+
+    covered = {
+        type(w).__mro__[0] if type(w).__dict__.get("script") else type(w).__mro__[1] for w in _examples().values()
+    }
     assert set(_subclasses(live.LiveWidget)) <= covered
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_displaying_a_live_figure_writes_its_static_picture_first(name, monkeypatch):
     import IPython.display
+
     w = _examples()[name]
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append((obj, kw)))
@@ -717,10 +891,16 @@ def test_the_static_picture_says_what_the_live_figure_shows_and_is_hidden_once_i
     w = _examples()[name]
     static = w.static_html()
     state = json.dumps(_state(w))
-    hidden, live_text, weights = json.loads(run_module(page, w, f"""
+    hidden, live_text, weights = json.loads(
+        run_module(
+            page,
+            w,
+            f"""
       const fb = document.createElement('div'); fb.id = {json.dumps(w.fallback_id)};
       document.body.append(fb);
-    """ + HARNESS % (state, "null") + """
+    """
+            + HARNESS % (state, "null")
+            + """
       const out = [fb.hidden, el.innerText, null];
       fb.remove();
       if (traits.scores) {  // the heatmap: its weights, as the figure computes them
@@ -730,7 +910,9 @@ def test_the_static_picture_says_what_the_live_figure_shows_and_is_hidden_once_i
           m.headWeights(m.headScores(flat, traits.n_heads, T, traits.layer, hd), traits.temperature)
            .map((r) => Array.from(r)));
       }
-      return out;"""))
+      return out;""",
+        )
+    )
     assert hidden, "the live figure drew but left the static picture visible"
     text = _text(static)
     if name.startswith("attention"):  # the alt text names each head's (or query's) strongest weight
@@ -745,16 +927,24 @@ def test_the_static_picture_says_what_the_live_figure_shows_and_is_hidden_once_i
                 assert f"head {hd}" in text and f"{tokens[r]} → {tokens[c]} {A[hd, r, c]:.2f}" in text
         return
     got, want = _numbers(SAME_NUMBERS[name], live_text), _numbers(SAME_NUMBERS[name], text)
-    assert len(got) == len(want) and all(abs(a - b) <= 1.01e-3 * max(1, abs(b)) for a, b in zip(got, want)), \
+    assert len(got) == len(want) and all(abs(a - b) <= 1.01e-3 * max(1, abs(b)) for a, b in zip(got, want)), (
         f"live figure {got} vs static picture {want}"
+    )
 
 
 # ------------------------------------------------------------------------------ the built book
 
 # Chapter pages and the number of live figures each must show.
-LIVE_PAGES = {"notebooks/00_quickstart": 1, "notebooks/02_attention": 2, "notebooks/03_multi_head_attention": 1,
-              "notebooks/04_positional_encoding": 2, "notebooks/07_kv_cache": 1, "notebooks/09_quantization": 1,
-              "notebooks/10_flash_attention": 1, "notebooks/11_modern_decoder": 1}
+LIVE_PAGES = {
+    "notebooks/00_quickstart": 1,
+    "notebooks/02_attention": 2,
+    "notebooks/03_multi_head_attention": 1,
+    "notebooks/04_positional_encoding": 2,
+    "notebooks/07_kv_cache": 1,
+    "notebooks/09_quantization": 1,
+    "notebooks/10_flash_attention": 1,
+    "notebooks/11_modern_decoder": 1,
+}
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 
 # Everything a figure shows: its canvases' pixels and its text.
@@ -799,8 +989,10 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
     chrome.send("Page.navigate", url=f"{server}/{page_name}.html")
     chrome.wait_for("document.readyState === 'complete'")
     n = LIVE_PAGES[page_name]
-    chrome.wait_for(f"document.querySelectorAll('.tl-live canvas').length > 0 && "
-                    f"document.querySelectorAll('.tl-live').length >= {n}")
+    chrome.wait_for(
+        f"document.querySelectorAll('.tl-live canvas').length > 0 && "
+        f"document.querySelectorAll('.tl-live').length >= {n}"
+    )
     assert chrome.js("document.querySelectorAll('.tl-live').length") == n
     # each live figure drew, so the static picture of its default state that the page carries is hidden
     assert chrome.js("[...document.querySelectorAll('.tl-live-fallback')].map(f => f.hidden)") == [True] * n
@@ -815,12 +1007,20 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
     assert still == [], f"moving these controls changed nothing shown: {still}"
     chrome.js("new Promise(r => setTimeout(() => r(true), 500))", await_promise=True)
     urls = [e["params"]["request"]["url"] for e in chrome.events if e.get("method") == "Network.requestWillBeSent"]
-    outside = [u for u in urls if urllib.parse.urlsplit(u).scheme in ("http", "https", "ws", "wss")
-               and urllib.parse.urlsplit(u).hostname not in LOCAL_HOSTS]
+    outside = [
+        u
+        for u in urls
+        if urllib.parse.urlsplit(u).scheme in ("http", "https", "ws", "wss")
+        and urllib.parse.urlsplit(u).hostname not in LOCAL_HOSTS
+    ]
     assert outside == [], f"requests left the machine: {outside[:10]}"
-    failed = [e["params"]["response"]["url"] for e in chrome.events if e.get("method") == "Network.responseReceived"
-              and e["params"]["response"]["status"] >= 400
-              and not e["params"]["response"]["url"].endswith("favicon.ico")]
+    failed = [
+        e["params"]["response"]["url"]
+        for e in chrome.events
+        if e.get("method") == "Network.responseReceived"
+        and e["params"]["response"]["status"] >= 400
+        and not e["params"]["response"]["url"].endswith("favicon.ico")
+    ]
     assert failed == [], f"missing local files: {failed}"
     errors = [e["params"]["exceptionDetails"] for e in chrome.events if e.get("method") == "Runtime.exceptionThrown"]
     assert errors == [], [d.get("exception", {}).get("description", d.get("text", ""))[:300] for d in errors]
@@ -849,6 +1049,7 @@ def test_static_pictures_leave_pyplots_backend_and_no_open_figure():
     """In a notebook the inline backend must survive a live figure, and its picture must not show twice."""
     import matplotlib
     import matplotlib.pyplot as plt
+
     before = matplotlib.get_backend()
     plt.switch_backend("svg")  # any backend but Agg, which the pictures render with
     try:

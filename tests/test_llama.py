@@ -1,5 +1,6 @@
 """The LLaMA pieces against independent references (PyTorch built-ins, written-out formulas) and the whole
 LLaMA-style decoder against Hugging Face's ``LlamaForCausalLM`` on the same (random) weights, offline."""
+
 import math
 
 import pytest
@@ -9,8 +10,15 @@ import torch.nn.functional as F
 from transformer_lib.activations import SwiGLU, gelu, silu, swiglu_hidden
 from transformer_lib.serving.generation import generate
 from transformer_lib.serving.kv_cache import DynamicCache, StaticCache, kv_cache_bytes
-from transformer_lib.llama import (HalfSplitRotary, Llama, LlamaConfig, config_from_hf, half_split_order,
-                                   hf_llama_to_ours, rotate_half)
+from transformer_lib.llama import (
+    HalfSplitRotary,
+    Llama,
+    LlamaConfig,
+    config_from_hf,
+    half_split_order,
+    hf_llama_to_ours,
+    rotate_half,
+)
 from transformer_lib.multihead import MultiHeadAttention
 from transformer_lib.norms import RMSNorm, rms_norm
 from transformer_lib.positional import RotaryEmbedding
@@ -113,6 +121,7 @@ def test_rms_norm_rejects_wrong_width():
 # ----------------------------------------------------------------------------- RoPE, half-split
 def test_half_split_rope_matches_hf_llama_rotary():
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
     cfg = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=128)
     hf_rope = LlamaRotaryEmbedding(cfg)
     q, k = torch.randn(2, 4, 50, 16), torch.randn(2, 4, 50, 16)
@@ -142,7 +151,7 @@ def test_half_split_scores_depend_only_on_distance():
 
 
 def test_rotate_half():
-    assert torch.equal(rotate_half(torch.tensor([1., 2., 3., 4.])), torch.tensor([-3., -4., 1., 2.]))
+    assert torch.equal(rotate_half(torch.tensor([1.0, 2.0, 3.0, 4.0])), torch.tensor([-3.0, -4.0, 1.0, 2.0]))
 
 
 def test_half_split_rope_rejects_wrong_head_size():
@@ -185,9 +194,17 @@ def test_grouped_query_attention_shrinks_parameters_and_cache():
 # ----------------------------------------------------------------------------- the decoder against Hugging Face
 def _hf_pair(n_kv_heads=2, seed=0, **extra):
     torch.manual_seed(seed)
-    hc = transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=n_kv_heads, max_position_embeddings=64,
-                                  rms_norm_eps=1e-5, **extra)
+    hc = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=n_kv_heads,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+        **extra,
+    )
     hf = transformers.LlamaForCausalLM(hc).eval()
     with torch.no_grad():  # every weight away from its initial value (norms included)
         for p in hf.parameters():
@@ -241,8 +258,9 @@ def test_cached_greedy_generation_equals_recomputation_and_hf(cache):
     cached = generate(ours, prompt, 24, use_cache=True, cache_implementation=cache)
     recomputed = generate(ours, prompt, 24, use_cache=False)
     assert torch.equal(cached, recomputed)
-    theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False,
-                         pad_token_id=0)
+    theirs = hf.generate(
+        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=24, do_sample=False, pad_token_id=0
+    )
     assert torch.equal(cached, theirs)
 
 
@@ -260,7 +278,7 @@ def test_cached_step_logits_equal_full_forward():
     with torch.no_grad():
         full = ours(ids)[0]
         first = ours(ids[:, :8], cache=cache)[0]
-        steps = [ours(ids[:, t:t + 1], cache=cache)[0] for t in range(8, 12)]
+        steps = [ours(ids[:, t : t + 1], cache=cache)[0] for t in range(8, 12)]
     assert torch.allclose(torch.cat([first] + steps, dim=1), full, atol=1e-5)
 
 
@@ -272,12 +290,15 @@ def test_llama_has_no_biases_and_runs_in_bf16():
     assert logits.dtype == torch.bfloat16 and torch.isfinite(loss)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(d_model=30, n_heads=4), "even d_head"),
-    (dict(n_heads=4, n_kv_heads=3), "multiple of n_kv_heads"),
-    (dict(n_experts=2, top_k=3), "top_k=3"),
-    (dict(n_layers=0), "n_layers"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(d_model=30, n_heads=4), "even d_head"),
+        (dict(n_heads=4, n_kv_heads=3), "multiple of n_kv_heads"),
+        (dict(n_experts=2, top_k=3), "top_k=3"),
+        (dict(n_layers=0), "n_layers"),
+    ],
+)
 def test_config_errors_name_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LlamaConfig(vocab_size=10, **kwargs)
@@ -293,8 +314,9 @@ def test_config_from_hf_refuses_biases_and_scaled_rope():
     with pytest.raises(ValueError, match="biases"):
         config_from_hf(transformers.LlamaConfig(attention_bias=True))
     with pytest.raises(ValueError, match="rope_type"):
-        config_from_hf(transformers.LlamaConfig(rope_parameters={"rope_type": "linear", "factor": 2.0,
-                                                                 "rope_theta": 10000.0}))
+        config_from_hf(
+            transformers.LlamaConfig(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
+        )
 
 
 @pytest.mark.cuda

@@ -3,6 +3,7 @@ before and after merging, merged weights, trainable-parameter counts, dropout, g
 Hugging Face ``BertModel`` built from all-MiniLM-L6-v2's local files, and on our ``BertEncoder`` holding the same
 weights. Every comparison first makes the adapters non-zero (``B`` starts at zero, which would make equality
 vacuous) and checks that they change the output."""
+
 import copy
 import math
 import socket
@@ -12,9 +13,22 @@ import torch
 import torch.nn as nn
 
 from transformer_lib.params import count_parameters
-from transformer_lib.lora import (LoRAConfig, LoRALinear, SlicedLoRALinear, adam_state_bytes, apply_lora,
-                                  apply_sliced_lora, lora_layers, lora_parameter_count, lora_targets,
-                                  merge_and_unload, merge_lora, optimizer_state_bytes, qkv_slices, unmerge_lora)
+from transformer_lib.lora import (
+    LoRAConfig,
+    LoRALinear,
+    SlicedLoRALinear,
+    adam_state_bytes,
+    apply_lora,
+    apply_sliced_lora,
+    lora_layers,
+    lora_parameter_count,
+    lora_targets,
+    merge_and_unload,
+    merge_lora,
+    optimizer_state_bytes,
+    qkv_slices,
+    unmerge_lora,
+)
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
@@ -44,6 +58,7 @@ def offline():
 @pytest.fixture(scope="module")
 def minilm_files(offline):
     from transformer_lib.pretrained import load_minilm, minilm_dir
+
     model, tok = load_minilm(device="cpu")
     return minilm_dir(), model, tok
 
@@ -83,12 +98,22 @@ def peft_layers(pm) -> dict[str, nn.Module]:
 
 
 # ----------------------------------------------------------------------------- config and matching
-@pytest.mark.parametrize("kwargs, word", [
-    ({"r": 0}, "r"), ({"r": 2.0}, "r"), ({"r": True}, "r"), ({"alpha": 0}, "alpha"), ({"alpha": float("nan")}, "alpha"),
-    ({"dropout": 1.0}, "dropout"), ({"dropout": -0.1}, "dropout"), ({"target_modules": ""}, "target_modules"),
-    ({"target_modules": []}, "target_modules"), ({"target_modules": "query("}, "target_modules"),
-    ({"target_modules": ["query", 3]}, "target_modules"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"r": 0}, "r"),
+        ({"r": 2.0}, "r"),
+        ({"r": True}, "r"),
+        ({"alpha": 0}, "alpha"),
+        ({"alpha": float("nan")}, "alpha"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"dropout": -0.1}, "dropout"),
+        ({"target_modules": ""}, "target_modules"),
+        ({"target_modules": []}, "target_modules"),
+        ({"target_modules": "query("}, "target_modules"),
+        ({"target_modules": ["query", 3]}, "target_modules"),
+    ],
+)
 def test_config_rejects_bad_values_naming_the_argument(kwargs, word):
     value = next(iter(kwargs.values()))
     wrong_type = word in ("r", "alpha", "dropout") and (isinstance(value, bool) or type(value) is not type(0 * value))
@@ -97,16 +122,37 @@ def test_config_rejects_bad_values_naming_the_argument(kwargs, word):
         LoRAConfig(**kwargs)
 
 
-NAMES = ["encoder.layer.0.attention.self.query", "encoder.layer.10.attention.self.value",
-         "encoder.layer.0.attention.output.dense", "encoder.layer.3.output.dense", "encoder.layer.3.intermediate.dense",
-         "query", "myquery", "encoder.layer.0.attention.self", "pooler.dense", "layers.2.ffn.up", "layers.2.ffn.upper"]
+NAMES = [
+    "encoder.layer.0.attention.self.query",
+    "encoder.layer.10.attention.self.value",
+    "encoder.layer.0.attention.output.dense",
+    "encoder.layer.3.output.dense",
+    "encoder.layer.3.intermediate.dense",
+    "query",
+    "myquery",
+    "encoder.layer.0.attention.self",
+    "pooler.dense",
+    "layers.2.ffn.up",
+    "layers.2.ffn.upper",
+]
 
 
-@pytest.mark.parametrize("targets", [["query", "value"], ["dense"], ["output.dense"], ["ffn.up", "self.query"],
-                                     r".*\.layer\.\d+\.(output|intermediate)\.dense", r".*query", "query",
-                                     r"layers\.\d\.ffn\.up"])
+@pytest.mark.parametrize(
+    "targets",
+    [
+        ["query", "value"],
+        ["dense"],
+        ["output.dense"],
+        ["ffn.up", "self.query"],
+        r".*\.layer\.\d+\.(output|intermediate)\.dense",
+        r".*query",
+        "query",
+        r"layers\.\d\.ffn\.up",
+    ],
+)
 def test_target_matching_is_peft_s(targets):
     from peft.tuners.tuners_utils import check_target_module_exists
+
     cfg_peft = peft.LoraConfig(target_modules=targets)
     ours = LoRAConfig(target_modules=targets)
     expected = [bool(check_target_module_exists(cfg_peft, n)) for n in NAMES]
@@ -126,12 +172,12 @@ def test_fresh_adapter_leaves_output_unchanged_and_A_is_kaiming_uniform():
     assert a.abs().max() <= bound and a.abs().max() > 0.999 * bound
     # uniform on +-bound: variance bound^2 / 3; its estimate over n draws has sd bound^2 * sqrt(4/45 / n)
     n = a.numel()
-    assert abs(a.var().item() - bound ** 2 / 3) < 5 * bound ** 2 * math.sqrt(4 / 45 / n)
+    assert abs(a.var().item() - bound**2 / 3) < 5 * bound**2 * math.sqrt(4 / 45 / n)
     # peft's lora_A on the same layer shape has the same support
     pm = peft_model(nn.Sequential(nn.Linear(256, 64)), r=64, alpha=16, targets=["0"])
     theirs = pm.base_model.model[0].lora_A["default"].weight.detach().flatten()
     assert theirs.abs().max() <= bound and theirs.abs().max() > 0.999 * bound
-    assert abs(theirs.var().item() - bound ** 2 / 3) < 5 * bound ** 2 * math.sqrt(4 / 45 / n)
+    assert abs(theirs.var().item() - bound**2 / 3) < 5 * bound**2 * math.sqrt(4 / 45 / n)
 
 
 def test_generator_seeds_the_initialisation():
@@ -188,10 +234,10 @@ def test_outputs_equal_peft_s_before_and_after_merging(hf_pair, encoded, minilm_
         pm.merge_adapter()
         try:
             for name, layer in lora_layers(ours).items():
-                torch.testing.assert_close(layer.base.weight, peft_layers(pm)[name].base_layer.weight,
-                                           atol=1e-6, rtol=1e-6)
-            torch.testing.assert_close(ours(**encoded).last_hidden_state, pm(**encoded).last_hidden_state,
-                                       **MODEL_TOL)
+                torch.testing.assert_close(
+                    layer.base.weight, peft_layers(pm)[name].base_layer.weight, atol=1e-6, rtol=1e-6
+                )
+            torch.testing.assert_close(ours(**encoded).last_hidden_state, pm(**encoded).last_hidden_state, **MODEL_TOL)
             torch.testing.assert_close(ours(**encoded).last_hidden_state, mine, **MODEL_TOL)
         finally:
             unmerge_lora(ours)
@@ -209,8 +255,7 @@ def test_merge_and_unload_equals_peft_s(hf_pair, encoded):
     for k, v in ours.state_dict().items():
         torch.testing.assert_close(v, theirs.state_dict()[k], atol=1e-6, rtol=1e-6)
     with torch.no_grad():
-        torch.testing.assert_close(ours(**encoded).last_hidden_state, pm(**encoded).last_hidden_state,
-                                   **MODEL_TOL)
+        torch.testing.assert_close(ours(**encoded).last_hidden_state, pm(**encoded).last_hidden_state, **MODEL_TOL)
 
 
 def test_our_encoder_with_our_lora_equals_hf_bert_with_peft(minilm_files, encoded):
@@ -218,8 +263,9 @@ def test_our_encoder_with_our_lora_equals_hf_bert_with_peft(minilm_files, encode
     regex = r".*\.layer\.\d+\.(attention\.output|intermediate|output)\.dense"
     pm = peft_model(hf_bert(path), r=8, alpha=32, targets=regex)
     randomize_peft_B(pm, seed=1)
-    ours = apply_lora(copy.deepcopy(minilm), LoRAConfig(r=8, alpha=32, target_modules=["self_attn.out", "ffn.up",
-                                                                                      "ffn.down"]))
+    ours = apply_lora(
+        copy.deepcopy(minilm), LoRAConfig(r=8, alpha=32, target_modules=["self_attn.out", "ffn.up", "ffn.down"])
+    )
     to_hf = {"self_attn.out": "attention.output.dense", "ffn.up": "intermediate.dense", "ffn.down": "output.dense"}
 
     def name_map(name):  # layers.3.ffn.up -> encoder.layer.3.intermediate.dense
@@ -237,8 +283,9 @@ def test_our_encoder_with_our_lora_equals_hf_bert_with_peft(minilm_files, encode
         torch.testing.assert_close(mine[mask], theirs[mask], atol=1e-4, rtol=1e-4)
         merge_lora(ours)
         pm.merge_adapter()
-        torch.testing.assert_close(ours(**encoded).last_hidden_state[mask], pm(**encoded).last_hidden_state[mask],
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            ours(**encoded).last_hidden_state[mask], pm(**encoded).last_hidden_state[mask], atol=1e-4, rtol=1e-4
+        )
 
 
 def test_our_fused_qkv_with_q_and_v_adapters_equals_peft_on_query_and_value(minilm_files, encoded):
@@ -246,8 +293,9 @@ def test_our_fused_qkv_with_q_and_v_adapters_equals_peft_on_query_and_value(mini
     path, minilm, _ = minilm_files
     pm = peft_model(hf_bert(path), r=4, alpha=8, targets=["query", "value"])
     randomize_peft_B(pm, seed=2)
-    ours = apply_sliced_lora(copy.deepcopy(minilm), LoRAConfig(r=4, alpha=8, target_modules=["self_attn.qkv"]),
-                             qkv_slices(384, "qv"))
+    ours = apply_sliced_lora(
+        copy.deepcopy(minilm), LoRAConfig(r=4, alpha=8, target_modules=["self_attn.qkv"]), qkv_slices(384, "qv")
+    )
     inner = pm.base_model.model
     with torch.no_grad():
         for name, layer in lora_layers(ours).items():
@@ -312,10 +360,12 @@ def test_dropout_and_gradients_equal_peft_s():
     y_theirs.square().sum().backward()
     inner = pm.base_model.model
     for name, layer in lora_layers(ours).items():
-        torch.testing.assert_close(layer.lora_A.grad, inner.get_submodule(name).lora_A["default"].weight.grad,
-                                   atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(layer.lora_B.grad, inner.get_submodule(name).lora_B["default"].weight.grad,
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            layer.lora_A.grad, inner.get_submodule(name).lora_A["default"].weight.grad, atol=1e-5, rtol=1e-5
+        )
+        torch.testing.assert_close(
+            layer.lora_B.grad, inner.get_submodule(name).lora_B["default"].weight.grad, atol=1e-5, rtol=1e-5
+        )
     assert all((p.grad is None) != ("lora_" in n) for n, p in ours.named_parameters())
 
 

@@ -1,5 +1,6 @@
 """experiments.mask_conventions: our attention copied into nn.MultiheadAttention gives PyTorch's own answer with
 PyTorch's opposite padding convention, and our MiniLM agrees with Hugging Face's BertModel given its own."""
+
 import pytest
 import torch
 
@@ -46,6 +47,7 @@ def test_torch_mha_from_refuses_grouped_query_attention():
 def test_three_libraries_agree_on_a_padded_minilm_batch():
     pytest.importorskip("transformers")
     from transformer_lib.pretrained import load_minilm
+
     model, tok = load_minilm("cpu")
     enc = tok.encode(["The cat sat on the mat.", "A kitten."])
     assert not enc["attention_mask"].bool().all()  # the batch is padded

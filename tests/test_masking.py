@@ -1,10 +1,19 @@
 """Masks: causal and padding masks equal their definitions and PyTorch's; conversions keep the meaning."""
+
 import pytest
 import torch
 import torch.nn as nn
 
-from transformer_lib.masking import (causal_mask, check_mask, combine_masks, key_padding_to_attention, padding_mask,
-                                     padding_mask_from_ids, to_additive, to_boolean)
+from transformer_lib.masking import (
+    causal_mask,
+    check_mask,
+    combine_masks,
+    key_padding_to_attention,
+    padding_mask,
+    padding_mask_from_ids,
+    to_additive,
+    to_boolean,
+)
 
 
 def test_square_causal_mask_matches_torch_subsequent_mask():

@@ -1,11 +1,19 @@
 """Small measures chapters 05 and 06 put on their outputs: known_word_share (generated text) and scale_embeddings
 (the control of the gradient profile), on hand-made inputs."""
+
 from transformer_lib.experiments.causal_leak import known_word_share, word_set
 
 
 def test_word_set_lowercases_and_splits_on_non_letters():
-    assert word_set("ROMEO:\nO, she doth teach the torches!") == \
-        {"romeo", "o", "she", "doth", "teach", "the", "torches"}
+    assert word_set("ROMEO:\nO, she doth teach the torches!") == {
+        "romeo",
+        "o",
+        "she",
+        "doth",
+        "teach",
+        "the",
+        "torches",
+    }
 
 
 def test_known_word_share_counts_repeats_and_invented_words():
@@ -19,6 +27,7 @@ def test_scale_embeddings_sets_the_std_of_the_embedding_tables():
     import torch
     from transformer_lib.experiments.norm_placement import scale_embeddings
     from transformer_lib.models import GPT, GPTConfig
+
     torch.manual_seed(0)
     model = scale_embeddings(GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=2, d_model=16)), 1.0)
     for table in (model.tok_emb.weight, model.pos.weight):
@@ -29,6 +38,7 @@ def test_torch_threads_sets_and_restores_the_thread_count():
     import pytest
     import torch
     from transformer_lib.experiments.threads import torch_threads
+
     before = torch.get_num_threads()
     with pytest.raises(RuntimeError):
         with torch_threads(1):
@@ -46,6 +56,7 @@ def test_sample_texts_continue_the_prompt_like_generate():
     from transformer_lib.serving.generation import generate
     from transformer_lib.models import GPT, GPTConfig
     from transformer_lib.tokenization import CharTokenizer
+
     tok = CharTokenizer.from_text("abcdefgh \n")
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=8, n_layers=1, n_heads=2, d_model=16)).eval()

@@ -1,5 +1,6 @@
 """MiniLM pruning study (chapter 08): gate gradients against finite differences, masking against removal on the real
 model, the Student-t interval against closed forms and simulation, the article's top-k rewrite, argument errors."""
+
 import math
 
 import pytest
@@ -9,8 +10,12 @@ from transformer_lib import pruning as P
 from transformer_lib.experiments import minilm_pruning as M
 from transformer_lib.pretrained import load_minilm, sentence_embeddings
 
-LINES = ["Now is the winter of our discontent", "Shall I compare thee to a summer's day?",
-         "The quality of mercy is not strained at all", "All the world's a stage, and all the men players"]
+LINES = [
+    "Now is the winter of our discontent",
+    "Shall I compare thee to a summer's day?",
+    "The quality of mercy is not strained at all",
+    "All the world's a stage, and all the men players",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +37,12 @@ def test_gate_gradient_equals_a_finite_difference_of_the_probe_loss(minilm64):
     for layer, head in [(0, 3), (2, 7), (5, 11)]:
         per_sentence = []  # |d (r_b . e_b) / d xi| for each sentence alone, by central differences
         for b in range(len(LINES)):
-            batch = (enc["input_ids"][b:b + 1], enc["attention_mask"][b:b + 1], r[b:b + 1])
+            batch = (enc["input_ids"][b : b + 1], enc["attention_mask"][b : b + 1], r[b : b + 1])
             up, down = torch.ones(6, 12, dtype=torch.float64), torch.ones(6, 12, dtype=torch.float64)
             up[layer, head], down[layer, head] = 1 + eps, 1 - eps
-            per_sentence.append(abs(_loss_at(model, up, M.probe_loss, batch)
-                                    - _loss_at(model, down, M.probe_loss, batch)) / (2 * eps))
+            per_sentence.append(
+                abs(_loss_at(model, up, M.probe_loss, batch) - _loss_at(model, down, M.probe_loss, batch)) / (2 * eps)
+            )
         assert scores[layer, head].item() == pytest.approx(sum(per_sentence) / len(LINES), rel=2e-3)
 
 
@@ -116,18 +122,21 @@ def test_sentence_sets_are_disjoint_and_reproducible():
     assert all(len(s.split()) >= 6 for s in flat)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: M.sentence_sets(0, 5), "n_sets"),
-    (lambda: M.sentence_sets(2, 3, lines=["a b c d e f"] * 4), "distinct lines"),
-    (lambda: M.corpus_lines(0), "min_words"),
-    (lambda: M.t_interval([1.0]), "at least 2"),
-    (lambda: M.t_interval([1.0, 2.0], level=1.5), "level"),
-    (lambda: M.t_quantile(0.3, 3), "p must"),
-    (lambda: M.t_quantile(0.9, 0), "df must"),
-    (lambda: M.keep_top_k_scores(torch.zeros(3, 4), 5), "k must"),
-    (lambda: M.sensitivity_importance(torch.nn.Linear(2, 2), {}, probes=0), "probes"),
-    (lambda: P.attention_modules(torch.nn.Sequential(torch.nn.Linear(2, 2))), "BertEncoder"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: M.sentence_sets(0, 5), "n_sets"),
+        (lambda: M.sentence_sets(2, 3, lines=["a b c d e f"] * 4), "distinct lines"),
+        (lambda: M.corpus_lines(0), "min_words"),
+        (lambda: M.t_interval([1.0]), "at least 2"),
+        (lambda: M.t_interval([1.0, 2.0], level=1.5), "level"),
+        (lambda: M.t_quantile(0.3, 3), "p must"),
+        (lambda: M.t_quantile(0.9, 0), "df must"),
+        (lambda: M.keep_top_k_scores(torch.zeros(3, 4), 5), "k must"),
+        (lambda: M.sensitivity_importance(torch.nn.Linear(2, 2), {}, probes=0), "probes"),
+        (lambda: P.attention_modules(torch.nn.Sequential(torch.nn.Linear(2, 2))), "BertEncoder"),
+    ],
+)
 def test_argument_errors_name_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
@@ -154,10 +163,14 @@ def test_the_committed_study_holds_what_chapter_08_reads():
     study = M.committed_study()
     assert study["params"] == M.CHAPTER
     n, k = M.CHAPTER["n_sets"], len(M.CHAPTER["ns"])
-    assert {m: tuple(c.shape) for m, c in study["curves"].items()} == {m: (n, k) for m in ("gradient", "magnitude", "random")}
+    assert {m: tuple(c.shape) for m, c in study["curves"].items()} == {
+        m: (n, k) for m in ("gradient", "magnitude", "random")
+    }
     assert len(study["gradient"]) == n and all(g.shape == (6, 12) for g in study["gradient"])
     assert study["magnitude"].shape == study["ablation"].shape == (6, 12)
-    assert bool((study["ablation"] > 0).all()) and bool(((study["curves"]["gradient"] > 0) & (study["curves"]["gradient"] <= 1)).all())
+    assert bool((study["ablation"] > 0).all()) and bool(
+        ((study["curves"]["gradient"] > 0) & (study["curves"]["gradient"] <= 1)).all()
+    )
     # the weight norms need no data: the committed ones must be this model's, exactly
     model, _ = load_minilm("cpu")
     assert torch.equal(study["magnitude"], P.magnitude_importance(model).float())

@@ -4,6 +4,7 @@ References: the head size each built ``MultiHeadAttention`` computes for itself 
 projection; PyTorch's ``parameters_to_vector`` for a count of parameters; ``torch.nn.utils.prune``'s own mask for
 the nonzero count; and the ``num_params`` the committed checkpoints recorded when they were trained.
 """
+
 import dataclasses
 
 import pytest
@@ -16,15 +17,25 @@ from transformer_lib.models import GPT, BertConfig, BertEncoder, GPTConfig, Tran
 from transformer_lib.params import count_parameters
 
 
-@pytest.mark.parametrize("make", [
-    lambda: (GPTConfig(vocab_size=11, d_model=48, n_heads=6), lambda c: GPT(c).blocks[0].self_attn),
-    lambda: (GPTConfig(vocab_size=11, d_model=64, n_heads=4, n_kv_heads=2, positional="rope"),
-             lambda c: GPT(c).blocks[1].self_attn),
-    lambda: (TransformerConfig(7, 9, d_model=40, n_heads=5, d_ff=32, n_encoder_layers=1, n_decoder_layers=1),
-             lambda c: Transformer(c).decoder[0].cross_attn),
-    lambda: (BertConfig(vocab_size=13, d_model=36, n_heads=3, d_ff=16, n_layers=1, max_len=8),
-             lambda c: BertEncoder(c).layers[0].self_attn),
-], ids=["gpt", "gpt-gqa-rope", "transformer", "bert"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (GPTConfig(vocab_size=11, d_model=48, n_heads=6), lambda c: GPT(c).blocks[0].self_attn),
+        lambda: (
+            GPTConfig(vocab_size=11, d_model=64, n_heads=4, n_kv_heads=2, positional="rope"),
+            lambda c: GPT(c).blocks[1].self_attn,
+        ),
+        lambda: (
+            TransformerConfig(7, 9, d_model=40, n_heads=5, d_ff=32, n_encoder_layers=1, n_decoder_layers=1),
+            lambda c: Transformer(c).decoder[0].cross_attn,
+        ),
+        lambda: (
+            BertConfig(vocab_size=13, d_model=36, n_heads=3, d_ff=16, n_layers=1, max_len=8),
+            lambda c: BertEncoder(c).layers[0].self_attn,
+        ),
+    ],
+    ids=["gpt", "gpt-gqa-rope", "transformer", "bert"],
+)
 def test_d_head_is_the_head_size_the_built_attention_uses(make):
     cfg, attention_of = make()
     attn = attention_of(cfg)

@@ -1,5 +1,6 @@
 """The encoder-decoder Transformer and GPT: no position sees the future (and the test notices when it can), cached
 decoding equals a full recompute, the Transformer's stacks equal torch's, bad input is rejected, dtypes are kept."""
+
 import functools
 
 import pytest
@@ -33,8 +34,18 @@ def toy_gpt(positional: str) -> GPT:
 @functools.lru_cache(maxsize=None)
 def toy_transformer(norm_first: bool = False) -> Transformer:
     torch.manual_seed(0)
-    cfg = TransformerConfig(src_vocab_size=13, tgt_vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2,
-                            n_decoder_layers=2, dropout=0.0, max_len=T_MAX, norm_first=norm_first)
+    cfg = TransformerConfig(
+        src_vocab_size=13,
+        tgt_vocab_size=V,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        max_len=T_MAX,
+        norm_first=norm_first,
+    )
     return sharpen_(Transformer(cfg)).eval()
 
 
@@ -45,8 +56,8 @@ def random_ids(shape, vocab, seed, low=0):
 def perturb_after(ids: torch.Tensor, t: int, seed: int) -> torch.Tensor:
     """A copy of ``ids`` in which every token after position t is replaced by a different token."""
     out = ids.clone()
-    shift = random_ids(ids[:, t + 1:].shape, V - 1, seed + 1) + 1  # in [1, V): never the same token
-    out[:, t + 1:] = (ids[:, t + 1:] + shift) % V
+    shift = random_ids(ids[:, t + 1 :].shape, V - 1, seed + 1) + 1  # in [1, V): never the same token
+    out[:, t + 1 :] = (ids[:, t + 1 :] + shift) % V
     return out
 
 
@@ -128,7 +139,7 @@ def test_transformer_cached_decoding_matches_full_recompute(make_cache):
         full = model.decode(tgt, memory, attention_mask)
         torch.testing.assert_close(full, model(src, tgt))
         cache = make_cache()
-        steps = [model.decode(tgt[:, i: i + 1], memory, attention_mask, cache=cache) for i in range(tgt.shape[1])]
+        steps = [model.decode(tgt[:, i : i + 1], memory, attention_mask, cache=cache) for i in range(tgt.shape[1])]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -137,12 +148,14 @@ def test_transformer_cached_decoding_matches_full_recompute(make_cache):
 def test_transformer_stacks_match_torch(norm_first):
     model = toy_transformer(norm_first)
     c = model.cfg
-    make = dict(d_model=c.d_model, nhead=c.n_heads, dim_feedforward=c.d_ff, dropout=0.0, batch_first=True,
-                norm_first=norm_first)
+    make = dict(
+        d_model=c.d_model, nhead=c.n_heads, dim_feedforward=c.d_ff, dropout=0.0, batch_first=True, norm_first=norm_first
+    )
     torch.manual_seed(1)
     final = (lambda: nn.LayerNorm(c.d_model)) if norm_first else (lambda: None)  # pre-norm stacks end with a norm
-    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(**make), c.n_encoder_layers, norm=final(),
-                                enable_nested_tensor=False).eval()
+    enc = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(**make), c.n_encoder_layers, norm=final(), enable_nested_tensor=False
+    ).eval()
     dec = nn.TransformerDecoder(nn.TransformerDecoderLayer(**make), c.n_decoder_layers, norm=final()).eval()
     with torch.no_grad():
         for p in [*enc.parameters(), *dec.parameters()]:
@@ -290,8 +303,9 @@ def n_params(module: nn.Module) -> int:
 def test_shared_model_counts_torch_transformer_core_plus_one_embedding(norm_first):
     d, h, d_ff, n_enc, n_dec, vocab = 512, 8, 2048, 6, 6, 37000  # the paper's base model (table 3, section 5.1)
     with torch.device("meta"):  # shapes only
-        ours = Transformer(TransformerConfig(vocab, vocab, d, h, d_ff, n_enc, n_dec, norm_first=norm_first,
-                                             share_embeddings=True))
+        ours = Transformer(
+            TransformerConfig(vocab, vocab, d, h, d_ff, n_enc, n_dec, norm_first=norm_first, share_embeddings=True)
+        )
         core = nn.Transformer(d, h, n_enc, n_dec, d_ff, norm_first=norm_first, batch_first=True)  # biases on, as ours
     # What differs from torch's core, each listed:
     # - nn.Transformer always ends both stacks with a LayerNorm (weight and bias, d each); ours does only when

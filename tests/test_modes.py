@@ -1,4 +1,5 @@
 """eval_mode: eval inside the block, every submodule's own mode restored after it, even after an exception."""
+
 import pytest
 import torch.nn as nn
 
@@ -45,6 +46,7 @@ def _gpt_in_training_mode():
     import torch
 
     from transformer_lib import GPT, GPTConfig
+
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=13, block_size=8, n_layers=1, n_heads=2, d_model=16, dropout=0.5)).train()
 
@@ -57,19 +59,24 @@ def _evaluators():
     from transformer_lib.pruning import head_importance
     from transformer_lib.quant import lm_quality
     from transformer_lib.train import evaluate_loss
+
     gen = torch.Generator().manual_seed(1)
     batches = [(torch.randint(0, 13, (2, 8), generator=gen), torch.randint(0, 13, (2, 8), generator=gen))]
-    return {"evaluate_loss": lambda m: evaluate_loss(m, batches),
-            "nats_per_char": lambda m: nats_per_char(m, batches, torch.ones(13, dtype=torch.long)),
-            "lm_quality": lambda m: lm_quality(m, batches)["loss"],
-            "last_position_loss": lambda m: last_position_loss(m, batches),
-            "head_importance": lambda m: head_importance(m, batches)}
+    return {
+        "evaluate_loss": lambda m: evaluate_loss(m, batches),
+        "nats_per_char": lambda m: nats_per_char(m, batches, torch.ones(13, dtype=torch.long)),
+        "lm_quality": lambda m: lm_quality(m, batches)["loss"],
+        "last_position_loss": lambda m: last_position_loss(m, batches),
+        "head_importance": lambda m: head_importance(m, batches),
+    }
 
 
-@pytest.mark.parametrize("name", ["evaluate_loss", "nats_per_char", "lm_quality", "last_position_loss",
-                                  "head_importance"])
+@pytest.mark.parametrize(
+    "name", ["evaluate_loss", "nats_per_char", "lm_quality", "last_position_loss", "head_importance"]
+)
 def test_evaluators_run_without_dropout_and_give_the_mode_back(name):
     import torch
+
     model = _gpt_in_training_mode()
     fn = _evaluators()[name]
     first, second = fn(model), fn(model)  # dropout 0.5 would make two runs differ

@@ -1,12 +1,21 @@
 """The mixture of experts against Hugging Face's Mixtral block and loss, and against a token-by-token loop."""
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lib.serving.generation import generate
 from transformer_lib.llama import Llama, LlamaConfig, config_from_hf, hf_llama_to_ours
-from transformer_lib.moe import (MoE, capacity_keep, expert_capacity, expert_shares, load_balancing_loss,
-                                 load_from_hf_mixtral_block, moe_params, top_k_gating)
+from transformer_lib.moe import (
+    MoE,
+    capacity_keep,
+    expert_capacity,
+    expert_shares,
+    load_balancing_loss,
+    load_from_hf_mixtral_block,
+    moe_params,
+    top_k_gating,
+)
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.mixtral import modeling_mixtral  # noqa: E402
@@ -14,8 +23,14 @@ from transformers.models.mixtral import modeling_mixtral  # noqa: E402
 
 def _hf_block(E=4, k=2, d=32, d_ff=48, seed=0):
     torch.manual_seed(seed)
-    cfg = transformers.MixtralConfig(hidden_size=d, intermediate_size=d_ff, num_local_experts=E,
-                                     num_experts_per_tok=k, num_attention_heads=4, num_key_value_heads=2)
+    cfg = transformers.MixtralConfig(
+        hidden_size=d,
+        intermediate_size=d_ff,
+        num_local_experts=E,
+        num_experts_per_tok=k,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     block = modeling_mixtral.MixtralSparseMoeBlock(cfg).eval()
     with torch.no_grad():  # a block built alone starts from uninitialised memory: set every weight
         for p in block.parameters():
@@ -139,9 +154,18 @@ def test_moe_params_count_modules_and_active_flops():
 
 def _hf_mixtral(seed=0):
     torch.manual_seed(seed)
-    hc = transformers.MixtralConfig(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-                                    num_experts_per_tok=2, max_position_embeddings=64, sliding_window=None)
+    hc = transformers.MixtralConfig(
+        vocab_size=61,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+        sliding_window=None,
+    )
     hf = transformers.MixtralForCausalLM(hc).eval()
     with torch.no_grad():
         for p in hf.parameters():
@@ -160,8 +184,9 @@ def test_mixtral_model_logits_and_aux_loss_match_hf():
     assert (mine - out.logits).abs().max() < 1e-5
     for block, theirs in zip(ours.blocks, out.router_logits):
         assert torch.allclose(block.ffn.router_logits, theirs, atol=1e-5)
-        assert torch.allclose(block.ffn.balance_loss(),
-                              modeling_mixtral.load_balancing_loss_func((theirs,), 4, 2), atol=1e-5)
+        assert torch.allclose(
+            block.ffn.balance_loss(), modeling_mixtral.load_balancing_loss_func((theirs,), 4, 2), atol=1e-5
+        )
 
 
 def test_mixtral_cached_generation_equals_recomputation():
@@ -197,8 +222,15 @@ def test_moe_errors_name_the_argument():
 def test_hf_reference_sets_every_weight_and_restores_loggers():
     import logging
     from transformer_lib.experiments import hf_reference as H
-    block = H.random_mixtral_block(hidden_size=16, intermediate_size=8, num_local_experts=4, num_experts_per_tok=2,
-                                   num_attention_heads=2, num_key_value_heads=1)
+
+    block = H.random_mixtral_block(
+        hidden_size=16,
+        intermediate_size=8,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     assert all(torch.isfinite(p).all() and p.abs().sum() > 0 for p in block.parameters())
     lg = logging.getLogger("torchao")
     before = lg.level

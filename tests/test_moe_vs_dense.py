@@ -1,5 +1,6 @@
 """Chapter 11's committed record (five seeds of dense and mixture models) is what its recipe produces, and the
 committed seed-0 models are the ones the record measured."""
+
 import dataclasses
 
 import pytest

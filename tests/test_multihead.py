@@ -2,6 +2,7 @@
 
 Our boolean masks mean True = attend; torch's mean True = IGNORE, so torch gets ``~mask``.
 """
+
 import pytest
 import torch
 import torch.nn as nn
@@ -76,8 +77,13 @@ def test_causal_and_padding_masks_together_match_torch():
     ours, ref = pair()
     x, _, _ = inputs(tq=6)
     keep = padding_mask(torch.tensor([6, 3]), 6)
-    check(ours, ref, dict(query=x, is_causal=True, attention_mask=keep), (x, x, x),
-          dict(attn_mask=~causal_mask(6), key_padding_mask=~keep))
+    check(
+        ours,
+        ref,
+        dict(query=x, is_causal=True, attention_mask=keep),
+        (x, x, x),
+        dict(attn_mask=~causal_mask(6), key_padding_mask=~keep),
+    )
 
 
 def test_per_head_additive_mask_matches_torch():
@@ -85,8 +91,9 @@ def test_per_head_additive_mask_matches_torch():
     q, k, v = inputs()
     g = torch.Generator().manual_seed(3)
     bias = torch.randn(B, H, TQ, TK, generator=g)  # torch takes it as (B * H, Tq, Tk)
-    check(ours, ref, dict(query=q, key=k, value=v, attn_mask=bias), (q, k, v),
-          dict(attn_mask=bias.reshape(B * H, TQ, TK)))
+    check(
+        ours, ref, dict(query=q, key=k, value=v, attn_mask=bias), (q, k, v), dict(attn_mask=bias.reshape(B * H, TQ, TK))
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

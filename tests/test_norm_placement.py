@@ -1,5 +1,6 @@
 """Chapter 05's committed norm-placement runs (experiments.norm_placement): the record matches the configuration,
 round-trips, and (slow) training the runs again reproduces the chapter's claims about them."""
+
 import math
 
 import pytest
@@ -20,8 +21,9 @@ def test_committed_record_matches_the_chapters_configuration():
 
 
 def test_save_and_load_round_trip(tmp_path):
-    cfg = norm_placement.NormConfig(n_layers=2, d_model=16, n_heads=2, block_size=8, batch_size=4, steps=3,
-                                    eval_batches=1, seeds=(0, 1))
+    cfg = norm_placement.NormConfig(
+        n_layers=2, d_model=16, n_heads=2, block_size=8, batch_size=4, steps=3, eval_batches=1, seeds=(0, 1)
+    )
     runs = norm_placement.norm_placement_experiment(cfg, progress=False, device="cpu")
     norm_placement.save_runs(runs, cfg, 1.0, tmp_path / "n.json")
     back, back_cfg, _ = norm_placement.load_runs(tmp_path / "n.json")

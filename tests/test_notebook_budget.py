@@ -1,5 +1,6 @@
 """The notebook budget of ``make test`` (tests/notebook_budget.py), driven with fake clocks and fake reports: no real
 timing decides a pass here (house rule 7)."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -27,8 +28,9 @@ class FakeMachine:
                         budget.pytest_runtest_setup(item)
                     if when == "teardown" and i == cells - 1:
                         self.children += cpu  # nbval stops (and reaps) the kernel in the last teardown
-                    report = SimpleNamespace(nodeid=item.nodeid, when=when, user_properties=[],
-                                             duration=self.wall_factor * cpu / (3 * cells))
+                    report = SimpleNamespace(
+                        nodeid=item.nodeid, when=when, user_properties=[], duration=self.wall_factor * cpu / (3 * cells)
+                    )
                     wrapper = budget.pytest_runtest_makereport(item, SimpleNamespace(when=when))
                     next(wrapper)
                     with pytest.raises(StopIteration):
@@ -36,16 +38,18 @@ class FakeMachine:
                     budget.pytest_runtest_logreport(report)
 
     def budget(self, budget_units=100.0) -> NotebookBudget:
-        return NotebookBudget(budget_units, slow_s_per_unit=0.9, calibrate=lambda: self.calibration_s,
-                              cpu_clock=lambda: self.children)
+        return NotebookBudget(
+            budget_units, slow_s_per_unit=0.9, calibrate=lambda: self.calibration_s, cpu_clock=lambda: self.children
+        )
 
 
 def _finish(budget: NotebookBudget) -> tuple[pytest.ExitCode, list[str]]:
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
     budget.pytest_sessionfinish(session)
     lines = []
-    budget.pytest_terminal_summary(SimpleNamespace(section=lambda title: lines.append(title),
-                                                   write_line=lambda line, **kw: lines.append(line)))
+    budget.pytest_terminal_summary(
+        SimpleNamespace(section=lambda title: lines.append(title), write_line=lambda line, **kw: lines.append(line))
+    )
     return session.exitstatus, lines
 
 
@@ -65,8 +69,10 @@ def test_units_are_the_kernels_cpu_time_in_calibrations():
 
 
 def test_a_machine_three_times_slower_or_a_busy_core_passes():
-    for machine in (FakeMachine(0.3, {nb: 3 * s for nb, s in BOOK.items()}),  # everything 3x slower
-                    FakeMachine(0.1, BOOK, wall_factor=2.0)):  # one busy core: wall time doubles, CPU time does not
+    for machine in (
+        FakeMachine(0.3, {nb: 3 * s for nb, s in BOOK.items()}),  # everything 3x slower
+        FakeMachine(0.1, BOOK, wall_factor=2.0),
+    ):  # one busy core: wall time doubles, CPU time does not
         budget = machine.budget(budget_units=61.0)
         machine.run(budget)
         assert budget.units() == pytest.approx({"notebooks/01_a.ipynb": 30.0, "notebooks/02_b.ipynb": 60.0})
@@ -87,12 +93,15 @@ def test_a_notebook_that_grew_three_times_fails_the_session_with_a_line_naming_i
 def test_reports_from_a_worker_carry_the_measurement_to_the_controller():
     """Under xdist the controller sees only reports: the last CPU value per notebook and the wall time of every
     phase count; other files are not judged."""
-    budget = NotebookBudget(50.0, slow_s_per_unit=1.0, calibrate=lambda: pytest.fail("not here"),
-                            cpu_clock=lambda: pytest.fail("not here"))
-    reports = [("notebooks/01_a.ipynb::Cell 0", 1.0, [(CALIBRATION_KEY, 0.2), (CPU_KEY, 0.0)]),
-               ("notebooks/01_a.ipynb::Cell 1", 2.0, [[CALIBRATION_KEY, 0.2], [CPU_KEY, 0.0]]),  # JSON: lists
-               ("notebooks/01_a.ipynb::Cell 1", 0.5, [[CALIBRATION_KEY, 0.2], [CPU_KEY, 11.0]]),
-               ("tests/test_x.py::test_slow", 500.0, [])]
+    budget = NotebookBudget(
+        50.0, slow_s_per_unit=1.0, calibrate=lambda: pytest.fail("not here"), cpu_clock=lambda: pytest.fail("not here")
+    )
+    reports = [
+        ("notebooks/01_a.ipynb::Cell 0", 1.0, [(CALIBRATION_KEY, 0.2), (CPU_KEY, 0.0)]),
+        ("notebooks/01_a.ipynb::Cell 1", 2.0, [[CALIBRATION_KEY, 0.2], [CPU_KEY, 0.0]]),  # JSON: lists
+        ("notebooks/01_a.ipynb::Cell 1", 0.5, [[CALIBRATION_KEY, 0.2], [CPU_KEY, 11.0]]),
+        ("tests/test_x.py::test_slow", 500.0, []),
+    ]
     for nodeid, duration, props in reports:
         budget.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=duration, user_properties=props))
     assert budget.units() == pytest.approx({"notebooks/01_a.ipynb": 55.0})

@@ -2,13 +2,13 @@
 false-alarm probability below 1e-6, and the same bounds reject a sampler whose rates are off by a little), labels
 only at chosen positions, special tokens and padding never chosen, random replacements uniform over ordinary
 tokens, seeding; and next-token shifting."""
+
 import math
 
 import pytest
 import torch
 
-from transformer_lib.objectives import (IGNORE_INDEX, MASKED, NOT_CHOSEN, RANDOM, UNCHANGED, mlm_mask,
-                                        next_token_targets)
+from transformer_lib.objectives import IGNORE_INDEX, MASKED, NOT_CHOSEN, RANDOM, UNCHANGED, mlm_mask, next_token_targets
 
 VOCAB, PAD, CLS, SEP, MASK = 1000, 0, 1, 2, 3
 SPECIAL = (PAD, CLS, SEP)
@@ -18,8 +18,9 @@ ALPHA = 1e-6  # two-sided false-alarm probability of each bound
 def binomial_bounds(n: int, p: float, alpha: float = ALPHA) -> tuple[int, int]:
     """The smallest ``lo`` and largest ``hi`` with P(X < lo) <= alpha/2 and P(X > hi) <= alpha/2, X ~ Bin(n, p),
     from the exact probability mass function (log-gamma), no normal approximation."""
-    logpmf = lambda k: (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-                        + k * math.log(p) + (n - k) * math.log1p(-p))
+    logpmf = lambda k: (
+        math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p) + (n - k) * math.log1p(-p)
+    )
     pmf = [math.exp(logpmf(k)) for k in range(n + 1)]
     lo, tail = 0, 0.0
     while tail + pmf[lo] <= alpha / 2:
@@ -93,8 +94,16 @@ def test_the_bounds_reject_a_slightly_wrong_sampler():
     n_ordinary = int(((ids >= 4) & (attention == 1)).sum())
     off = mlm_mask(ids, MASK, VOCAB, SPECIAL, attention, mask_prob=0.13, generator=torch.Generator().manual_seed(1))
     assert not within(int((off.choice != NOT_CHOSEN).sum()), n_ordinary, 0.15)
-    off = mlm_mask(ids, MASK, VOCAB, SPECIAL, attention, mask_frac=0.76, random_frac=0.14,
-                   generator=torch.Generator().manual_seed(1))
+    off = mlm_mask(
+        ids,
+        MASK,
+        VOCAB,
+        SPECIAL,
+        attention,
+        mask_frac=0.76,
+        random_frac=0.14,
+        generator=torch.Generator().manual_seed(1),
+    )
     counts = split_counts(off)
     m = counts[MASKED] + counts[RANDOM] + counts[UNCHANGED]
     assert not within(counts[MASKED], m, 0.8) and not within(counts[RANDOM], m, 0.1)
@@ -136,8 +145,16 @@ def test_random_replacements_are_uniform_over_ordinary_tokens():
     vocab, mask_id = 20, 3
     g = torch.Generator().manual_seed(2)
     ids = torch.randint(4, vocab, (512, 512), generator=g)
-    out = mlm_mask(ids, mask_id, vocab, (0, 1, 2), mask_prob=1.0, mask_frac=0.0, random_frac=1.0,
-                   generator=torch.Generator().manual_seed(3))
+    out = mlm_mask(
+        ids,
+        mask_id,
+        vocab,
+        (0, 1, 2),
+        mask_prob=1.0,
+        mask_frac=0.0,
+        random_frac=1.0,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert (out.choice == RANDOM).all()
     counts = torch.bincount(out.input_ids.flatten(), minlength=vocab)
     assert counts[:4].sum() == 0
@@ -168,17 +185,30 @@ def test_loss_is_taken_only_at_chosen_positions():
     torch.testing.assert_close(loss, by_hand)
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"input_ids": torch.zeros(2, 3)}, "input_ids"), ({"input_ids": torch.zeros(6, dtype=torch.long)}, "input_ids"),
-    ({"mask_token_id": VOCAB}, "mask_token_id"), ({"mask_prob": 1.5}, "mask_prob"),
-    ({"mask_frac": 0.9, "random_frac": 0.2}, "mask_frac"), ({"special_token_ids": (VOCAB,)}, "special_token_ids"),
-    ({"input_ids": torch.full((2, 3), VOCAB)}, "input_ids"), ({"attention_mask": torch.ones(2, 4)}, "attention_mask"),
-    ({"attention_mask": torch.full((2, 3), 2)}, "attention_mask"), ({"ignore_index": 5}, "ignore_index"),
-    ({"generator": 3}, "generator"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"input_ids": torch.zeros(2, 3)}, "input_ids"),
+        ({"input_ids": torch.zeros(6, dtype=torch.long)}, "input_ids"),
+        ({"mask_token_id": VOCAB}, "mask_token_id"),
+        ({"mask_prob": 1.5}, "mask_prob"),
+        ({"mask_frac": 0.9, "random_frac": 0.2}, "mask_frac"),
+        ({"special_token_ids": (VOCAB,)}, "special_token_ids"),
+        ({"input_ids": torch.full((2, 3), VOCAB)}, "input_ids"),
+        ({"attention_mask": torch.ones(2, 4)}, "attention_mask"),
+        ({"attention_mask": torch.full((2, 3), 2)}, "attention_mask"),
+        ({"ignore_index": 5}, "ignore_index"),
+        ({"generator": 3}, "generator"),
+    ],
+)
 def test_bad_input_is_named(kwargs, word):
-    args = {"input_ids": torch.full((2, 3), 5), "mask_token_id": MASK, "vocab_size": VOCAB,
-            "special_token_ids": SPECIAL, "attention_mask": None}
+    args = {
+        "input_ids": torch.full((2, 3), 5),
+        "mask_token_id": MASK,
+        "vocab_size": VOCAB,
+        "special_token_ids": SPECIAL,
+        "attention_mask": None,
+    }
     args.update(kwargs)
     with pytest.raises((ValueError, TypeError), match=word):
         mlm_mask(**args)

@@ -1,5 +1,6 @@
 """experiments.param_shares counts a layer's parameters by kind: checked against PyTorch's own
 nn.TransformerEncoderLayer / nn.TransformerDecoderLayer and against the closed form."""
+
 import pytest
 import torch.nn as nn
 

@@ -5,6 +5,7 @@ Most notebooks here use a stand-in ``claim`` with the library's log protocol (on
 ``test_library_log_protocol`` ties that protocol to ``transformer_lib.claims``, and the seed-offset notebook uses
 the library itself.
 """
+
 import contextlib
 import importlib.util
 import json
@@ -54,8 +55,7 @@ def run(tmp_path, notebooks, settings, *extra, probe=None, monkeypatch=None):
     if monkeypatch is not None:  # no torch probe (a torch import) where the test does not need it
         monkeypatch.setattr(perturb, "probe_torch", lambda env: probe or {})
     out = tmp_path / "out" / "table.md"
-    rc = perturb.main([*map(str, notebooks), "--settings", settings, "--output", str(out), "--timeout", "120",
-                       *extra])
+    rc = perturb.main([*map(str, notebooks), "--settings", settings, "--output", str(out), "--timeout", "120", *extra])
     return rc, out.read_text(), json.loads(out.with_suffix(".json").read_text())
 
 
@@ -71,6 +71,7 @@ def rows(table: str) -> dict:
 def test_library_log_protocol(tmp_path, monkeypatch):
     """The real ``claim`` writes what the tool reads; the tool's cell markers key each claim by cell and place."""
     from transformer_lib.claims import claim
+
     log = tmp_path / "claims.jsonl"
     monkeypatch.setenv("BOOK_CLAIMS_LOG", str(log))
     monkeypatch.setenv("BOOK_CLAIMS", "strict")
@@ -85,20 +86,26 @@ def test_library_log_protocol(tmp_path, monkeypatch):
     assert perturb.read_claims(log) == [
         {"cell": 3, "k": 0, "sentence": "first", "holds": True},
         {"cell": 3, "k": 1, "sentence": "second", "holds": False},
-        {"cell": 5, "k": 0, "sentence": "third", "holds": True}]
+        {"cell": 5, "k": 0, "sentence": "third", "holds": True},
+    ]
 
 
 def test_failure_under_one_thread_and_not_reached(tmp_path, monkeypatch):
     """Strict: the failing claim stops the notebook under one thread, the next claim is "not reached" there; the
     default run supplies its sentence. Exit status 1."""
-    nb = write_nb(tmp_path / "threads.ipynb", STUB,
-                  "claim(os.environ.get('OMP_NUM_THREADS') != '1', 'needs more than one thread')",
-                  "claim(True, 'comes after it')\nclaim(True, 'and another')")
+    nb = write_nb(
+        tmp_path / "threads.ipynb",
+        STUB,
+        "claim(os.environ.get('OMP_NUM_THREADS') != '1', 'needs more than one thread')",
+        "claim(True, 'comes after it')\nclaim(True, 'and another')",
+    )
     rc, table, data = run(tmp_path, [nb], "default,one-thread", "--claims", "strict", monkeypatch=monkeypatch)
     assert rc == 1
-    assert rows(table) == {"needs more than one thread": ["✓", "✗"],
-                           "comes after it": ["✓", "not reached"],
-                           "and another": ["✓", "not reached"]}
+    assert rows(table) == {
+        "needs more than one thread": ["✓", "✗"],
+        "comes after it": ["✓", "not reached"],
+        "and another": ["✓", "not reached"],
+    }
     result = data["results"][str(nb)]["one-thread"]
     assert result["status"] == "failed claim" and result["cell"] == 2  # cell 0 is the markdown title
     assert "threads under `one-thread` stopped at cell 2" in table
@@ -106,9 +113,12 @@ def test_failure_under_one_thread_and_not_reached(tmp_path, monkeypatch):
 
 def test_report_mode_gives_every_verdict(tmp_path, monkeypatch):
     """With BOOK_CLAIMS=report (the tool's default) a notebook that runs on past a failure gets every verdict."""
-    nb = write_nb(tmp_path / "threads.ipynb", STUB,
-                  "claim(os.environ.get('OMP_NUM_THREADS') != '1', 'needs more than one thread')",
-                  "claim(os.environ['BOOK_CLAIMS'] == 'report', 'report mode is asked for')")
+    nb = write_nb(
+        tmp_path / "threads.ipynb",
+        STUB,
+        "claim(os.environ.get('OMP_NUM_THREADS') != '1', 'needs more than one thread')",
+        "claim(os.environ['BOOK_CLAIMS'] == 'report', 'report mode is asked for')",
+    )
     rc, table, _ = run(tmp_path, [nb], "one-thread", monkeypatch=monkeypatch)
     assert rc == 1
     assert rows(table) == {"needs more than one thread": ["✗"], "report mode is asked for": ["✓"]}
@@ -117,8 +127,13 @@ def test_report_mode_gives_every_verdict(tmp_path, monkeypatch):
 def test_error_timeout_and_source_count(tmp_path, monkeypatch):
     """Another exception and a run past the timeout are reported with their cell; the source's claim calls that no
     run reached are counted in a note."""
-    broken = write_nb(tmp_path / "broken.ipynb", STUB, "claim(True, 'before the error')", "1 / 0",
-                      "claim(True, 'never reached anywhere')")
+    broken = write_nb(
+        tmp_path / "broken.ipynb",
+        STUB,
+        "claim(True, 'before the error')",
+        "1 / 0",
+        "claim(True, 'never reached anywhere')",
+    )
     rc, table, data = run(tmp_path, [broken], "default", monkeypatch=monkeypatch)
     assert rc == 1
     assert rows(table) == {"before the error": ["✓"]}
@@ -151,17 +166,22 @@ def test_all_hold_exit_zero_and_cuda(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs Linux and at least two cores")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux and at least two cores",
+)
 def test_core0_busy_pins_and_competes(tmp_path, monkeypatch):
     """Under core0-busy the kernel may use one core, and a busy loop there gets about half of it."""
-    nb = write_nb(tmp_path / "cores.ipynb", STUB,
-                  "import time\n"
-                  "claim(len(os.sched_getaffinity(0)) == 1, 'runs on one core')\n"
-                  "wall, cpu = time.perf_counter(), time.process_time()\n"
-                  "while time.perf_counter() - wall < 1.0: pass\n"
-                  "share = (time.process_time() - cpu) / (time.perf_counter() - wall)\n"
-                  "claim(share < 0.8, 'shares its core with another busy process')")
+    nb = write_nb(
+        tmp_path / "cores.ipynb",
+        STUB,
+        "import time\n"
+        "claim(len(os.sched_getaffinity(0)) == 1, 'runs on one core')\n"
+        "wall, cpu = time.perf_counter(), time.process_time()\n"
+        "while time.perf_counter() - wall < 1.0: pass\n"
+        "share = (time.process_time() - cpu) / (time.perf_counter() - wall)\n"
+        "claim(share < 0.8, 'shares its core with another busy process')",
+    )
     rc, table, _ = run(tmp_path, [nb], "default,core0-busy", "--claims", "report", monkeypatch=monkeypatch)
     marks = rows(table)
     assert marks["runs on one core"] == ["✗", "✓"]
@@ -191,10 +211,12 @@ def test_seed_offset_reaches_torch_numpy_random_and_the_library(tmp_path, monkey
     import numpy as np
 
     from transformer_lib.dates import date_pairs, date_split
+
     nb = write_nb(tmp_path / "seeds.ipynb", *SEEDS_NB)
     keep = tmp_path / "runs"
-    rc, table, _ = run(tmp_path, [nb], "default,seed-offset", "--seed-offset", "100", "--keep", str(keep),
-                       monkeypatch=monkeypatch)
+    rc, table, _ = run(
+        tmp_path, [nb], "default,seed-offset", "--seed-offset", "100", "--keep", str(keep), monkeypatch=monkeypatch
+    )
     assert rc == 1
     assert rows(table) == {"torch is seeded as the chapter says": ["✓", "✗"]}
     seen = {s: json.loads((keep / "seeds" / s / "seen.json").read_text()) for s in ("default", "seed-offset")}
@@ -240,8 +262,12 @@ def test_seed_offset_wrappers(tmp_path):
 
 def test_arguments_are_checked(tmp_path):
     nb = write_nb(tmp_path / "a.ipynb", "1")
-    for bad in (["--settings", "default,fast"], ["--timeout", "0"], [str(tmp_path / "missing.ipynb")],
-                ["--seed-keep", "date_split"]):
+    for bad in (
+        ["--settings", "default,fast"],
+        ["--timeout", "0"],
+        [str(tmp_path / "missing.ipynb")],
+        ["--seed-keep", "date_split"],
+    ):
         with pytest.raises(SystemExit) as e:
             perturb.parse([str(nb), *bad] if bad[0].startswith("--") else bad)
         assert e.value.code == 2
@@ -254,6 +280,7 @@ def test_default_seed_keep_names_real_functions_and_keeps_their_seeds():
     chapter 08's committed study's sentence sets come back unchanged under the offset, while a bare draw moves."""
     import importlib
     import inspect
+
     for entry in perturb.DEFAULT_KEEP:
         module, name = entry.split(":")
         fn = inspect.unwrap(getattr(importlib.import_module(module), name))  # date_split is cached

@@ -1,12 +1,19 @@
 """Positional information against the papers' formulas: sinusoidal (Vaswani et al. 2017), RoPE (Su et al. 2021),
 ALiBi (Press et al. 2022)."""
+
 import math
 
 import pytest
 import torch
 
-from transformer_lib.positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
-                                        alibi_bias, alibi_slopes, sinusoidal_table)
+from transformer_lib.positional import (
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    alibi_bias,
+    alibi_slopes,
+    sinusoidal_table,
+)
 
 
 # ----------------------------------------------------------------------------- sinusoidal
@@ -32,7 +39,7 @@ def test_sinusoidal_shift_is_a_fixed_rotation(k):
         w = 1 / 10000 ** (2 * i / d)
         c, s = math.cos(k * w), math.sin(k * w)
         # (sin, cos)(w (pos + k)) = [[c, s], [-s, c]] (sin, cos)(w pos)
-        m_k[2 * i: 2 * i + 2, 2 * i: 2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+        m_k[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
     shifted = table[: max_len - k] @ m_k.T  # M_k PE(pos) for every pos
     torch.testing.assert_close(shifted, table[k:], atol=1e-5, rtol=0)
 
@@ -129,8 +136,9 @@ def test_alibi_slopes_for_other_head_counts():
     # of two, then every other slope of the next power of two.
     torch.testing.assert_close(alibi_slopes(4), torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]))
     torch.testing.assert_close(alibi_slopes(6), torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]))
-    torch.testing.assert_close(alibi_slopes(12), torch.tensor([2.0 ** -(h + 1) for h in range(8)]
-                                                              + [2.0 ** -(h + 0.5) for h in range(4)]))
+    torch.testing.assert_close(
+        alibi_slopes(12), torch.tensor([2.0 ** -(h + 1) for h in range(8)] + [2.0 ** -(h + 0.5) for h in range(4)])
+    )
 
 
 @pytest.mark.parametrize("t_q,t_k", [(5, 5), (2, 6)])

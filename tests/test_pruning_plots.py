@@ -1,4 +1,5 @@
 """Chapter 08's pruning-order frame: it crosses out exactly the removed heads and captions the marked loss."""
+
 import matplotlib
 import pytest
 import torch
@@ -14,8 +15,12 @@ def test_pruning_frame_crosses_out_exactly_the_removed_heads():
     scores = torch.rand(2, 4)
     removed = torch.tensor([[True, False, False, True], [False, False, True, False]])
     fig, caption = pruning_frame(scores, removed, [0.0, 0.125, 0.25, 0.375], [1.5, 1.52, 1.55, 1.6], 3, 1.5)
-    crosses = [(int(x), int(y)) for line in fig.axes[0].lines if line.get_marker() == "x"
-               for x, y in zip(line.get_xdata(), line.get_ydata())]
+    crosses = [
+        (int(x), int(y))
+        for line in fig.axes[0].lines
+        if line.get_marker() == "x"
+        for x, y in zip(line.get_xdata(), line.get_ydata())
+    ]
     assert sorted(crosses) == [(0, 0), (2, 1), (3, 0)]  # (head, layer) of each True in removed
     marked = [line for line in fig.axes[1].lines if line.get_marker() == "o"][0]
     assert (marked.get_xdata()[0], marked.get_ydata()[0]) == (0.375, 1.6)
@@ -33,6 +38,7 @@ def test_pruning_frame_rejects_mismatched_shapes():
 
 def test_interval_curves_draws_each_mean_from_one_with_its_band():
     from transformer_lib.viz.pruning_plots import interval_curves
+
     stats = {"a": [(0.9, 0.01), (0.8, 0.02)], "b": [(0.7, 0.05), (0.5, 0.1)]}
     fig = interval_curves([6, 12], stats, total=72)
     ax = fig.axes[0]
@@ -47,6 +53,7 @@ def test_interval_curves_draws_each_mean_from_one_with_its_band():
 
 def test_score_heatmaps_draws_one_map_per_entry_with_its_values():
     from transformer_lib.viz.pruning_plots import score_heatmaps
+
     maps = {"a": torch.arange(6.0).view(2, 3), "b": torch.ones(2, 3)}
     fig = score_heatmaps(maps, "scores")
     images = [ax.images[0] for ax in fig.axes if ax.images]
@@ -59,6 +66,7 @@ def test_score_heatmaps_draws_one_map_per_entry_with_its_values():
 
 def test_score_heatmaps_labels_each_colour_bar_with_its_unit():
     from transformer_lib.viz.pruning_plots import score_heatmaps
+
     fig = score_heatmaps({"a": torch.ones(2, 3), "b": torch.ones(2, 3)}, "scores", units={"a": "nats per character"})
     bars = [ax for ax in fig.axes if not ax.images]  # the colour bars' axes
     assert [ax.get_ylabel() for ax in bars] == ["nats per character", ""]

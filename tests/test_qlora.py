@@ -2,6 +2,7 @@
 for bit, double quantization stays within float8 e4m3's rounding bound and stores the bytes of the closed form (and
 of the paper's 0.127 bits per weight), gradients reach only the adapters, and they equal those of a float32 LoRA on
 the dequantized weight."""
+
 import copy
 import math
 
@@ -12,8 +13,14 @@ import torch.nn as nn
 from transformer_lib.lora import LoRAConfig, LoRALinear, lora_layers
 from transformer_lib.params import count_parameters
 from transformer_lib.quant.nf4 import nf4_code_book, nf4_dequantize, nf4_quantize
-from transformer_lib.qlora import (NF4Linear, apply_qlora, double_dequantize, double_quantize, nf4_weight_bytes,
-                                   qlora_linear)
+from transformer_lib.qlora import (
+    NF4Linear,
+    apply_qlora,
+    double_dequantize,
+    double_quantize,
+    nf4_weight_bytes,
+    qlora_linear,
+)
 
 
 def linear(n_in=384, n_out=1536, seed=0, bias=True):
@@ -48,7 +55,7 @@ def test_double_quantization_keeps_the_codes_and_bounds_the_scale_error():
     offset = absmax.mean()
     step = layer.absmax_scales.repeat_interleave(256)[: absmax.numel()]  # each scale's block scale
     centred = (absmax - offset) / step  # in [-448, 448]
-    bound = torch.maximum(centred.abs() * 2 ** -4, torch.full_like(centred, 2 ** -10)) * step  # e4m3 half-ulp
+    bound = torch.maximum(centred.abs() * 2**-4, torch.full_like(centred, 2**-10)) * step  # e4m3 half-ulp
     err = (scales - absmax).abs()
     assert (err <= bound * (1 + 1e-5) + 1e-8).all()
     assert err.max() > 0.1 * bound.max()  # the scales are rounded, not stored exactly
@@ -123,20 +130,24 @@ def test_bfloat16_input_runs_the_base_in_bfloat16_and_adapters_in_float32():
     x = torch.randn(3, 128, dtype=torch.bfloat16)
     y = q(x)
     assert y.dtype == torch.bfloat16 and q.lora_A.dtype == torch.float32
-    torch.testing.assert_close(y.float(), x.float() @ q.base.dequantized_weight().T + q.base.bias,
-                               atol=0.1, rtol=0.02)
+    torch.testing.assert_close(y.float(), x.float() @ q.base.dequantized_weight().T + q.base.bias, atol=0.1, rtol=0.02)
 
 
 def test_apply_qlora_on_minilm():
     from transformer_lib.pretrained import load_minilm
+
     model, tok = load_minilm(device="cpu")
     model = copy.deepcopy(model)
     n_linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     for m in (model.layers[0].self_attn.qkv, model.layers[5].ffn.down):  # trained weights, single-quantized scales
-        assert torch.equal(NF4Linear.from_linear(m, double_quant=False).dequantized_weight(),
-                           nf4_dequantize(nf4_quantize(m.weight)))
-    apply_qlora(model, LoRAConfig(r=8, alpha=16, target_modules=r".*\.(qkv|out|up|down)"),
-                generator=torch.Generator().manual_seed(0))
+        assert torch.equal(
+            NF4Linear.from_linear(m, double_quant=False).dequantized_weight(), nf4_dequantize(nf4_quantize(m.weight))
+        )
+    apply_qlora(
+        model,
+        LoRAConfig(r=8, alpha=16, target_modules=r".*\.(qkv|out|up|down)"),
+        generator=torch.Generator().manual_seed(0),
+    )
     layers = lora_layers(model)
     assert len(layers) == 24 and all(isinstance(m.base, NF4Linear) for m in layers.values())
     stored = sum(m.base.weight_bytes() for m in layers.values())

@@ -1,6 +1,7 @@
 """Chapter 09's measurements: RTN vs GPTQ vs AWQ (``experiments.quant_methods``) and memory from parameter counts
 (``experiments.model_memory``), against direct recomputation (``F.cross_entropy``, cosines, a hand-made
 quantized copy), the real parameter counts of the models we load, and closed-form byte counts."""
+
 import copy
 import math
 
@@ -35,6 +36,7 @@ def test_gpt_perplexity_is_exp_of_the_cross_entropy():
 
 def test_embedding_agreement_is_one_for_the_model_itself_and_the_mean_cosine_otherwise():
     from transformer_lib.pretrained import load_minilm, sentence_embeddings
+
     model, tok = load_minilm("cpu")
     lines = QM.shakespeare_lines("val", 6, seed=3)
     ref = sentence_embeddings(model, tok, lines)
@@ -50,6 +52,7 @@ def test_embedding_agreement_is_one_for_the_model_itself_and_the_mean_cosine_oth
 # ----------------------------------------------------------------------------- data
 def test_shakespeare_lines_are_distinct_in_range_and_from_the_asked_split():
     from transformer_lib.corpus import shakespeare_split
+
     train_text, val_text = shakespeare_split()
     val_lines = QM.shakespeare_lines("val", 20, seed=0)
     assert len(set(val_lines)) == 20 and all(30 <= len(s) <= 120 for s in val_lines)
@@ -66,6 +69,7 @@ def test_shakespeare_lines_are_distinct_in_range_and_from_the_asked_split():
 def test_gpt_calibration_batches_are_next_token_windows():
     from transformer_lib.tokenization import CharTokenizer
     from transformer_lib.corpus import shakespeare_split
+
     tok = CharTokenizer.from_text(shakespeare_split()[0])
     data = QM.gpt_calibration_batches(tok, 16, n_batches=2, batch_size=3, chars=5_000)
     assert len(data) == 2
@@ -80,8 +84,7 @@ def test_compare_methods_rows_score_a_quantized_copy_and_leave_the_model_alone()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     score = lambda m: QM.gpt_perplexity(m, data)  # noqa: E731
     out = QM.compare_methods(model, data, score, group_sizes=(None, 16))
-    assert [(r["method"], r["group_size"]) for r in out["rows"]] == [
-        (m, g) for g in (None, 16) for m in QM.METHODS]
+    assert [(r["method"], r["group_size"]) for r in out["rows"]] == [(m, g) for g in (None, 16) for m in QM.METHODS]
     assert all(r["seconds"] >= 0 for r in out["rows"])
     assert out["float"] == pytest.approx(score(model))
     # the RTN row is what quantize_model gives, built here by hand
@@ -147,9 +150,11 @@ def test_nf4_vs_int4_relative_errors_divide_by_the_mean_square():
 def test_transformer_params_matches_the_models_we_load():
     from transformer_lib.book_models import load_shakespeare_gpt
     from transformer_lib.pretrained import load_minilm
+
     minilm, _ = load_minilm("cpu")
-    assert MM.transformer_params(6, 384, 1536, 30522, positions=512, token_types=2) == \
-        sum(p.numel() for p in minilm.parameters())
+    assert MM.transformer_params(6, 384, 1536, 30522, positions=512, token_types=2) == sum(
+        p.numel() for p in minilm.parameters()
+    )
     gpt, _ = load_shakespeare_gpt("cpu")
     c = gpt.cfg
     assert MM.transformer_params(c.n_layers, c.d_model, c.d_ff, c.vocab_size) == gpt.num_params()
@@ -160,8 +165,10 @@ def test_transformer_params_matches_the_models_we_load():
 
 def test_transformer_params_gated_rmsnorm_stack_by_hand():
     # one layer, d=4, ff=6, vocab 10, no bias, RMSNorm, SwiGLU, untied: 4*16 + 3*24 + 2*4 per layer
-    assert MM.transformer_params(1, 4, 6, 10, bias=False, norm_params=1, gated_ffn=True, tied_head=False) == \
-        (64 + 72 + 8) + 10 * 4 + 4 + 10 * 4
+    assert (
+        MM.transformer_params(1, 4, 6, 10, bias=False, norm_params=1, gated_ffn=True, tied_head=False)
+        == (64 + 72 + 8) + 10 * 4 + 4 + 10 * 4
+    )
     # grouped-query attention: k and v of width 2
     assert MM.transformer_params(1, 4, 6, 10, bias=False, norm_params=0, kv_dim=2) == 2 * 16 + 2 * 8 + 48 + 40
     with pytest.raises(ValueError, match="d_model must be a positive int"):
@@ -188,6 +195,7 @@ def test_the_committed_study_holds_every_row_chapter_09_reads():
     assert study["gpt"]["gptq_half"]["calibration_tokens"] == 4 * 8 * 128
     # the float model's perplexity in the file is the committed checkpoint's, recomputed here
     from transformer_lib.book_models import load_shakespeare_gpt, shakespeare_val_batches
+
     gpt, _ = load_shakespeare_gpt("cpu")
     with torch.inference_mode():
         ppl = QM.gpt_perplexity(gpt, shakespeare_val_batches(gpt.cfg.block_size, n_batches=4))
@@ -198,6 +206,7 @@ def test_the_committed_study_holds_every_row_chapter_09_reads():
 def test_rerunning_the_method_study_gives_the_committed_numbers():
     from transformer_lib.book_models import load_shakespeare_gpt
     from transformer_lib.pretrained import load_minilm
+
     torch.manual_seed(0)
     gpt, tok = load_shakespeare_gpt("cpu")
     minilm, mtok = load_minilm("cpu")

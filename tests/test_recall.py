@@ -1,5 +1,6 @@
 """Chapter 01's committed recall models (experiments.recall): the record matches the recipe, the weights load into
 the models the recipe builds, and (slow) retraining with the recipe reproduces the chapter's claims."""
+
 import math
 
 import pytest

@@ -7,9 +7,16 @@ import torch.nn as nn
 from transformer_lib import MultiHeadAttention
 from transformer_lib.experiments.recall import RecallLSTM, recall_accuracy, recall_batch, recall_gpt, train_recall
 from transformer_lib.experiments.sequence_cost import count_flops, count_op_calls
-from transformer_lib.rnn import (LSTM, ElmanRNN, input_gradient_norms, lstm_step, rnn_step, set_spectral_radius,
-                                 spectral_radius, state_jacobian)
-
+from transformer_lib.rnn import (
+    LSTM,
+    ElmanRNN,
+    input_gradient_norms,
+    lstm_step,
+    rnn_step,
+    set_spectral_radius,
+    spectral_radius,
+    state_jacobian,
+)
 
 
 # ----------------------------------------------------------------------------- cells equal PyTorch's
@@ -82,8 +89,9 @@ def test_state_jacobian_matches_autograd():
 
 def test_state_jacobian_at_zero_states_is_matrix_power():
     w = torch.randn(5, 5, dtype=torch.float64)
-    torch.testing.assert_close(state_jacobian(w, torch.zeros(4, 5, dtype=torch.float64)),
-                               torch.linalg.matrix_power(w, 4))
+    torch.testing.assert_close(
+        state_jacobian(w, torch.zeros(4, 5, dtype=torch.float64)), torch.linalg.matrix_power(w, 4)
+    )
 
 
 def test_set_spectral_radius_hits_the_target():
@@ -126,7 +134,7 @@ def test_linear_rnn_gradient_decays_as_rho_to_the_distance():
         rnn.weight_ih.copy_(torch.eye(8))  # so that d loss / d x_t = d loss / d h_t
     g = input_gradient_norms(rnn, torch.randn(3, 10, 8, dtype=torch.float64))
     distance = torch.arange(9, -1, -1, dtype=torch.float64)
-    torch.testing.assert_close(g / g[-1], 0.8 ** distance)  # orthogonal * 0.8 shrinks every vector by 0.8
+    torch.testing.assert_close(g / g[-1], 0.8**distance)  # orthogonal * 0.8 shrinks every vector by 0.8
 
 
 # ----------------------------------------------------------------------------- the recall task
@@ -187,28 +195,35 @@ def test_count_flops_matches_closed_form():
 
 
 # ----------------------------------------------------------------------------- bad inputs
-@pytest.mark.parametrize("call, words", [
-    (lambda: ElmanRNN(3, 4)(torch.randn(2, 5, 6)), ["x", "d_in=3", "(2, 5, 6)"]),
-    (lambda: ElmanRNN(3, 4)(torch.randn(5, 3)), ["x", "(5, 3)"]),
-    (lambda: LSTM(3, 4)(torch.randn(2, 5, 2)), ["x", "d_in=3"]),
-    (lambda: ElmanRNN(3, 4, nonlinearity="sigmoid"), ["nonlinearity", "sigmoid"]),
-    (lambda: ElmanRNN(0, 4), ["d_in=0"]),
-    (lambda: ElmanRNN(3, 4).load_from_torch(nn.RNN(3, 5)), ["hidden_size=5"]),
-    (lambda: ElmanRNN(3, 4).load_from_torch(nn.RNN(3, 4, nonlinearity="relu")), ["nonlinearity"]),
-    (lambda: LSTM(3, 4).load_from_torch(nn.LSTM(3, 4, num_layers=2)), ["num_layers=2"]),
-    (lambda: LSTM(3, 4).load_from_torch(nn.RNN(3, 4)), ["nn.LSTM", "RNN"]),
-    (lambda: recall_batch(4, gap=-1), ["gap", "-1"]),
-    (lambda: recall_batch(0, gap=3), ["batch_size", "0"]),
-    (lambda: recall_batch(4, gap=3, n_symbols=1), ["n_symbols", "1"]),
-    (lambda: spectral_radius(torch.randn(3, 4)), ["square", "(3, 4)"]),
-    (lambda: set_spectral_radius(torch.randn(3, 3), -1.0), ["rho", "-1"]),
-    (lambda: set_spectral_radius(torch.zeros(3, 3), 1.0), ["spectral radius 0"]),
-    (lambda: state_jacobian(torch.randn(3, 3), torch.randn(2, 4)), ["hiddens", "H=3", "(2, 4)"]),
-    (lambda: input_gradient_norms(ElmanRNN(3, 4), torch.randn(5, 3)), ["x", "(5, 3)"]),
-    (lambda: input_gradient_norms(ElmanRNN(3, 4), torch.randn(2, 5, 3), torch.randn(2, 3)), ["u", "H=4"]),
-    (lambda: rnn_step(torch.randn(1, 2), torch.randn(1, 2), torch.randn(2, 2), torch.randn(2, 2),
-                      nonlinearity="gelu"), ["nonlinearity", "gelu"]),
-])
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda: ElmanRNN(3, 4)(torch.randn(2, 5, 6)), ["x", "d_in=3", "(2, 5, 6)"]),
+        (lambda: ElmanRNN(3, 4)(torch.randn(5, 3)), ["x", "(5, 3)"]),
+        (lambda: LSTM(3, 4)(torch.randn(2, 5, 2)), ["x", "d_in=3"]),
+        (lambda: ElmanRNN(3, 4, nonlinearity="sigmoid"), ["nonlinearity", "sigmoid"]),
+        (lambda: ElmanRNN(0, 4), ["d_in=0"]),
+        (lambda: ElmanRNN(3, 4).load_from_torch(nn.RNN(3, 5)), ["hidden_size=5"]),
+        (lambda: ElmanRNN(3, 4).load_from_torch(nn.RNN(3, 4, nonlinearity="relu")), ["nonlinearity"]),
+        (lambda: LSTM(3, 4).load_from_torch(nn.LSTM(3, 4, num_layers=2)), ["num_layers=2"]),
+        (lambda: LSTM(3, 4).load_from_torch(nn.RNN(3, 4)), ["nn.LSTM", "RNN"]),
+        (lambda: recall_batch(4, gap=-1), ["gap", "-1"]),
+        (lambda: recall_batch(0, gap=3), ["batch_size", "0"]),
+        (lambda: recall_batch(4, gap=3, n_symbols=1), ["n_symbols", "1"]),
+        (lambda: spectral_radius(torch.randn(3, 4)), ["square", "(3, 4)"]),
+        (lambda: set_spectral_radius(torch.randn(3, 3), -1.0), ["rho", "-1"]),
+        (lambda: set_spectral_radius(torch.zeros(3, 3), 1.0), ["spectral radius 0"]),
+        (lambda: state_jacobian(torch.randn(3, 3), torch.randn(2, 4)), ["hiddens", "H=3", "(2, 4)"]),
+        (lambda: input_gradient_norms(ElmanRNN(3, 4), torch.randn(5, 3)), ["x", "(5, 3)"]),
+        (lambda: input_gradient_norms(ElmanRNN(3, 4), torch.randn(2, 5, 3), torch.randn(2, 3)), ["u", "H=4"]),
+        (
+            lambda: rnn_step(
+                torch.randn(1, 2), torch.randn(1, 2), torch.randn(2, 2), torch.randn(2, 2), nonlinearity="gelu"
+            ),
+            ["nonlinearity", "gelu"],
+        ),
+    ],
+)
 def test_bad_inputs_raise_clear_value_errors(call, words):
     with pytest.raises(ValueError) as err:
         call()

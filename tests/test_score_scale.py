@@ -1,5 +1,6 @@
 """Chapter 02's score-scale measurement (experiments.score_scale) against closed forms: the variance of q.k under
 nn.Linear's default initialisation, and layers whose scores are known exactly (all zero, all huge)."""
+
 import math
 
 import pytest

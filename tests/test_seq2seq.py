@@ -1,4 +1,5 @@
 """Encoder-decoder decoding: greedy, beam search (against an exhaustive search), translate, exact match."""
+
 import itertools
 
 import pytest
@@ -12,8 +13,19 @@ from transformer_lib.seq2seq import beam_search, exact_match, greedy_decode, tra
 
 def _tiny_translator(seed=0, src_vocab=30, tgt_vocab=14):
     torch.manual_seed(seed)
-    return Transformer(TransformerConfig(src_vocab, tgt_vocab, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1,
-                                         n_decoder_layers=1, dropout=0.0, max_len=64)).eval()
+    return Transformer(
+        TransformerConfig(
+            src_vocab,
+            tgt_vocab,
+            d_model=32,
+            n_heads=2,
+            d_ff=64,
+            n_encoder_layers=1,
+            n_decoder_layers=1,
+            dropout=0.0,
+            max_len=64,
+        )
+    ).eval()
 
 
 def _sequence_logprob(model, src, seq, bos, eos):
@@ -36,7 +48,7 @@ def test_beam_search_with_a_wide_beam_finds_the_exhaustive_best():
     with torch.no_grad():
         scores = {c: _sequence_logprob(model, src, list(c), 1, 2) for c in candidates}
     best = max(scores, key=scores.get)
-    out = beam_search(model, src, bos_id=1, eos_id=2, beam_size=3 ** L, max_len=L)[0].tolist()
+    out = beam_search(model, src, bos_id=1, eos_id=2, beam_size=3**L, max_len=L)[0].tolist()
     assert tuple(t for t in out if t != 0) == best
     assert sorted(scores.values())[-1] - sorted(scores.values())[-2] > 1e-4  # a unique best, so the test is sharp
 
@@ -70,8 +82,6 @@ def test_translate_and_exact_match():
     assert exact_match(["a", "b", "c", "d"], ["a", "x", "c", "y"]) == 0.5
     with pytest.raises(ValueError, match="equally long"):
         exact_match(["a"], ["a", "b"])
-
-
 
 
 def test_translate_restores_the_training_mode():

@@ -1,4 +1,5 @@
 """show_source names the part of the library it shows by its text, so the part stays right when code above moves."""
+
 import pytest
 
 from transformer_lib.viz.source import show_source, source_part
@@ -15,7 +16,9 @@ def test_the_whole_source_without_a_part_and_a_named_part_from_start_to_before_s
     whole = source_part(_example)
     assert whole.startswith("def _example(x):") and whole.endswith("return z")
     assert source_part(_example, start="y = x + 1") == "y = x + 1  # first step\nz = y * 2  # second step\nreturn z"
-    assert source_part(_example, start="y = x + 1", stop="return") == "y = x + 1  # first step\nz = y * 2  # second step"
+    assert (
+        source_part(_example, start="y = x + 1", stop="return") == "y = x + 1  # first step\nz = y * 2  # second step"
+    )
     assert show_source(_example, start="z = y").data == "z = y * 2  # second step\nreturn z"
 
 
@@ -28,6 +31,7 @@ def test_text_that_is_not_in_the_source_is_refused_naming_the_argument():
 
 def test_the_chapters_parts_of_gptq_and_awq_are_still_there():
     from transformer_lib.quant import awq, gptq
+
     part = source_part(gptq.gptq_quantize, start="W = weight.detach()")
     assert part.startswith("W = weight.detach()") and "W[:, b1:] -= errs @ U[b0:b1, b1:]" in part
     part = source_part(awq.awq_scales, start="w, x = weight.detach()")

@@ -15,6 +15,7 @@ Which page: ``TARGET`` (a chapter with math and a ``frame_slider``). The page co
 test builds just that page (plus nothing else) into a temporary folder, with the book's own
 ``_config.yml``, which costs one execution of the notebook instead of the whole book.
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,10 +51,15 @@ def _websocket_client():
 
 # ------------------------------------------------------------------------------------- the page
 
+
 def _inputs_of_target() -> list[Path]:
     """Files whose change makes a built page of TARGET stale."""
-    files = [ROOT / f"{TARGET}.ipynb", ROOT / "_config.yml", ROOT / "vendor_static" / "VERSIONS",
-             ROOT / "tools" / "book_fixes.py"]
+    files = [
+        ROOT / f"{TARGET}.ipynb",
+        ROOT / "_config.yml",
+        ROOT / "vendor_static" / "VERSIONS",
+        ROOT / "tools" / "book_fixes.py",
+    ]
     files += list((ROOT / "book" / "static").glob("*"))
     files += list((ROOT / "transformer_lib").rglob("*.py"))
     return [f for f in files if f.exists()]
@@ -136,14 +142,17 @@ FIND_SLIDER = """(() => {
   return null;
 })()"""
 
-VISIBLE_FRAME_SHA256 = """(async () => {
+VISIBLE_FRAME_SHA256 = (
+    """(async () => {
   const [track, box] = %s;
   const imgs = [...box.querySelectorAll('img.widget-image')].filter(i => i.offsetParent !== null);
   if (imgs.length !== 1) { return 'visible images: ' + imgs.length; }
   const bytes = await (await fetch(imgs[0].src)).arrayBuffer();
   const digest = await crypto.subtle.digest('SHA-256', bytes);
   return [...new Uint8Array(digest)].map(b => b.toString(16).padStart(2, '0')).join('');
-})()""" % FIND_SLIDER
+})()"""
+    % FIND_SLIDER
+)
 
 
 @pytest.mark.browser
@@ -156,7 +165,8 @@ def test_math_is_typeset_by_local_mathjax(browser):
     browser.js("MathJax.startup.promise.then(() => true)", await_promise=True)
     rendered = browser.wait_for(
         "[...document.querySelectorAll('.math')].every(m => m.querySelector('mjx-container')) && "
-        "document.querySelectorAll('mjx-container').length")
+        "document.querySelectorAll('mjx-container').length"
+    )
     assert rendered >= n_math
     src = browser.js("[...document.scripts].map(s => s.src).find(s => s.includes('tex-chtml')) || ''")
     assert src.startswith("http://127.0.0.1:"), f"MathJax came from {src!r}"
@@ -180,8 +190,9 @@ def test_frame_slider_changes_the_picture_without_a_kernel(browser):
     assert high > low, f"the slider has a single frame: {position}"
     key, code = ("ArrowRight", 39) if value < high else ("ArrowLeft", 37)
     browser.key(key, code)  # a real key press on the focused handle, as a reader would do
-    moved = browser.wait_for(f"(v => v !== {value} ? String(v) : null)(Number(({FIND_SLIDER})[0].noUiSlider.get()))",
-                             timeout=10)
+    moved = browser.wait_for(
+        f"(v => v !== {value} ? String(v) : null)(Number(({FIND_SLIDER})[0].noUiSlider.get()))", timeout=10
+    )
     after, deadline = before, time.monotonic() + 10
     while time.monotonic() < deadline:  # the widget swaps the frame asynchronously
         after = browser.js(VISIBLE_FRAME_SHA256, await_promise=True)
@@ -199,8 +210,7 @@ def test_frame_slider_changes_the_picture_without_a_kernel(browser):
 @browser_test
 def test_no_request_leaves_the_machine(browser):
     browser.js("new Promise(r => setTimeout(() => r(true), 1000))", await_promise=True)  # late loads
-    urls = [e["params"]["request"]["url"] for e in browser.events
-            if e.get("method") == "Network.requestWillBeSent"]
+    urls = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
     assert any(u.endswith(f"{TARGET}.html") for u in urls), "the page itself was not requested"
     outside = []
     for url in urls:
@@ -216,8 +226,11 @@ def test_no_request_leaves_the_machine(browser):
 @pytest.mark.slow
 @browser_test
 def test_every_local_file_the_page_asks_for_exists(browser):
-    url_of = {e["params"]["requestId"]: e["params"]["request"]["url"] for e in browser.events
-              if e.get("method") == "Network.requestWillBeSent"}
+    url_of = {
+        e["params"]["requestId"]: e["params"]["request"]["url"]
+        for e in browser.events
+        if e.get("method") == "Network.requestWillBeSent"
+    }
     broken = []
     for e in browser.events:
         p = e.get("params", {})
@@ -245,7 +258,8 @@ PROVENANCE = re.compile(
     r'<p class="book-provenance"[^>]*>Numbers on this page: '
     r"(computed \d{4}-\d\d-\d\d \d\d:\d\d UTC|not executed in this build), from "
     r'(commit <a href="[^"]+/commit/[0-9a-f]{40}"><code>[0-9a-f]{12}</code></a>( with uncommitted changes)?'
-    r"|a source tree outside git), with torch [^,]+, CPU capability [A-Z0-9_]+, \d+ threads, device [^.]+\.")
+    r"|a source tree outside git), with torch [^,]+, CPU capability [A-Z0-9_]+, \d+ threads, device [^.]+\."
+)
 
 
 @pytest.mark.site
@@ -260,7 +274,7 @@ def test_every_chapter_page_has_its_provenance_line():
         page = (html_dir / "notebooks" / f"{notebook.stem}.html").read_text(encoding="utf-8")
         assert len(PROVENANCE.findall(page)) == 1, f"{notebook.stem}: no (or more than one) provenance line"
         at = page.index('class="book-provenance"')
-        between = page[page.rindex("</h1>", 0, at):at]  # from the chapter's title to the line: a banner at most
+        between = page[page.rindex("</h1>", 0, at) : at]  # from the chapter's title to the line: a banner at most
         assert "<h2" not in between and "cell docutils" not in between, f"{notebook.stem}: not under the title"
     front = (html_dir / "book" / "intro.html").read_text(encoding="utf-8")
     assert "book-provenance" not in front, "only notebook pages compute numbers"

@@ -1,5 +1,6 @@
 """The package's shape, read from its source (``ast``, nothing imported): imports point only downward through
 the declared layers and never form a cycle, and no module imports another module's private ``_name``."""
+
 from __future__ import annotations
 
 import ast
@@ -12,9 +13,24 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer_lib"
 # A package's __init__ is listed under the package's own name ("transformer_lib", "transformer_lib.viz").
 LAYERS = {
     "foundation": ["checks", "device", "modes", "timing", "claims", "tensor_memory", "params"],
-    "core model": ["attention", "masking", "positional", "multihead", "layers", "models",
-                   "variants", "rnn", "flash", "kernels", "kernels.*",
-                   "norms", "activations", "moe", "llama", "model_family"],
+    "core model": [
+        "attention",
+        "masking",
+        "positional",
+        "multihead",
+        "layers",
+        "models",
+        "variants",
+        "rnn",
+        "flash",
+        "kernels",
+        "kernels.*",
+        "norms",
+        "activations",
+        "moe",
+        "llama",
+        "model_family",
+    ],
     "serving": ["serving", "serving.*"],  # generation and the KV caches, over the core model's layers
     "package": [""],  # transformer_lib/__init__.py re-exports the core model
     "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
@@ -101,8 +117,12 @@ def test_every_module_has_a_declared_layer():
 
 
 def test_every_import_resolves_to_a_module_of_the_package():
-    unknown = [f"{name or 'transformer_lib'}:{line} imports {target!r}"
-               for name, edges in GRAPH.items() for target, _, line in edges if target not in MODULES]
+    unknown = [
+        f"{name or 'transformer_lib'}:{line} imports {target!r}"
+        for name, edges in GRAPH.items()
+        for target, _, line in edges
+        if target not in MODULES
+    ]
     assert not unknown, unknown
 
 
@@ -112,8 +132,10 @@ def upward_imports(graph) -> list[str]:
     for name, edges in graph.items():
         for target, _, line in edges:
             if layer_of(target) > layer_of(name):
-                upward.append(f"transformer_lib.{name}:{line} ({names[layer_of(name)]}) imports "
-                              f"transformer_lib.{target} ({names[layer_of(target)]}), a higher layer")
+                upward.append(
+                    f"transformer_lib.{name}:{line} ({names[layer_of(name)]}) imports "
+                    f"transformer_lib.{target} ({names[layer_of(target)]}), a higher layer"
+                )
     return upward
 
 
@@ -128,7 +150,7 @@ def find_cycle(graph) -> list[str] | None:
             if target == name or target not in graph:
                 continue
             if state.get(target) == 1:
-                return stack[stack.index(target):] + [target]
+                return stack[stack.index(target) :] + [target]
             if target not in state and (cycle := visit(target)):
                 return cycle
         stack.pop()
@@ -156,8 +178,11 @@ def private_imports(graph, trees) -> list[str]:
     found = []
     for name, edges in graph.items():
         for target, taken, line in edges:
-            found += [f"transformer_lib.{name}:{line} imports {n} from transformer_lib.{target}"
-                      for n in taken if n.startswith("_") and not n.startswith("__") and target != name]
+            found += [
+                f"transformer_lib.{name}:{line} imports {n} from transformer_lib.{target}"
+                for n in taken
+                if n.startswith("_") and not n.startswith("__") and target != name
+            ]
     for name, tree in trees.items():
         modules = {}  # local name -> package module it is bound to
         for node in ast.walk(tree):
@@ -166,11 +191,18 @@ def private_imports(graph, trees) -> list[str]:
                     if not taken and target in MODULES:
                         modules[alias.asname or alias.name.split(".")[-1]] = target
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
-                    and node.attr.startswith("_") and not node.attr.startswith("__")
-                    and modules[node.value.id] != name):
-                found.append(f"transformer_lib.{name}:{node.lineno} uses {node.value.id}.{node.attr} "
-                             f"(transformer_lib.{modules[node.value.id]})")
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and modules[node.value.id] != name
+            ):
+                found.append(
+                    f"transformer_lib.{name}:{node.lineno} uses {node.value.id}.{node.attr} "
+                    f"(transformer_lib.{modules[node.value.id]})"
+                )
     return found
 
 
@@ -190,8 +222,11 @@ def test_no_exercise_module_imports_another_modules_private_name():
 
 
 def test_no_module_is_much_longer_than_400_lines():
-    long = {name or "transformer_lib": n for name, path in MODULES.items()
-            if (n := len(path.read_text().splitlines())) > 420}
+    long = {
+        name or "transformer_lib": n
+        for name, path in MODULES.items()
+        if (n := len(path.read_text().splitlines())) > 420
+    }
     assert not long, f"modules over ~400 lines hold two concepts; split them: {long}"
 
 
@@ -216,20 +251,31 @@ def public_names(tree: ast.Module) -> set[str]:
 def face_problems(package: str, trees: dict[str, ast.Module], exempt: set[str]) -> list[str]:
     """What a package's face (``trees[package]``, its __init__) misses or gets wrong, given its modules' trees."""
     face = trees[package]
-    listed = next((ast.literal_eval(n.value) for n in face.body if isinstance(n, ast.Assign)
-                   and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)), None)
+    listed = next(
+        (
+            ast.literal_eval(n.value)
+            for n in face.body
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+        ),
+        None,
+    )
     if listed is None:
         return [f"transformer_lib.{package} has no __all__"]
     imported = {a.asname or a.name for n in face.body if isinstance(n, ast.ImportFrom) for a in n.names}
-    problems = [f"transformer_lib.{package}.__all__ lists {n!r}, which it does not import" for n in listed
-                if n not in imported]
+    problems = [
+        f"transformer_lib.{package}.__all__ lists {n!r}, which it does not import" for n in listed if n not in imported
+    ]
     submodules = {name.rsplit(".", 1)[1] for name in trees if name != package}
     for name, tree in trees.items():
         if name != package:
-            problems += [f"transformer_lib.{package} does not export {n!r} of transformer_lib.{name}"
-                         for n in sorted(public_names(tree) - exempt - set(listed))]
-    problems += [f"transformer_lib.{package}.{n} is both a module and a name its face exports: one name, one thing"
-                 for n in sorted(submodules & set(listed))]
+            problems += [
+                f"transformer_lib.{package} does not export {n!r} of transformer_lib.{name}"
+                for n in sorted(public_names(tree) - exempt - set(listed))
+            ]
+    problems += [
+        f"transformer_lib.{package}.{n} is both a module and a name its face exports: one name, one thing"
+        for n in sorted(submodules & set(listed))
+    ]
     return problems
 
 
@@ -246,6 +292,7 @@ def test_resolve_reads_relative_and_absolute_imports():
     def edges(source, importer="experiments.recall"):
         node = ast.parse(source).body[0]
         return resolve(importer, node)
+
     assert edges("from ..train import train") == [("train", ["train"])]
     assert edges("from .mask_fill import apply_fill") == [("experiments.mask_fill", ["apply_fill"])]
     assert edges("from .. import pruning as P") == [("pruning", [])]
@@ -263,14 +310,22 @@ def test_the_checks_report_an_upward_import_a_cycle_and_a_private_name():
     assert find_cycle(graph) is None
     trees = {"pruning": ast.parse("from . import train as T\nT._to(1)\n")}
     edges = {"pruning": [("timing", ["_sync"], 1)]}
-    assert private_imports(edges, trees) == ["transformer_lib.pruning:1 imports _sync from transformer_lib.timing",
-                                             "transformer_lib.pruning:2 uses T._to (transformer_lib.train)"]
+    assert private_imports(edges, trees) == [
+        "transformer_lib.pruning:1 imports _sync from transformer_lib.timing",
+        "transformer_lib.pruning:2 uses T._to (transformer_lib.train)",
+    ]
 
 
 def test_the_face_check_reports_a_missing_name_and_a_module_shadowed_by_a_name():
-    trees = {"serving": ast.parse('from .serving.generation import generate, decode_step\n__all__ = ["generate", "decode_step"]'),
-             "serving.generate": ast.parse("def generate(): ...\ndef decode_step(): ...\ndef filter_logits(): ...\n"
-                                           "def _private(): ...\nCACHES = ()\n")}
+    trees = {
+        "serving": ast.parse(
+            'from .serving.generation import generate, decode_step\n__all__ = ["generate", "decode_step"]'
+        ),
+        "serving.generate": ast.parse(
+            "def generate(): ...\ndef decode_step(): ...\ndef filter_logits(): ...\ndef _private(): ...\nCACHES = ()\n"
+        ),
+    }
     assert face_problems("serving", trees, exempt={"CACHES"}) == [
         "transformer_lib.serving does not export 'filter_logits' of transformer_lib.serving.generate",
-        "transformer_lib.serving.generate is both a module and a name its face exports: one name, one thing"]
+        "transformer_lib.serving.generate is both a module and a name its face exports: one name, one thing",
+    ]

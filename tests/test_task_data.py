@@ -1,5 +1,6 @@
 """The play-line task (``task_data``): every label is the play whose text holds the line, and no other chosen play
 holds it; headings and stage directions are not lines; the split is held out, balanced and seeded."""
+
 import pytest
 import torch
 
@@ -33,10 +34,15 @@ O nuncle, court holy-water in a dry house
 
 def test_play_lines_reads_speeches_only():
     lines = play_lines(SAMPLE)
-    assert lines == ["Blow, winds, and crack your cheeks! rage! blow!", "You cataracts and hurricanoes, spout",
-                     "O nuncle, court holy-water in a dry house"]
-    assert play_lines(SAMPLE, min_words=7) == ["Blow, winds, and crack your cheeks! rage! blow!",
-                                               "O nuncle, court holy-water in a dry house"]
+    assert lines == [
+        "Blow, winds, and crack your cheeks! rage! blow!",
+        "You cataracts and hurricanoes, spout",
+        "O nuncle, court holy-water in a dry house",
+    ]
+    assert play_lines(SAMPLE, min_words=7) == [
+        "Blow, winds, and crack your cheeks! rage! blow!",
+        "O nuncle, court holy-water in a dry house",
+    ]
     assert strip_stage_directions("a [b [c] d] e\n[f\ng]h") == "a  e\n\nh"
     assert strip_stage_directions("a [unclosed\n\nb") == "a \n\nb"  # ends at the paragraph
 
@@ -54,8 +60,9 @@ def lines_of():
 
 def test_labels_come_from_the_data(task, lines_of):
     lines, works = lines_of
-    raw_lines = {p: {" ".join(line.split()) for line in strip_stage_directions(works[p]).splitlines()}
-                 for p in DEFAULT_PLAYS}
+    raw_lines = {
+        p: {" ".join(line.split()) for line in strip_stage_directions(works[p]).splitlines()} for p in DEFAULT_PLAYS
+    }
     for texts, labels in ((task.train_texts, task.train_labels), (task.test_texts, task.test_labels)):
         for text, label in zip(texts, labels.tolist()):
             play = task.label_names[label]

@@ -1,4 +1,5 @@
 """transformer_lib.timing: round-robin order, warm-up, medians (with a fake clock, no real timing)."""
+
 import pytest
 
 from transformer_lib import timing
@@ -23,6 +24,7 @@ def test_interleaved_medians_runs_round_robin_after_warmup_and_takes_medians(mon
         def fn():
             calls.append(name)
             clock.now += next(durations[name])
+
         return fn
 
     out = timing.interleaved_medians({"a": make("a"), "b": make("b")}, repeats=3, warmup=2)
@@ -30,12 +32,15 @@ def test_interleaved_medians_runs_round_robin_after_warmup_and_takes_medians(mon
     assert out == {"a": 2.0, "b": 20.0}  # medians of the timed calls only
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(fns={}), "non-empty dict"),
-    (dict(fns={"a": 3}), "callable"),
-    (dict(fns={"a": lambda: None}, repeats=0), "repeats"),
-    (dict(fns={"a": lambda: None}, warmup=-1), "warmup"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(fns={}), "non-empty dict"),
+        (dict(fns={"a": 3}), "callable"),
+        (dict(fns={"a": lambda: None}, repeats=0), "repeats"),
+        (dict(fns={"a": lambda: None}, warmup=-1), "warmup"),
+    ],
+)
 def test_bad_arguments_raise_value_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         timing.interleaved_medians(**kwargs)
@@ -46,6 +51,7 @@ def _scripted(clock, seconds):
 
     def fn():
         clock.now += next(it)
+
     return fn
 
 
@@ -66,7 +72,7 @@ def test_median_interval_ranks_cover_at_least_the_confidence_and_are_the_narrowe
     from math import comb
 
     def coverage(n, k):  # P(x_(k) <= median <= x_(n-k+1)) for 1-based rank k, by the sign test
-        return 1 - 2 * sum(comb(n, i) for i in range(k)) / 2 ** n
+        return 1 - 2 * sum(comb(n, i) for i in range(k)) / 2**n
 
     for n in range(1, 40):
         lo, hi = timing._median_interval_ranks(n, 0.95)

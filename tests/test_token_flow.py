@@ -5,6 +5,7 @@
   ``need_weights=True``, and the next-token probabilities equal ``torch.softmax`` of its logits.
 * ``browser``: the ES module, rendered in headless Chromium, shows the model's most likely next token.
 """
+
 from __future__ import annotations
 
 import base64
@@ -24,13 +25,18 @@ def decode(b64: str) -> torch.Tensor:
 
 def _model(positional="rope", seed=0):
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=4, d_model=32,
-                         positional=positional)).eval()
+    return GPT(GPTConfig(vocab_size=50, block_size=16, n_layers=2, n_heads=4, d_model=32, positional=positional)).eval()
 
 
 def _record(T=6, L=2, H=4, D=32, V=50):
-    return FlowRecord(list(range(T)), torch.randn(T, D), torch.rand(L, H, T, T), torch.randn(L, T, D),
-                      torch.randn(L, T, D), torch.randn(T, V))
+    return FlowRecord(
+        list(range(T)),
+        torch.randn(T, D),
+        torch.rand(L, H, T, T),
+        torch.randn(L, T, D),
+        torch.randn(L, T, D),
+        torch.randn(T, V),
+    )
 
 
 VOCAB = [f"t{i}" for i in range(50)]
@@ -98,6 +104,7 @@ def test_trace_restores_training_mode_and_removes_its_hooks_even_when_the_forwar
 
     def boom(module, args):
         raise RuntimeError("boom")
+
     hook = model.blocks[1].register_forward_pre_hook(boom)
     with pytest.raises(RuntimeError, match="boom"):
         trace_token_flow(model, torch.tensor([1, 2, 3]))
@@ -121,36 +128,64 @@ def test_widget_sends_top_k_logits_whose_probabilities_are_the_softmax():
     assert len(w.attention) <= 4 * 2 * 4 * 6 * 6 * 4 / 3 + 4  # float32 in base64, nothing else
 
 
-@pytest.mark.parametrize("kwargs, err, match", [
-    (dict(tokens=[]), ValueError, "tokens must be a non-empty list of strings"),
-    (dict(tokens="abc"), ValueError, "tokens must be a non-empty list of strings"),
-    (dict(tokens=TOKENS[:5]), ValueError, "record.ids has 6 positions, tokens has 5"),
-    (dict(record="x"), TypeError, "record must be a FlowRecord"),
-    (dict(record=FlowRecord(
-        list(range(6)), torch.randn(6, 32), torch.rand(2, 4, 5, 5), torch.randn(2, 6, 32), torch.randn(2, 6, 32),
-        torch.randn(6, 50))), ValueError, r"record.attention must be a tensor of shape \(any, any, 6, 6\)"),
-    (dict(record=FlowRecord(list(range(6)), torch.full((6, 32), float("nan")), torch.rand(2, 4, 6, 6),
-                            torch.randn(2, 6, 32), torch.randn(2, 6, 32), torch.randn(6, 50))),
-     ValueError, "record.embedding must be finite"),
-    (dict(vocab=VOCAB[:10]), ValueError, r"vocab must list one string per logit \(50\), got 10"),
-    (dict(top_k=0), ValueError, r"top_k must be an int in \[1, 20\], got 0"),
-    (dict(n_dims=64), ValueError, r"n_dims must be an int in \[1, 32\], got 64"),
-    (dict(position=6), ValueError, r"position must be an int in \[0, 5\], got 6"),
-    (dict(layer=2), ValueError, r"layer must be an int in \[0, 1\], got 2"),
-    (dict(head=-1), ValueError, r"head must be an int in \[0, 3\], got -1"),
-    (dict(stage="logits"), ValueError, "stage must be one of .*'probabilities'.*got 'logits'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, err, match",
+    [
+        (dict(tokens=[]), ValueError, "tokens must be a non-empty list of strings"),
+        (dict(tokens="abc"), ValueError, "tokens must be a non-empty list of strings"),
+        (dict(tokens=TOKENS[:5]), ValueError, "record.ids has 6 positions, tokens has 5"),
+        (dict(record="x"), TypeError, "record must be a FlowRecord"),
+        (
+            dict(
+                record=FlowRecord(
+                    list(range(6)),
+                    torch.randn(6, 32),
+                    torch.rand(2, 4, 5, 5),
+                    torch.randn(2, 6, 32),
+                    torch.randn(2, 6, 32),
+                    torch.randn(6, 50),
+                )
+            ),
+            ValueError,
+            r"record.attention must be a tensor of shape \(any, any, 6, 6\)",
+        ),
+        (
+            dict(
+                record=FlowRecord(
+                    list(range(6)),
+                    torch.full((6, 32), float("nan")),
+                    torch.rand(2, 4, 6, 6),
+                    torch.randn(2, 6, 32),
+                    torch.randn(2, 6, 32),
+                    torch.randn(6, 50),
+                )
+            ),
+            ValueError,
+            "record.embedding must be finite",
+        ),
+        (dict(vocab=VOCAB[:10]), ValueError, r"vocab must list one string per logit \(50\), got 10"),
+        (dict(top_k=0), ValueError, r"top_k must be an int in \[1, 20\], got 0"),
+        (dict(n_dims=64), ValueError, r"n_dims must be an int in \[1, 32\], got 64"),
+        (dict(position=6), ValueError, r"position must be an int in \[0, 5\], got 6"),
+        (dict(layer=2), ValueError, r"layer must be an int in \[0, 1\], got 2"),
+        (dict(head=-1), ValueError, r"head must be an int in \[0, 3\], got -1"),
+        (dict(stage="logits"), ValueError, "stage must be one of .*'probabilities'.*got 'logits'"),
+    ],
+)
 def test_token_flow_rejects_bad_input_naming_the_argument(kwargs, err, match):
     args = {**dict(tokens=TOKENS, record=_record(), vocab=VOCAB), **kwargs}
     with pytest.raises(err, match=match):
         TokenFlow(**args)
 
 
-@pytest.mark.parametrize("ids, match", [
-    (torch.zeros(2, 3, dtype=torch.long), r"ids must be a tensor \(T,\) or \(1, T\)"),
-    ([1, 2], r"ids must be a tensor \(T,\) or \(1, T\)"),
-    (torch.zeros(17, dtype=torch.long), r"ids must hold 1..block_size=16 tokens, got T=17"),
-])
+@pytest.mark.parametrize(
+    "ids, match",
+    [
+        (torch.zeros(2, 3, dtype=torch.long), r"ids must be a tensor \(T,\) or \(1, T\)"),
+        ([1, 2], r"ids must be a tensor \(T,\) or \(1, T\)"),
+        (torch.zeros(17, dtype=torch.long), r"ids must hold 1..block_size=16 tokens, got T=17"),
+    ],
+)
 def test_trace_rejects_bad_ids(ids, match):
     with pytest.raises(ValueError, match=match):
         trace_token_flow(_model(), ids)
@@ -181,9 +216,17 @@ def test_browser_shows_the_models_most_likely_next_token(page, position):
     w = TokenFlow(TOKENS, record, VOCAB, top_k=4, position=position, stage="probabilities")
     probs = torch.softmax(record.logits, dim=-1)[position]
     best = int(probs.argmax())
-    state = json.dumps({name: getattr(w, name) for name in w.keys if not name.startswith("_")
-                        and name not in ("layout", "tabbable", "tooltip", "comm")}, default=str)
-    text = json.loads(page.js(f"""(async () => {{
+    state = json.dumps(
+        {
+            name: getattr(w, name)
+            for name in w.keys
+            if not name.startswith("_") and name not in ("layout", "tabbable", "tooltip", "comm")
+        },
+        default=str,
+    )
+    text = json.loads(
+        page.js(
+            f"""(async () => {{
       const url = URL.createObjectURL(new Blob([{json.dumps(TokenFlow._esm)}], {{type: 'text/javascript'}}));
       const m = await import(url);
       const state = {state};
@@ -191,6 +234,10 @@ def test_browser_shows_the_models_most_likely_next_token(page, position):
       document.getElementById('root').replaceChildren(el);
       m.default.render({{ model: {{ get: (k) => state[k], on() {{}}, set() {{}}, save_changes() {{}} }}, el }});
       return JSON.stringify(el.querySelector('[role=status]').textContent);
-    }})()""", await_promise=True))
-    assert f"Most likely next token: {json.dumps(VOCAB[best])} (id {best}) with probability " \
-           f"{probs[best]:.3f}" in text, text
+    }})()""",
+            await_promise=True,
+        )
+    )
+    assert (
+        f"Most likely next token: {json.dumps(VOCAB[best])} (id {best}) with probability {probs[best]:.3f}" in text
+    ), text

@@ -1,4 +1,5 @@
 """The training loop: schedule, optimizer choice, determinism, budgets, clipping, non-finite losses."""
+
 import math
 
 import pytest
@@ -22,8 +23,19 @@ def _tiny_gpt(seed=0, vocab=20):
 
 def _tiny_translator(seed=0, src_vocab=30, tgt_vocab=14):
     torch.manual_seed(seed)
-    return Transformer(TransformerConfig(src_vocab, tgt_vocab, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1,
-                                         n_decoder_layers=1, dropout=0.0, max_len=64)).eval()
+    return Transformer(
+        TransformerConfig(
+            src_vocab,
+            tgt_vocab,
+            d_model=32,
+            n_heads=2,
+            d_ff=64,
+            n_encoder_layers=1,
+            n_decoder_layers=1,
+            dropout=0.0,
+            max_len=64,
+        )
+    ).eval()
 
 
 def _text_run(steps=60, seed=0, **kw):
@@ -33,8 +45,14 @@ def _text_run(steps=60, seed=0, **kw):
     gen = torch.Generator().manual_seed(seed)
     cfg = TrainConfig(steps=steps, lr=3e-3, warmup_steps=10, eval_every=20, seed=seed, progress=False, **kw)
     val = [get_batch(data, 16, 8, torch.Generator().manual_seed(99))]
-    hist = train(model, lambda step: get_batch(data, 16, 8, gen), cfg, gpt_loss,
-                 eval_fn=lambda m: evaluate_loss(m, val), device="cpu")
+    hist = train(
+        model,
+        lambda step: get_batch(data, 16, 8, gen),
+        cfg,
+        gpt_loss,
+        eval_fn=lambda m: evaluate_loss(m, val),
+        device="cpu",
+    )
     return model, hist
 
 
@@ -86,9 +104,19 @@ def test_gradient_clipping_bounds_the_first_sgd_like_update():
     def spy(params, max_norm, *a, **k):
         params = list(params)
         total = orig(params, max_norm, *a, **k)
-        captured.append((float(total), float(torch.linalg.vector_norm(torch.stack(
-            [torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None]))), max_norm))
+        captured.append(
+            (
+                float(total),
+                float(
+                    torch.linalg.vector_norm(
+                        torch.stack([torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None])
+                    )
+                ),
+                max_norm,
+            )
+        )
         return total
+
     torch.nn.utils.clip_grad_norm_ = spy
     try:
         train(model, lambda s: (x, x), TrainConfig(steps=2, grad_clip=1e-3, progress=False), device="cpu")
@@ -103,8 +131,13 @@ def test_nan_loss_raises_instead_of_training_on():
     model = _tiny_gpt()
     x = torch.randint(0, 20, (2, 16))
     with pytest.raises(FloatingPointError, match="step 0"):
-        train(model, lambda s: (x, x), TrainConfig(steps=3, progress=False),
-              loss_fn=lambda m, b: gpt_loss(m, b) * float("nan"), device="cpu")
+        train(
+            model,
+            lambda s: (x, x),
+            TrainConfig(steps=3, progress=False),
+            loss_fn=lambda m, b: gpt_loss(m, b) * float("nan"),
+            device="cpu",
+        )
 
 
 def test_evaluate_loss_is_the_mean_cross_entropy_and_keeps_the_mode():
@@ -126,10 +159,20 @@ def test_adam_option_takes_the_same_steps_as_torch_adam():
     def fresh():
         torch.manual_seed(0)
         return GPT(GPTConfig(vocab_size=20, block_size=16, n_layers=1, n_heads=2, d_model=32, dropout=0.0))
+
     x = torch.randint(0, 20, (4, 16))
     ours, ref = fresh(), fresh()
-    cfg = TrainConfig(steps=5, lr=1e-2, warmup_steps=0, schedule="constant", weight_decay=0.0, betas=(0.9, 0.999),
-                      grad_clip=None, optimizer="adam", progress=False)
+    cfg = TrainConfig(
+        steps=5,
+        lr=1e-2,
+        warmup_steps=0,
+        schedule="constant",
+        weight_decay=0.0,
+        betas=(0.9, 0.999),
+        grad_clip=None,
+        optimizer="adam",
+        progress=False,
+    )
     assert isinstance(make_optimizer(ours, cfg), torch.optim.Adam)
     hist = train(ours, lambda s: (x, x), cfg, device="cpu")
     opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
@@ -153,8 +196,15 @@ def test_non_finite_loss_can_stop_the_run_quietly():
     def loss_fn(m, b):
         calls.append(1)
         return gpt_loss(m, b) * (float("nan") if len(calls) == 4 else 1.0)
-    hist = train(model, lambda s: (x, x), TrainConfig(steps=10, progress=False, on_nonfinite="stop"),
-                 loss_fn=loss_fn, eval_fn=lambda m: 1.0, device="cpu")
+
+    hist = train(
+        model,
+        lambda s: (x, x),
+        TrainConfig(steps=10, progress=False, on_nonfinite="stop"),
+        loss_fn=loss_fn,
+        eval_fn=lambda m: 1.0,
+        device="cpu",
+    )
     assert hist.stopped_by == "nonfinite" and hist.steps_done == 3 and len(hist.train_loss) == 3
     assert hist.val_step == []  # a diverged run is not evaluated
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the NaN step updated nothing
@@ -174,8 +224,15 @@ def test_eval_fn_runs_in_eval_mode_and_training_resumes_in_train_mode():
     def loss_fn(m, b):
         seen.append(("loss", m.training))
         return gpt_loss(m, b)
-    train(model, lambda s: (x, x), TrainConfig(steps=4, eval_every=2, progress=False), loss_fn=loss_fn,
-          eval_fn=lambda m: seen.append(("eval", m.training)) or 0.0, device="cpu")
+
+    train(
+        model,
+        lambda s: (x, x),
+        TrainConfig(steps=4, eval_every=2, progress=False),
+        loss_fn=loss_fn,
+        eval_fn=lambda m: seen.append(("eval", m.training)) or 0.0,
+        device="cpu",
+    )
     assert seen == [("loss", True), ("loss", True), ("eval", False), ("loss", True), ("loss", True), ("eval", False)]
     assert not model.training  # train() leaves the model in eval mode
 
@@ -216,6 +273,11 @@ def test_the_progress_bar_shows_its_last_step_before_it_closes(monkeypatch):
     tok = CharTokenizer.from_text(TEXT)
     data = tok.encode_tensor(TEXT)
     gen = torch.Generator().manual_seed(0)
-    train(_tiny_gpt(0, tok.vocab_size), lambda step: get_batch(data, 4, 8, gen), TrainConfig(steps=7, lr=1e-3),
-          gpt_loss, device="cpu")
+    train(
+        _tiny_gpt(0, tok.vocab_size),
+        lambda step: get_batch(data, 4, 8, gen),
+        TrainConfig(steps=7, lr=1e-3),
+        gpt_loss,
+        device="cpu",
+    )
     assert shown == [(7, 7)]

@@ -1,18 +1,24 @@
 """Chapter 01's training-step clock (experiments.training_step_cost): what a step runs, what the fits return,
 against closed forms (a power law, a straight line, numpy's polyfit, the FLOPs of a linear layer)."""
+
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
 from transformer_lib import timing
-from transformer_lib.experiments.training_step_cost import (loglog_slope, per_token_seconds, training_step_flops,
-                                                            training_step_rounds, training_step_times)
+from transformer_lib.experiments.training_step_cost import (
+    loglog_slope,
+    per_token_seconds,
+    training_step_flops,
+    training_step_rounds,
+    training_step_times,
+)
 
 
 def test_loglog_slope_recovers_the_exponent_of_a_power_law():
     lengths = [16, 64, 256, 1024]
-    assert loglog_slope(lengths, [3e-6 * T ** 2 for T in lengths]) == pytest.approx(2.0)
+    assert loglog_slope(lengths, [3e-6 * T**2 for T in lengths]) == pytest.approx(2.0)
     assert loglog_slope(lengths, [5e-3 * T for T in lengths]) == pytest.approx(1.0)
     assert loglog_slope(lengths, [0.01] * 4) == pytest.approx(0.0, abs=1e-12)
 

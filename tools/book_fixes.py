@@ -70,6 +70,7 @@
    keep the committed cell. On Colab, the notebook at that commit still installs ``<branch>``: README.md
    says so.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -113,8 +114,10 @@ def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
         return
     seen, kept = set(), []
     for js in scripts:
-        key = (str(getattr(js, "filename", js) or ""),  # None and "" both mean an inline script
-               tuple(sorted(getattr(js, "attributes", {}).items())))
+        key = (
+            str(getattr(js, "filename", js) or ""),  # None and "" both mean an inline script
+            tuple(sorted(getattr(js, "attributes", {}).items())),
+        )
         if key not in seen:
             seen.add(key)
             kept.append(js)
@@ -171,8 +174,11 @@ def write_404(app, exception) -> None:
     base = base if base.endswith("/") else base + "/"
     title = html.escape(app.config.html_title or app.config.project)
     favicon = app.config.html_favicon
-    icon = "" if not favicon or "://" in favicon else \
-        f'<link rel="icon" href="{html.escape(base)}_static/{html.escape(Path(favicon).name)}">\n'
+    icon = (
+        ""
+        if not favicon or "://" in favicon
+        else f'<link rel="icon" href="{html.escape(base)}_static/{html.escape(Path(favicon).name)}">\n'
+    )
     page = PAGE_404.format(title=title, base=html.escape(base), icon=icon)
     Path(app.outdir, "404.html").write_text(page, encoding="utf-8")
 
@@ -188,10 +194,18 @@ PROVENANCE_CLASS = "book-provenance"
 DEFAULT_CACHE_INPUTS = ["transformer_lib/**/*", "requirements*.txt", "pyproject.toml"]
 STAMP = "book-inputs.sha256"  # beside jupyter-cache's database
 # variables that change what torch computes or how fast (they are part of the cache's key)
-ENV_FACTS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-             "CUDA_VISIBLE_DEVICES")
-BOX_STYLE = ("border:2px solid #b3261e;border-left-width:8px;background:#fdecea;color:#3b0a07;"
-             "padding:0.6em 1em;margin:0.8em 0;border-radius:4px")
+ENV_FACTS = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+)
+BOX_STYLE = (
+    "border:2px solid #b3261e;border-left-width:8px;background:#fdecea;color:#3b0a07;"
+    "padding:0.6em 1em;margin:0.8em 0;border-radius:4px"
+)
 
 _BUILD: dict = {}  # set when the build starts: the commit, the torch facts, the branch, the inputs' hash
 
@@ -214,11 +228,14 @@ def _forced() -> bool:
 def git_commit(root: Path) -> tuple[str | None, bool]:
     """(HEAD's commit, whether tracked files differ from it); GITHUB_SHA, or None, where git cannot tell."""
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=30)
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
         if head.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", head.stdout.strip()):
-            status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=30)
+            status = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             return head.stdout.strip(), bool(status.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         pass
@@ -233,14 +250,24 @@ def torch_facts() -> dict:
     device = "cpu"
     if torch.cuda.is_available():
         device = f"cuda ({torch.cuda.get_device_name(0)})"
-    return {"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads(), "device": device}
+    return {
+        "torch": torch.__version__,
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "device": device,
+    }
 
 
 def cache_input_files(root: Path, patterns: list[str]) -> list[Path]:
     """The files matching ``patterns`` (globs relative to ``root``), without Python's byte-code caches."""
-    return sorted({p for pattern in patterns for p in root.glob(pattern)
-                   if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"})
+    return sorted(
+        {
+            p
+            for pattern in patterns
+            for p in root.glob(pattern)
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        }
+    )
 
 
 def inputs_hash(root: Path, patterns: list[str], facts: dict) -> str:
@@ -258,8 +285,9 @@ def pin_launch_buttons(app, config) -> None:
     """Remember the configured branch; point the launch (Colab) button at the commit being built."""
     options = dict(config.html_theme_options or {})
     commit, dirty = git_commit(Path(app.confdir))
-    _BUILD.update(commit=commit, dirty=dirty, url=options.get("repository_url"),
-                  branch=options.get("repository_branch"))
+    _BUILD.update(
+        commit=commit, dirty=dirty, url=options.get("repository_url"), branch=options.get("repository_branch")
+    )
     if commit and options.get("repository_branch"):
         options["repository_branch"] = commit
         config.html_theme_options = options
@@ -271,8 +299,9 @@ def prepare_execution(app) -> None:
     root = Path(app.confdir)
     _BUILD.update(torch_facts())
     _BUILD["mode"] = claims_mode()
-    _BUILD["inputs"] = inputs_hash(root, list(app.config.book_cache_inputs),
-                                   {k: _BUILD[k] for k in ("torch", "capability", "threads", "device")})
+    _BUILD["inputs"] = inputs_hash(
+        root, list(app.config.book_cache_inputs), {k: _BUILD[k] for k in ("torch", "capability", "threads", "device")}
+    )
     if config is None:
         return
     if _forced() and config.execution_mode == "cache" and getattr(app.config, "book_execute_into_cache", False):
@@ -287,8 +316,10 @@ def prepare_execution(app) -> None:
         stamp = cache / STAMP
         old = stamp.read_text().strip() if stamp.is_file() else None
         if cache.exists() and old != _BUILD["inputs"]:
-            LOGGER.info("the library, its checkpoints, the requirements or torch's set-up changed: "
-                        f"emptying the execution cache {cache}")
+            LOGGER.info(
+                "the library, its checkpoints, the requirements or torch's set-up changed: "
+                f"emptying the execution cache {cache}"
+            )
             shutil.rmtree(cache)
         cache.mkdir(parents=True, exist_ok=True)
         stamp.write_text(_BUILD["inputs"] + "\n")
@@ -318,8 +349,9 @@ def pinned_setup_source(source: str) -> str:
         return source
     sync = _sync_tool()
     config = {"repository": {"url": url, "branch": branch}}
-    return source.replace(f'"{sync.pip_source(config)}"',
-                          f'"{sync.pip_source({"repository": {"url": url, "branch": commit}})}"')
+    return source.replace(
+        f'"{sync.pip_source(config)}"', f'"{sync.pip_source({"repository": {"url": url, "branch": commit}})}"'
+    )
 
 
 def _tokens_with_slots(original):
@@ -339,6 +371,7 @@ def _tokens_with_slots(original):
             if token.type == "nb_cell_code" and "setup" in (token.meta or {}).get("metadata", {}).get("tags", []):
                 token.content = pinned_setup_source(token.content)
         return tokens
+
     notebook_to_tokens.book_fixes = True
     return notebook_to_tokens
 
@@ -348,8 +381,10 @@ def _text(value) -> str:
 
 
 def _cell_mark(index: int, error: str) -> str:
-    return (f'<span id="{CELL_ANCHOR}" class="{CELL_MARK_CLASS}" data-cell="{index}" '
-            f'data-error="{html.escape(error, quote=True)}"></span>')
+    return (
+        f'<span id="{CELL_ANCHOR}" class="{CELL_MARK_CLASS}" data-cell="{index}" '
+        f'data-error="{html.escape(error, quote=True)}"></span>'
+    )
 
 
 def _error_line(output) -> str:
@@ -378,12 +413,14 @@ def failure_html(outputs, index: int, hidden: bool) -> list[str]:
                 continue
             value = _strip_ansi(_text(out.get("evalue", "")))
             if out.get("ename") == "AssertionError" and value.startswith(claims.PREFIX):
-                parts.append(claims.failure_html(value[len(claims.PREFIX):], {}, ran_on=False))
+                parts.append(claims.failure_html(value[len(claims.PREFIX) :], {}, ran_on=False))
             else:
-                parts.append(f'<div class="book-hidden-cell-failed" role="note" style="{BOX_STYLE}"><p '
-                             'style="margin:0"><strong>A hidden cell of this page failed here</strong> '
-                             f"(<code>{html.escape(_error_line(out))}</code>); the build log has its traceback."
-                             "</p></div>")
+                parts.append(
+                    f'<div class="book-hidden-cell-failed" role="note" style="{BOX_STYLE}"><p '
+                    'style="margin:0"><strong>A hidden cell of this page failed here</strong> '
+                    f"(<code>{html.escape(_error_line(out))}</code>); the build log has its traceback."
+                    "</p></div>"
+                )
     return parts
 
 
@@ -401,6 +438,7 @@ def _renders_failures(original):
             self.current_node.append(node)
         if not hidden:
             original(self, token)
+
     render_nb_cell_code.book_fixes = True
     return render_nb_cell_code
 
@@ -423,33 +461,44 @@ def provenance_html(exec_data: dict | None) -> str:
         when = f"computed {stamp:%Y-%m-%d %H:%M} UTC"
     if commit:
         short = html.escape(commit[:12])
-        ref = (f'<a href="{html.escape(url.rstrip("/"))}/commit/{html.escape(commit)}"><code>{short}</code></a>'
-               if url else f"<code>{short}</code>")
+        ref = (
+            f'<a href="{html.escape(url.rstrip("/"))}/commit/{html.escape(commit)}"><code>{short}</code></a>'
+            if url
+            else f"<code>{short}</code>"
+        )
         source = f"commit {ref}" + (" with uncommitted changes" if _BUILD.get("dirty") else "")
     else:
         source = "a source tree outside git"
-    facts = (f"torch {html.escape(str(_BUILD.get('torch')))}, CPU capability "
-             f"{html.escape(str(_BUILD.get('capability')))}, {_BUILD.get('threads')} threads, device "
-             f"{html.escape(str(_BUILD.get('device')))}")
-    return (f'<p class="{PROVENANCE_CLASS}" style="font-size:85%;color:#555;margin:0.2em 0 1em 0">'
-            f"Numbers on this page: {when}, from {source}, with {facts}. Another machine, thread count or "
-            "version computes somewhat different numbers.</p>")
+    facts = (
+        f"torch {html.escape(str(_BUILD.get('torch')))}, CPU capability "
+        f"{html.escape(str(_BUILD.get('capability')))}, {_BUILD.get('threads')} threads, device "
+        f"{html.escape(str(_BUILD.get('device')))}"
+    )
+    return (
+        f'<p class="{PROVENANCE_CLASS}" style="font-size:85%;color:#555;margin:0.2em 0 1em 0">'
+        f"Numbers on this page: {when}, from {source}, with {facts}. Another machine, thread count or "
+        "version computes somewhat different numbers.</p>"
+    )
 
 
 def _banner(claims: list[tuple[str, str]], cell: dict | None) -> str:
     parts = []
     if claims:
-        items = "".join(f'<li><a href="#{anchor}">&ldquo;{html.escape(sentence)}&rdquo;</a></li>'
-                        for anchor, sentence in claims)
-        parts.append("<p style=\"margin:0\"><strong>A measurement on this machine does not support "
-                     + ("one of this page's sentences" if len(claims) == 1 else f"{len(claims)} of this page's "
-                        "sentences")
-                     + f":</strong></p><ul style=\"margin:0.3em 0\">{items}</ul>")
+        items = "".join(
+            f'<li><a href="#{anchor}">&ldquo;{html.escape(sentence)}&rdquo;</a></li>' for anchor, sentence in claims
+        )
+        parts.append(
+            '<p style="margin:0"><strong>A measurement on this machine does not support '
+            + ("one of this page's sentences" if len(claims) == 1 else f"{len(claims)} of this page's sentences")
+            + f':</strong></p><ul style="margin:0.3em 0">{items}</ul>'
+        )
     if cell:
-        where = (f'<a href="#{CELL_ANCHOR}">a cell</a>' if cell.get("anchor") else "a cell")
-        parts.append(f"<p style=\"margin:0\"><strong>This page is incomplete:</strong> its notebook stopped at "
-                     f"{where} that failed when the book was built (<code>{html.escape(cell['error'])}</code>); "
-                     "the outputs, figures and numbers after that cell are missing.</p>")
+        where = f'<a href="#{CELL_ANCHOR}">a cell</a>' if cell.get("anchor") else "a cell"
+        parts.append(
+            f'<p style="margin:0"><strong>This page is incomplete:</strong> its notebook stopped at '
+            f"{where} that failed when the book was built (<code>{html.escape(cell['error'])}</code>); "
+            "the outputs, figures and numbers after that cell are missing.</p>"
+        )
     return f'<div class="{BANNER_CLASS}" role="alert" style="{BOX_STYLE}">{"".join(parts)}</div>'
 
 
@@ -471,6 +520,7 @@ def annotate_page(app, doctree) -> None:
             anchor = f"failed-claim-{len(claims) + 1}"
             claims.append((anchor, html.unescape(match.group(1))))
             return f'id="{anchor}" {match.group(0)}'
+
         new = re.sub(rf'class="{box_class}" data-sentence="([^"]*)"', number, text)
         mark = re.search(rf'class="{CELL_MARK_CLASS}" data-cell="\d+" data-error="([^"]*)"', text)
         if mark and cell is None:
@@ -488,14 +538,16 @@ def annotate_page(app, doctree) -> None:
     if cell is not None and exec_data and exec_data.get("error") == "CellTimeoutError":
         # nbclient interrupts the kernel at the limit: the cell's own error is a bare KeyboardInterrupt
         limit = getattr(getattr(env, "mystnb_config", None), "execution_timeout", None)
-        cell["error"] = ("CellTimeoutError: the cell ran past the build's per-cell limit"
-                         + (f" of {limit} s" if limit else ""))
+        cell["error"] = "CellTimeoutError: the cell ran past the build's per-cell limit" + (
+            f" of {limit} s" if limit else ""
+        )
     added = [nodes.raw("", provenance_html(exec_data), format="html")]
     if claims or cell:
         added.insert(0, nodes.raw("", _banner(claims, cell), format="html"))
     section = next(iter(doctree.findall(nodes.section)), None)
-    parent, at = (section, 1) if section is not None and len(section) and isinstance(section[0], nodes.title) \
-        else (doctree, 0)
+    parent, at = (
+        (section, 1) if section is not None and len(section) and isinstance(section[0], nodes.title) else (doctree, 0)
+    )
     for node in reversed(added):
         parent.insert(at, node)
     failures = getattr(env, "book_failures", None)

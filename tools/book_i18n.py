@@ -21,6 +21,7 @@ edition whatever the cache holds; here it does so into an emptied cache (``book_
 myst-nb's ``force`` mode, which writes no cache. The Chinese edition is then built in report mode with CI unset:
 it reads that cache, and executes only what the cache lacks (nothing, after a successful English build).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,18 +38,30 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 LOCALES = ROOT / "locales"
 CACHE = BUILD / ".jupyter_cache"
-EDITIONS = [{"code": "en", "path": "", "label": "English"},
-            {"code": "zh_CN", "path": "zh/", "label": "中文"}]
+EDITIONS = [{"code": "en", "path": "", "label": "English"}, {"code": "zh_CN", "path": "zh/", "label": "中文"}]
 TITLES = {"zh_CN": "交互式 Transformer"}
 
 
 def _sphinx(builder: str, outdir: Path, doctrees: Path, overrides: dict, toc: Path | None, strict: bool) -> int:
     from jupyter_book.sphinx import build_sphinx
 
-    config = {"external_toc_path": str(toc or ROOT / "_toc.yml"), "latex_individualpages": False,
-              "nitpicky": True, **overrides}
-    result = build_sphinx(ROOT, outdir, noconfig=True, path_config=str(ROOT / "_config.yml"), confoverrides=config,
-                          doctreedir=doctrees, builder=builder, warningiserror=strict, keep_going=strict)
+    config = {
+        "external_toc_path": str(toc or ROOT / "_toc.yml"),
+        "latex_individualpages": False,
+        "nitpicky": True,
+        **overrides,
+    }
+    result = build_sphinx(
+        ROOT,
+        outdir,
+        noconfig=True,
+        path_config=str(ROOT / "_config.yml"),
+        confoverrides=config,
+        doctreedir=doctrees,
+        builder=builder,
+        warningiserror=strict,
+        keep_going=strict,
+    )
     return result if isinstance(result, int) else 1
 
 
@@ -81,8 +94,11 @@ def build(codes: list[str], toc: Path | None) -> int:
                 shutil.rmtree(target, ignore_errors=True)
                 shutil.copytree(out / "html", target)
                 (target / "404.html").unlink(missing_ok=True)  # GitHub Pages serves the site root's 404 page only
-        print(f"{code}: built in {time.monotonic() - start:.0f} s wall, {_cpu() - cpu:.0f} s CPU "
-              "(this process and its kernels)", flush=True)
+        print(
+            f"{code}: built in {time.monotonic() - start:.0f} s wall, {_cpu() - cpu:.0f} s CPU "
+            "(this process and its kernels)",
+            flush=True,
+        )
         if status:
             return status
     return 0
@@ -105,8 +121,9 @@ def update(codes: list[str], toc: Path | None) -> int:
     if status:
         return status
     for code in codes:
-        status = subprocess.call([sys.executable, "-m", "sphinx_intl", "update", "-p", str(pot), "-d",
-                                  str(LOCALES), "-l", code])
+        status = subprocess.call(
+            [sys.executable, "-m", "sphinx_intl", "update", "-p", str(pot), "-d", str(LOCALES), "-l", code]
+        )
         if status:
             return status
     subprocess.call([sys.executable, "-m", "sphinx_intl", "stat", "-d", str(LOCALES)])  # exits 1 with any gap
@@ -126,8 +143,9 @@ def markup(text: str) -> Counter:
     ``{glue:text}`name```."""
     kept = Counter()
     for match in ROLE.finditer(text):
-        role = re.sub(r"^\{glue:choice\}`([^|`]*)\|[^`]*`$", lambda m: "{glue:text}`" + m.group(1).strip() + "`",
-                      match.group(0))
+        role = re.sub(
+            r"^\{glue:choice\}`([^|`]*)\|[^`]*`$", lambda m: "{glue:text}`" + m.group(1).strip() + "`", match.group(0)
+        )
         kept["role " + role] += 1
     rest = ROLE.sub(" ", text)
     for match in re.finditer(r"(`+)(.+?)\1", rest, re.S):
@@ -166,8 +184,11 @@ def check_catalog(path: Path, release: bool) -> list[str]:
         if want != got:
             missing = ", ".join(sorted((want - got).elements()))
             extra = ", ".join(sorted((got - want).elements()))
-            problems.append(f"{where}: the translation changes the markup of {short!r}"
-                            + (f"; missing: {missing}" if missing else "") + (f"; added: {extra}" if extra else ""))
+            problems.append(
+                f"{where}: the translation changes the markup of {short!r}"
+                + (f"; missing: {missing}" if missing else "")
+                + (f"; added: {extra}" if extra else "")
+            )
     return problems
 
 

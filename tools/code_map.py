@@ -19,6 +19,7 @@ Package ``__init__`` files are never listed (they only gather names).
 
 ``tools/sync_setup_cells.py`` runs the same ``sync`` after its own blocks, so one command regenerates everything.
 """
+
 from __future__ import annotations
 
 import ast
@@ -64,11 +65,15 @@ def _reexports(dotted: str, root: Path) -> dict[str, tuple[str, str | None]]:
     while statements:  # the top level, and the branches of top-level if/try statements
         node = statements.pop(0)
         if isinstance(node, (ast.If, ast.Try)):
-            statements[:0] = node.body + node.orelse + getattr(node, "finalbody", []) + \
-                [s for h in getattr(node, "handlers", []) for s in h.body]
+            statements[:0] = (
+                node.body
+                + node.orelse
+                + getattr(node, "finalbody", [])
+                + [s for h in getattr(node, "handlers", []) for s in h.body]
+            )
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module or ""
@@ -122,8 +127,12 @@ def used_modules(path: Path, root: Path = ROOT) -> set[str]:
                         aliases[alias.asname] = alias.name
                     elif alias.name == PACKAGE:
                         aliases[PACKAGE] = PACKAGE
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and \
-                (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and node.module
+            and (node.module == PACKAGE or node.module.startswith(PACKAGE + "."))
+        ):
             for alias in node.names:
                 module, itself = resolve(node.module, alias.name, root)
                 used.add(module)
@@ -214,8 +223,9 @@ def with_backlink(source: str, line: str | None) -> str:
     """
     tree = ast.parse(source)
     first = tree.body[0] if tree.body else None
-    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-            and isinstance(first.value.value, str)):
+    if not (
+        isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    ):
         raise ValueError("the module has no docstring to carry its 'Used in chapter' line")
     lines = source.splitlines(keepends=True)
     start, end = first.lineno - 1, first.end_lineno  # lines[start:end] hold the docstring
@@ -223,21 +233,21 @@ def with_backlink(source: str, line: str | None) -> str:
     old = next((i for i in range(1, len(doc) - 1) if BACKLINK.match(doc[i].strip())), None)
     if old is not None:
         if old + 1 < len(doc) - 1 and not doc[old + 1].strip():  # after the first paragraph: "", line, ""
-            del doc[old:old + 2]
+            del doc[old : old + 2]
         elif not doc[old - 1].strip():  # before the closing quotes: "", line
-            del doc[old - 1:old + 1]
+            del doc[old - 1 : old + 1]
         else:
             del doc[old]
     if line is not None:
         blank = next((i for i in range(1, len(doc) - 1) if not doc[i].strip()), None)
         last = doc[-1]
         if blank is not None:
-            doc[blank + 1:blank + 1] = [line + "\n", "\n"]
+            doc[blank + 1 : blank + 1] = [line + "\n", "\n"]
         elif len(doc) > 1 and last.strip() in ('"""', "'''"):  # the closing quotes stand alone
             doc[-1:-1] = ["\n", line + "\n"]
         else:  # a one-paragraph docstring ending in text + quotes: the quotes move to a line of their own
             body, quote = last.rstrip()[:-3], last.rstrip()[-3:]
-            doc[-1:] = [body + "\n", "\n", line + "\n", quote + last[len(last.rstrip()):]]
+            doc[-1:] = [body + "\n", "\n", line + "\n", quote + last[len(last.rstrip()) :]]
     return "".join(lines[:start] + doc + lines[end:])
 
 

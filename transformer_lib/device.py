@@ -2,6 +2,7 @@
 
 Used in chapters 00, 01, 02, 03, 04, 05, 06, 07, 08, 09 and 11.
 """
+
 from __future__ import annotations
 
 import torch

@@ -20,6 +20,7 @@ for the backward pass, so training memory stays quadratic. The paper's backward 
 and ``L = m + log l`` per query and *recomputes* each tile's scores and weights from Q, K and ``L`` while it
 accumulates dQ, dK, dV; ``FlashAttentionFunction`` does that.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,11 +36,15 @@ def _check_inputs(q, k, v, key_mask, block_q: int, block_k: int) -> None:
             got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"{name} must be a 4-D floating-point tensor (B, H, T, D), got {got}")
     if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must share a dtype and device, got {q.dtype}/{q.device}, "
-                         f"{k.dtype}/{k.device}, {v.dtype}/{v.device}")
+        raise ValueError(
+            f"q, k, v must share a dtype and device, got {q.dtype}/{q.device}, "
+            f"{k.dtype}/{k.device}, {v.dtype}/{v.device}"
+        )
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"expected q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), got q{tuple(q.shape)}, "
-                         f"k{tuple(k.shape)}, v{tuple(v.shape)}")
+        raise ValueError(
+            f"expected q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), got q{tuple(q.shape)}, "
+            f"k{tuple(k.shape)}, v{tuple(v.shape)}"
+        )
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         check_int(name, b, min=1)
     if key_mask is not None:
@@ -47,8 +52,9 @@ def _check_inputs(q, k, v, key_mask, block_q: int, block_k: int) -> None:
             got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
             raise ValueError(f"key_mask must be a boolean tensor (B, Tk), True on real keys, got {got}")
         if tuple(key_mask.shape) != (k.shape[0], k.shape[2]):
-            raise ValueError(f"key_mask must have shape (B, Tk) = {(k.shape[0], k.shape[2])}, "
-                             f"got {tuple(key_mask.shape)}")
+            raise ValueError(
+                f"key_mask must have shape (B, Tk) = {(k.shape[0], k.shape[2])}, got {tuple(key_mask.shape)}"
+            )
 
 
 def tile_mask(i0: int, i1: int, j0: int, j1: int, t_q: int, t_k: int, causal: bool, key_mask, device):
@@ -89,8 +95,9 @@ def _visible_tiles(i0, i1, t_q, t_k, block_k, causal):
     return range(0, max(last, 0), block_k)
 
 
-def attention_with_lse(q, k, v, *, causal: bool = False, key_mask=None, block_q: int = 64, block_k: int = 64,
-                       scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_with_lse(
+    q, k, v, *, causal: bool = False, key_mask=None, block_q: int = 64, block_k: int = 64, scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Tiled attention and the log-sum-exp of each query's scores: ``(out: (B, H, Tq, Dv), lse: (B, H, Tq))``.
 
     Loops over query blocks of ``block_q`` rows (outer) and key blocks of ``block_k`` columns (inner), never
@@ -122,14 +129,16 @@ def attention_with_lse(q, k, v, *, causal: bool = False, key_mask=None, block_q:
     return torch.cat(outs, dim=2).to(q.dtype), torch.cat(lses, dim=2)
 
 
-def tiled_attention(q, k, v, *, causal: bool = False, key_mask=None, block_q: int = 64, block_k: int = 64,
-                    scale: float | None = None) -> torch.Tensor:
+def tiled_attention(
+    q, k, v, *, causal: bool = False, key_mask=None, block_q: int = 64, block_k: int = 64, scale: float | None = None
+) -> torch.Tensor:
     """``softmax(q k^T * scale + mask) v`` block by block (see ``attention_with_lse``): ``(B, H, Tq, Dv)``.
 
     Equal to ``F.scaled_dot_product_attention`` up to float rounding; differentiable through the tiles.
     """
-    return attention_with_lse(q, k, v, causal=causal, key_mask=key_mask, block_q=block_q, block_k=block_k,
-                              scale=scale)[0]
+    return attention_with_lse(q, k, v, causal=causal, key_mask=key_mask, block_q=block_q, block_k=block_k, scale=scale)[
+        0
+    ]
 
 
 def merge_partials(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> torch.Tensor:
@@ -159,9 +168,16 @@ def split_k_decode(q, k, v, *, n_splits: int = 4, key_mask=None, scale: float | 
     chunk = -(-t_k // n_splits)
     outs, lses = [], []
     for j0 in range(0, t_k, chunk):
-        part_mask = None if key_mask is None else key_mask[:, j0:j0 + chunk]
-        o, lse = attention_with_lse(q, k[:, :, j0:j0 + chunk], v[:, :, j0:j0 + chunk], key_mask=part_mask,
-                                    block_q=q.shape[2] or 1, block_k=chunk, scale=scale)
+        part_mask = None if key_mask is None else key_mask[:, j0 : j0 + chunk]
+        o, lse = attention_with_lse(
+            q,
+            k[:, :, j0 : j0 + chunk],
+            v[:, :, j0 : j0 + chunk],
+            key_mask=part_mask,
+            block_q=q.shape[2] or 1,
+            block_k=chunk,
+            scale=scale,
+        )
         outs.append(o)
         lses.append(lse)
     return merge_partials(outs, lses)
@@ -229,8 +245,16 @@ def trace_one_query_block(q, k, v, *, block_k: int, causal: bool = False, scale:
         if causal:
             s = s.masked_fill(~tile_mask(0, bq, j0, j1, bq, t_k, True, None, q.device)[0, 0], -math.inf)
         m, l, o = online_softmax_step(m, l, o, s, v[j0:j1].double())
-        steps.append({"j0": j0, "j1": j1, "scores": s.tolist(), "m": m.tolist(), "l": l.tolist(),
-                      "out": torch.where(l[:, None] > 0, o / l.clamp_min(1e-300)[:, None], 0.0).tolist()})
+        steps.append(
+            {
+                "j0": j0,
+                "j1": j1,
+                "scores": s.tolist(),
+                "m": m.tolist(),
+                "l": l.tolist(),
+                "out": torch.where(l[:, None] > 0, o / l.clamp_min(1e-300)[:, None], 0.0).tolist(),
+            }
+        )
     return steps
 
 

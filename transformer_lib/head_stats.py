@@ -15,6 +15,7 @@ query ``i`` spreads its weight over the ``T`` keys (non-negative, sums to 1). Wi
 ``skip_special=True`` the first and last positions are taken to be ``[CLS]`` and ``[SEP]`` (BERT's
 layout): only the word pieces ``1 .. T-2`` count as queries, and as neighbours for ``previous``/``next``.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,7 @@ import torch
 STATISTICS = ("entropy", "entropy_ratio", "previous", "next", "self", "cls", "sep", "distance")
 """The keys of ``head_statistics``' result, in order."""
 
-PATTERN_LABELS = {"previous": "previous token", "next": "next token", "self": "itself", "cls": "[CLS]",
-                  "sep": "[SEP]"}
+PATTERN_LABELS = {"previous": "previous token", "next": "next token", "self": "itself", "cls": "[CLS]", "sep": "[SEP]"}
 """Statistic name -> label used by ``dominant_pattern`` when that statistic holds most of the weight."""
 
 
@@ -49,8 +49,9 @@ def check_attention_maps(attentions: torch.Tensor, name: str = "attentions", min
     tol = 1e-3 if attentions.dtype in (torch.float32, torch.float64) else 3e-2
     worst = (a.sum(-1) - 1).abs().max().item()
     if worst > tol:
-        raise ValueError(f"every row of {name} must sum to 1 (one distribution per query); "
-                         f"the worst row is off by {worst:.3g}")
+        raise ValueError(
+            f"every row of {name} must sum to 1 (one distribution per query); the worst row is off by {worst:.3g}"
+        )
 
 
 def _queries(T: int, skip_special: bool) -> torch.Tensor:
@@ -99,8 +100,10 @@ def offset_weight(attentions: torch.Tensor, offset: int, skip_special: bool = Fa
     lo, hi = (1, T - 2) if skip_special else (0, T - 1)
     q = q[(q + offset >= lo) & (q + offset <= hi)]
     if q.numel() == 0:
-        raise ValueError(f"offset={offset} leaves no query with a key that far away among "
-                         f"{hi - lo + 1} positions (T={T}, skip_special={skip_special})")
+        raise ValueError(
+            f"offset={offset} leaves no query with a key that far away among "
+            f"{hi - lo + 1} positions (T={T}, skip_special={skip_special})"
+        )
     return attentions.float()[..., q, q + offset].mean(-1)  # (...)
 
 
@@ -161,13 +164,15 @@ def head_statistics_over(maps: Sequence[torch.Tensor], skip_special: bool = True
     """``head_statistics`` of several sentences' maps (each ``(..., T_n, T_n)``, lengths may differ),
     stacked: each value is ``(N, ...)`` for ``N`` sentences."""
     if isinstance(maps, torch.Tensor) or not maps:
-        raise ValueError(f"maps must be a non-empty list of (..., T, T) tensors, one per sentence, "
-                         f"got {type(maps).__name__}")
+        raise ValueError(
+            f"maps must be a non-empty list of (..., T, T) tensors, one per sentence, got {type(maps).__name__}"
+        )
     per = [head_statistics(m, skip_special) for m in maps]
     lead = {tuple(p["entropy"].shape) for p in per}
     if len(lead) != 1:
-        raise ValueError(f"every sentence's maps must have the same leading shape (e.g. (n_layers, n_heads)), "
-                         f"got {sorted(lead)}")
+        raise ValueError(
+            f"every sentence's maps must have the same leading shape (e.g. (n_layers, n_heads)), got {sorted(lead)}"
+        )
     return {k: torch.stack([p[k] for p in per]) for k in STATISTICS}
 
 
@@ -179,8 +184,9 @@ def dominant_pattern(stats: dict[str, torch.Tensor], threshold: float = 0.5, bro
     thresholds are choices, not facts about the model.
     """
     if not 0 < threshold <= 1 or not 0 < broad_ratio <= 1:
-        raise ValueError(f"threshold and broad_ratio must be in (0, 1], "
-                         f"got threshold={threshold}, broad_ratio={broad_ratio}")
+        raise ValueError(
+            f"threshold and broad_ratio must be in (0, 1], got threshold={threshold}, broad_ratio={broad_ratio}"
+        )
     missing = [k for k in (*PATTERN_LABELS, "entropy_ratio") if k not in stats]
     if missing:
         raise ValueError(f"stats lacks {missing}: pass the dict returned by head_statistics")
@@ -194,4 +200,5 @@ def dominant_pattern(stats: dict[str, torch.Tensor], threshold: float = 0.5, bro
         if b >= threshold:
             return PATTERN_LABELS[names[w]]
         return "broad" if r >= broad_ratio else "mixed"
+
     return label(best.tolist(), which.tolist(), stats["entropy_ratio"].float().tolist())

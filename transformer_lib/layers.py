@@ -5,6 +5,7 @@ Used in chapters 05 and 11.
 Vaswani et al. 2017, section 3.1 (post-norm: ``LayerNorm(x + Sublayer(x))``); pre-norm
 (``x + Sublayer(LayerNorm(x))``, Xiong et al. 2020, used by GPT-2) is a flag.
 """
+
 from __future__ import annotations
 
 import torch
@@ -89,8 +90,17 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention then FFN, each in a ``Residual``. ``x: (B, T, d_model) -> (B, T, d_model)``."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
-                 norm_first: bool = False, eps: float = 1e-5, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+        bias: bool = True,
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
         self.ffn = FeedForward(d_model, d_ff, activation, dropout, bias)
@@ -101,10 +111,13 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x, attention_mask=None, self_mask=None, need_weights: bool = False):
         """``attention_mask: (B, T)`` bool, True on real tokens; ``self_mask``: the self-attention's ``attn_mask``."""
+
         def attend(h):
-            out, self.self_weights = self.self_attn(h, attn_mask=self_mask, attention_mask=attention_mask,
-                                                    need_weights=need_weights)
+            out, self.self_weights = self.self_attn(
+                h, attn_mask=self_mask, attention_mask=attention_mask, need_weights=need_weights
+            )
             return out
+
         x = self.res_self(x, attend)
         return self.res_ffn(x, self.ffn)
 
@@ -117,8 +130,8 @@ def _rename_old_keys(module, state_dict, prefix, *args) -> None:
     """Load state dicts saved before a sub-module was renamed (``_OLD_KEYS``): their keys move to the new names."""
     for key in [k for k in state_dict if k.startswith(prefix)]:
         for old, new in _OLD_KEYS.items():
-            if key[len(prefix):].startswith(old):
-                state_dict[prefix + new + key[len(prefix) + len(old):]] = state_dict.pop(key)
+            if key[len(prefix) :].startswith(old):
+                state_dict[prefix + new + key[len(prefix) + len(old) :]] = state_dict.pop(key)
 
 
 class DecoderLayer(nn.Module):
@@ -132,16 +145,30 @@ class DecoderLayer(nn.Module):
     ``window``: sliding-window self-attention (``MultiHeadAttention``'s ``window``); None = full attention.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
-                 norm_first: bool = False, eps: float = 1e-5, bias: bool = True, cross_attention: bool = True,
-                 rope: nn.Module | None = None, layer_idx: int = 0, n_kv_heads: int | None = None,
-                 causal: bool = True, window: int | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+        bias: bool = True,
+        cross_attention: bool = True,
+        rope: nn.Module | None = None,
+        layer_idx: int = 0,
+        n_kv_heads: int | None = None,
+        causal: bool = True,
+        window: int | None = None,
+    ):
         super().__init__()
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {causal!r}")
         self.causal = causal
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias, rope=rope, layer_idx=layer_idx,
-                                            n_kv_heads=n_kv_heads, window=window)
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, dropout, bias, rope=rope, layer_idx=layer_idx, n_kv_heads=n_kv_heads, window=window
+        )
         self.res_self = Residual(d_model, norm_first, dropout, eps)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if cross_attention else None
         self.res_cross = Residual(d_model, norm_first, dropout, eps) if cross_attention else None
@@ -149,19 +176,35 @@ class DecoderLayer(nn.Module):
         self.res_ffn = Residual(d_model, norm_first, dropout, eps)
         self.self_weights = self.cross_weights = None  # filled when need_weights=True
 
-    def forward(self, x, memory=None, self_mask=None, encoder_attention_mask=None, attention_mask=None,
-                is_causal: bool | None = None, need_weights: bool = False, cache=None):
+    def forward(
+        self,
+        x,
+        memory=None,
+        self_mask=None,
+        encoder_attention_mask=None,
+        attention_mask=None,
+        is_causal: bool | None = None,
+        need_weights: bool = False,
+        cache=None,
+    ):
         """``is_causal``: None (default) = the layer's ``causal`` attribute; True/False overrides it for this call."""
         is_causal = self.causal if is_causal is None else is_causal
 
         def self_attend(h):
-            out, self.self_weights = self.self_attn(h, attn_mask=self_mask, attention_mask=attention_mask,
-                                                    is_causal=is_causal, need_weights=need_weights, cache=cache)
+            out, self.self_weights = self.self_attn(
+                h,
+                attn_mask=self_mask,
+                attention_mask=attention_mask,
+                is_causal=is_causal,
+                need_weights=need_weights,
+                cache=cache,
+            )
             return out
 
         def cross_attend(h):
-            out, self.cross_weights = self.cross_attn(h, memory, attention_mask=encoder_attention_mask,
-                                                      need_weights=need_weights)
+            out, self.cross_weights = self.cross_attn(
+                h, memory, attention_mask=encoder_attention_mask, need_weights=need_weights
+            )
             return out
 
         x = self.res_self(x, self_attend)

@@ -14,6 +14,7 @@ model.
 ``hf_llama_to_ours`` renames a Hugging Face ``LlamaForCausalLM`` / ``MixtralForCausalLM`` state dict to ours;
 ``tests/test_llama.py`` checks the logits against Hugging Face's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ class LlamaConfig:
     none), and ``aux_loss_coef`` times the mean load-balancing loss of the blocks added to the training loss
     (Switch: 0.01; Hugging Face's Mixtral: 0.001 by default).
     """
+
     vocab_size: int
     block_size: int = 256  # context used by generate (RoPE itself has no table)
     n_layers: int = 4  # num_hidden_layers
@@ -120,16 +122,21 @@ class LlamaBlock(nn.Module):
         super().__init__()
         self.causal = True  # generate's cache check reads it
         self.attn_norm = RMSNorm(cfg.d_model, cfg.eps)
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=False, rope=rope, layer_idx=layer_idx,
-                                            n_kv_heads=cfg.n_kv_heads)
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, bias=False, rope=rope, layer_idx=layer_idx, n_kv_heads=cfg.n_kv_heads
+        )
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.eps)
-        self.ffn = (SwiGLU(cfg.d_model, cfg.d_ff) if cfg.n_experts == 0 else
-                    MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.top_k, cfg.capacity_factor))
+        self.ffn = (
+            SwiGLU(cfg.d_model, cfg.d_ff)
+            if cfg.n_experts == 0
+            else MoE(cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.top_k, cfg.capacity_factor)
+        )
         self.self_weights = None  # (B, H, T, Tk) after a forward with need_weights=True
 
     def forward(self, x, attention_mask=None, need_weights: bool = False, cache=None):
-        a, self.self_weights = self.self_attn(self.attn_norm(x), attention_mask=attention_mask, is_causal=True,
-                                              need_weights=need_weights, cache=cache)
+        a, self.self_weights = self.self_attn(
+            self.attn_norm(x), attention_mask=attention_mask, is_causal=True, need_weights=need_weights, cache=cache
+        )
         x = x + a
         return x + self.ffn(self.ffn_norm(x))
 
@@ -149,16 +156,24 @@ class Llama(nn.Module):
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None,
-                attention_mask: torch.Tensor | None = None, need_weights: bool = False,
-                position_ids: torch.Tensor | None = None):
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        cache=None,
+        attention_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        position_ids: torch.Tensor | None = None,
+    ):
         """``cache``: a ``kv_cache`` object; ``attention_mask: (B, past + T)`` bool, True on real tokens.
         ``position_ids`` is accepted for ``generate`` and ignored: RoPE depends only on distances, which left padding
         does not change. With ``targets`` (-100 = ignore) the loss is the cross-entropy plus, for a mixture,
         ``aux_loss_coef`` times ``balance_loss()``."""
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.long, torch.int):
-            raise ValueError(f"idx must be an integer tensor (B, T), got {getattr(idx, 'dtype', type(idx))} "
-                             f"{tuple(getattr(idx, 'shape', ()))}")
+            raise ValueError(
+                f"idx must be an integer tensor (B, T), got {getattr(idx, 'dtype', type(idx))} "
+                f"{tuple(getattr(idx, 'shape', ()))}"
+            )
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
             raise ValueError(f"idx ids must be in [0, {self.cfg.vocab_size}), got [{int(idx.min())}, {int(idx.max())}]")
         x = self.tok_emb(idx)  # (B, T, d_model)
@@ -168,8 +183,10 @@ class Llama(nn.Module):
         loss = None
         if targets is not None:
             if not isinstance(targets, torch.Tensor) or targets.shape != idx.shape:
-                raise ValueError(f"targets must be an integer tensor of idx's shape {tuple(idx.shape)}, got "
-                                 f"{tuple(getattr(targets, 'shape', ()))}")
+                raise ValueError(
+                    f"targets must be an integer tensor of idx's shape {tuple(idx.shape)}, got "
+                    f"{tuple(getattr(targets, 'shape', ()))}"
+                )
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
             if self.cfg.n_experts and self.cfg.aux_loss_coef > 0:
                 loss = loss + self.cfg.aux_loss_coef * self.balance_loss()
@@ -196,8 +213,11 @@ _LAYER = {  # Hugging Face name after "model.layers.{i}." -> ours after "blocks.
     "mlp.down_proj.weight": "ffn.down.weight",
     "mlp.gate.weight": "ffn.router.weight",  # Mixtral's router
 }
-_OUTSIDE = {"model.embed_tokens.weight": "tok_emb.weight", "model.norm.weight": "norm.weight",
-            "lm_head.weight": "lm_head.weight"}
+_OUTSIDE = {
+    "model.embed_tokens.weight": "tok_emb.weight",
+    "model.norm.weight": "norm.weight",
+    "lm_head.weight": "lm_head.weight",
+}
 
 
 def hf_llama_to_ours(state_dict: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
@@ -224,7 +244,9 @@ def hf_llama_to_ours(state_dict: dict[str, torch.Tensor], n_layers: int) -> dict
                 out[f"{dst}ffn.experts.{e}.up.weight"] = gate_up[e, d_ff:]
                 out[f"{dst}ffn.experts.{e}.down.weight"] = down[e]
     if sd:
-        raise ValueError(f"state_dict has {len(sd)} keys Llama(n_layers={n_layers}) cannot place, e.g. {sorted(sd)[:3]}")
+        raise ValueError(
+            f"state_dict has {len(sd)} keys Llama(n_layers={n_layers}) cannot place, e.g. {sorted(sd)[:3]}"
+        )
     return out
 
 
@@ -238,10 +260,17 @@ def config_from_hf(hf_config) -> LlamaConfig:
     head_dim = getattr(hf_config, "head_dim", None)
     if head_dim not in (None, hf_config.hidden_size // hf_config.num_attention_heads):
         raise ValueError(f"head_dim={head_dim} must be hidden_size // num_attention_heads")
-    return LlamaConfig(vocab_size=hf_config.vocab_size, block_size=hf_config.max_position_embeddings,
-                       n_layers=hf_config.num_hidden_layers, n_heads=hf_config.num_attention_heads,
-                       n_kv_heads=hf_config.num_key_value_heads, d_model=hf_config.hidden_size,
-                       d_ff=hf_config.intermediate_size, rope_base=float(rope.get("rope_theta", 10000.0)),
-                       eps=hf_config.rms_norm_eps, tie_embeddings=bool(hf_config.tie_word_embeddings),
-                       n_experts=getattr(hf_config, "num_local_experts", 0) or 0,
-                       top_k=getattr(hf_config, "num_experts_per_tok", 2) or 2)
+    return LlamaConfig(
+        vocab_size=hf_config.vocab_size,
+        block_size=hf_config.max_position_embeddings,
+        n_layers=hf_config.num_hidden_layers,
+        n_heads=hf_config.num_attention_heads,
+        n_kv_heads=hf_config.num_key_value_heads,
+        d_model=hf_config.hidden_size,
+        d_ff=hf_config.intermediate_size,
+        rope_base=float(rope.get("rope_theta", 10000.0)),
+        eps=hf_config.rms_norm_eps,
+        tie_embeddings=bool(hf_config.tie_word_embeddings),
+        n_experts=getattr(hf_config, "num_local_experts", 0) or 0,
+        top_k=getattr(hf_config, "num_experts_per_tok", 2) or 2,
+    )

@@ -33,6 +33,7 @@ form: Adam keeps two moments for every trainable number, so LoRA needs them (and
 Shapes: ``LoRALinear`` maps ``(..., in)`` to ``(..., out)`` in the input's dtype; ``A`` and ``B`` are kept in
 float32 (the adapter path runs in float32 and is cast back), whatever the base layer's dtype.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,6 +52,7 @@ class LoRAConfig:
     """Which linears get adapters and how: rank ``r``, ``alpha`` (scaling ``alpha / r``), ``dropout`` on the
     adapter's input, and ``target_modules`` (a regex matched against the whole module name, or a list of names /
     name suffixes), as ``peft.LoraConfig(r, lora_alpha, lora_dropout, target_modules)``."""
+
     r: int = 8
     alpha: float = 8.0
     dropout: float = 0.0
@@ -69,8 +71,9 @@ class LoRAConfig:
             except re.error as err:
                 raise ValueError(f"target_modules {t!r} is not a valid regular expression: {err}") from None
         elif not isinstance(t, (list, tuple)) or not t or not all(isinstance(s, str) and s for s in t):
-            raise ValueError(f"target_modules must be a regex string or a non-empty list of non-empty module names, "
-                             f"got {t!r}")
+            raise ValueError(
+                f"target_modules must be a regex string or a non-empty list of non-empty module names, got {t!r}"
+            )
         else:
             object.__setattr__(self, "target_modules", tuple(t))
 
@@ -94,14 +97,22 @@ class LoRALinear(nn.Module):
     ``lora_B: (out, r)``, float32, on the base's device. ``generator`` seeds ``A``'s initialisation.
     """
 
-    def __init__(self, base: nn.Module, r: int = 8, alpha: float = 8.0, dropout: float = 0.0,
-                 generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        base: nn.Module,
+        r: int = 8,
+        alpha: float = 8.0,
+        dropout: float = 0.0,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         cfg = LoRAConfig(r=r, alpha=alpha, dropout=dropout, target_modules=("_",))  # checks r, alpha, dropout
         in_f, out_f = getattr(base, "in_features", None), getattr(base, "out_features", None)
         if not isinstance(base, nn.Module) or not isinstance(in_f, int) or not isinstance(out_f, int):
-            raise TypeError(f"base must be an nn.Linear (or a module with int in_features and out_features), "
-                            f"got {type(base).__name__}")
+            raise TypeError(
+                f"base must be an nn.Linear (or a module with int in_features and out_features), "
+                f"got {type(base).__name__}"
+            )
         device = _device_of(base)
         check_generator(generator, [device])
         self.base = base
@@ -135,8 +146,10 @@ class LoRALinear(nn.Module):
         if self.merged:
             raise RuntimeError("this LoRALinear is already merged; call unmerge() first")
         if not isinstance(self.base, nn.Linear):
-            raise TypeError(f"only an nn.Linear base can be merged (its weight is rewritten); this base is "
-                            f"{type(self.base).__name__}")
+            raise TypeError(
+                f"only an nn.Linear base can be merged (its weight is rewritten); this base is "
+                f"{type(self.base).__name__}"
+            )
         w = self.base.weight
         merged = (w.float() + self.delta_weight()).to(w.dtype)
         self._original_weight = w.detach().clone()
@@ -164,8 +177,15 @@ class SlicedLoRALinear(LoRALinear):
     ``nn.ParameterDict``s keyed by slice name; merge, unmerge and ``merge_and_unload`` work as for ``LoRALinear``.
     """
 
-    def __init__(self, base: nn.Linear, slices: dict[str, tuple[int, int]], r: int = 8, alpha: float = 8.0,
-                 dropout: float = 0.0, generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        base: nn.Linear,
+        slices: dict[str, tuple[int, int]],
+        r: int = 8,
+        alpha: float = 8.0,
+        dropout: float = 0.0,
+        generator: torch.Generator | None = None,
+    ):
         nn.Module.__init__(self)
         cfg = LoRAConfig(r=r, alpha=alpha, dropout=dropout, target_modules=("_",))  # checks r, alpha, dropout
         if not isinstance(base, nn.Linear):
@@ -220,11 +240,18 @@ def check_slices(slices, out_features: int) -> dict[str, tuple[int, int]]:
         raise ValueError(f"slices must be a non-empty dict {{name: (start, stop)}}, got {slices!r}")
     out = {}
     for name, rng in slices.items():
-        ok = isinstance(name, str) and name.isidentifier() and isinstance(rng, (tuple, list)) and len(rng) == 2 \
+        ok = (
+            isinstance(name, str)
+            and name.isidentifier()
+            and isinstance(rng, (tuple, list))
+            and len(rng) == 2
             and all(isinstance(i, int) and not isinstance(i, bool) for i in rng)
+        )
         if not ok or not 0 <= rng[0] < rng[1] <= out_features:
-            raise ValueError(f"slices[{name!r}] must be (start, stop) with 0 <= start < stop <= out_features="
-                             f"{out_features} and a name that is an identifier, got {rng!r}")
+            raise ValueError(
+                f"slices[{name!r}] must be (start, stop) with 0 <= start < stop <= out_features="
+                f"{out_features} and a name that is an identifier, got {rng!r}"
+            )
         out[name] = (rng[0], rng[1])
     spans = sorted(out.values())
     if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
@@ -232,8 +259,9 @@ def check_slices(slices, out_features: int) -> dict[str, tuple[int, int]]:
     return out
 
 
-def apply_sliced_lora(model: nn.Module, config: LoRAConfig, slices: dict[str, tuple[int, int]],
-                      generator: torch.Generator | None = None) -> nn.Module:
+def apply_sliced_lora(
+    model: nn.Module, config: LoRAConfig, slices: dict[str, tuple[int, int]], generator: torch.Generator | None = None
+) -> nn.Module:
     """Like ``apply_lora``, but each selected ``nn.Linear`` gets a ``SlicedLoRALinear`` over ``slices`` (e.g.
     ``qkv_slices(384, "qv")`` on every ``"self_attn.qkv"``). Every check runs before anything changes."""
     names = lora_targets(model, config)
@@ -242,8 +270,13 @@ def apply_sliced_lora(model: nn.Module, config: LoRAConfig, slices: dict[str, tu
     check_generator(generator, [model.get_submodule(n).weight.device for n in names])
     model.requires_grad_(False)
     for name in names:
-        _set_module(model, name, SlicedLoRALinear(model.get_submodule(name), slices, config.r, config.alpha,
-                                                  config.dropout, generator=generator))
+        _set_module(
+            model,
+            name,
+            SlicedLoRALinear(
+                model.get_submodule(name), slices, config.r, config.alpha, config.dropout, generator=generator
+            ),
+        )
     return model
 
 
@@ -285,14 +318,20 @@ def lora_targets(model: nn.Module, config: LoRAConfig) -> list[str]:
     if not isinstance(config, LoRAConfig):
         raise TypeError(f"config must be a LoRAConfig, got {type(config).__name__}")
     adapted = tuple(n + "." for n in lora_layers(model))  # an adapted layer and its inside are left alone
-    names = [n for n, m in model.named_modules() if n and config.matches(n) and not isinstance(m, LoRALinear)
-             and not n.startswith(adapted)]
+    names = [
+        n
+        for n, m in model.named_modules()
+        if n and config.matches(n) and not isinstance(m, LoRALinear) and not n.startswith(adapted)
+    ]
     if not names:
         linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)][:6]
-        raise ValueError(f"target_modules={config.target_modules!r} matches no module of the model; its linear "
-                         f"layers are named like {linears}")
-    wrong = [f"{n} ({type(model.get_submodule(n)).__name__})" for n in names
-             if type(model.get_submodule(n)) is not nn.Linear]
+        raise ValueError(
+            f"target_modules={config.target_modules!r} matches no module of the model; its linear "
+            f"layers are named like {linears}"
+        )
+    wrong = [
+        f"{n} ({type(model.get_submodule(n)).__name__})" for n in names if type(model.get_submodule(n)) is not nn.Linear
+    ]
     if wrong:
         raise ValueError(f"target_modules={config.target_modules!r} selects modules that are not nn.Linear: {wrong}")
     return names
@@ -305,8 +344,11 @@ def apply_lora(model: nn.Module, config: LoRAConfig, generator: torch.Generator 
     check_generator(generator, [model.get_submodule(n).weight.device for n in names])
     model.requires_grad_(False)
     for name in names:
-        _set_module(model, name, LoRALinear(model.get_submodule(name), config.r, config.alpha, config.dropout,
-                                            generator=generator))
+        _set_module(
+            model,
+            name,
+            LoRALinear(model.get_submodule(name), config.r, config.alpha, config.dropout, generator=generator),
+        )
     return model
 
 
@@ -328,8 +370,9 @@ def merge_lora(model: nn.Module) -> nn.Module:
     layers = _need_layers(model)
     bad = [n for n, m in layers.items() if m.merged or not isinstance(m.base, nn.Linear)]
     if bad:
-        raise RuntimeError(f"cannot merge: these layers are already merged or have a base that is not an "
-                           f"nn.Linear: {bad}")
+        raise RuntimeError(
+            f"cannot merge: these layers are already merged or have a base that is not an nn.Linear: {bad}"
+        )
     for m in layers.values():
         m.merge()
     return model
@@ -374,8 +417,12 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     adapters."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    return sum(t.numel() * t.element_size() for state in optimizer.state.values() for t in state.values()
-               if isinstance(t, torch.Tensor))
+    return sum(
+        t.numel() * t.element_size()
+        for state in optimizer.state.values()
+        for t in state.values()
+        if isinstance(t, torch.Tensor)
+    )
 
 
 def adam_state_bytes(params) -> int:

@@ -1,4 +1,5 @@
 """The two training objectives of the book's models, as ``(model, batch) -> scalar loss`` functions."""
+
 from __future__ import annotations
 
 import torch

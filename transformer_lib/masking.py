@@ -10,6 +10,7 @@ it overflows to ``-inf`` in fp16 (max 65504) and is not "very negative" enough f
 Note: ``nn.MultiheadAttention`` uses the opposite boolean convention (True = *ignore*);
 use ``~mask`` when passing our masks to it.
 """
+
 from __future__ import annotations
 
 import torch

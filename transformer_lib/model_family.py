@@ -8,6 +8,7 @@ Used in chapter 11.
 checks the formula against Hugging Face models of each family built at small sizes. Chapter 11 prints the table,
 and chapter 09's ``model_memory.memory_table`` turns the counts into bytes per format.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ModelShape:
     """A decoder's published shape. ``ffn``: ``"gelu"`` (two matrices with biases) or ``"swiglu"`` (three, none)."""
+
     name: str
     source: str  # citation key
     n_layers: int
@@ -38,8 +40,7 @@ class ModelShape:
     @property
     def attention(self) -> str:
         """``"MHA"``, ``"MQA"`` or ``"GQA-g"`` (g kv heads), with the sliding window when there is one."""
-        kind = ("MHA" if self.n_kv_heads == self.n_heads else "MQA" if self.n_kv_heads == 1
-                else f"GQA-{self.n_kv_heads}")
+        kind = "MHA" if self.n_kv_heads == self.n_heads else "MQA" if self.n_kv_heads == 1 else f"GQA-{self.n_kv_heads}"
         return kind if self.window is None else f"{kind}, window {self.window:,}"
 
     @property
@@ -77,22 +78,66 @@ def param_counts(s: ModelShape) -> dict[str, int]:
 
 FAMILY = (
     # GPT-2 small: 12 layers, 768 wide (Radford et al. 2019; Hugging Face config "gpt2")
-    ModelShape("GPT-2 small", "radford2019language", 12, 768, 12, 12, 3072, 50257, 1024, "LayerNorm", "gelu",
-               "learned", tied=True, bias=True),
+    ModelShape(
+        "GPT-2 small",
+        "radford2019language",
+        12,
+        768,
+        12,
+        12,
+        3072,
+        50257,
+        1024,
+        "LayerNorm",
+        "gelu",
+        "learned",
+        tied=True,
+        bias=True,
+    ),
     # LLaMA 2 7B: table 1 of Touvron et al. 2023b, config of meta-llama/Llama-2-7b-hf (7B uses full MHA)
     ModelShape("LLaMA 2 7B", "touvron2023llama2", 32, 4096, 32, 32, 11008, 32000, 4096, "RMSNorm", "swiglu", "RoPE"),
     # Llama 3 8B: table 3 of the Llama 3 herd paper (Grattafiori et al. 2024)
-    ModelShape("Llama 3 8B", "grattafiori2024llama3", 32, 4096, 32, 8, 14336, 128256, 8192, "RMSNorm", "swiglu",
-               "RoPE"),
+    ModelShape(
+        "Llama 3 8B", "grattafiori2024llama3", 32, 4096, 32, 8, 14336, 128256, 8192, "RMSNorm", "swiglu", "RoPE"
+    ),
     # Mistral 7B: table 1 of Jiang et al. 2023 (dense; sliding window 4096, context 8192)
-    ModelShape("Mistral 7B", "jiang2023mistral", 32, 4096, 32, 8, 14336, 32000, 8192, "RMSNorm", "swiglu", "RoPE",
-               window=4096),
+    ModelShape(
+        "Mistral 7B", "jiang2023mistral", 32, 4096, 32, 8, 14336, 32000, 8192, "RMSNorm", "swiglu", "RoPE", window=4096
+    ),
     # Mixtral 8x7B: table 1 of Jiang et al. 2024 (8 experts, 2 per token, context 32768)
-    ModelShape("Mixtral 8x7B", "jiang2024mixtral", 32, 4096, 32, 8, 14336, 32000, 32768, "RMSNorm", "swiglu",
-               "RoPE", n_experts=8, top_k=2),
+    ModelShape(
+        "Mixtral 8x7B",
+        "jiang2024mixtral",
+        32,
+        4096,
+        32,
+        8,
+        14336,
+        32000,
+        32768,
+        "RMSNorm",
+        "swiglu",
+        "RoPE",
+        n_experts=8,
+        top_k=2,
+    ),
     # Qwen2-0.5B: table 1 of Yang et al. 2024 and its config.json (q/k/v biases, tied embeddings)
-    ModelShape("Qwen2-0.5B", "yang2024qwen2", 24, 896, 14, 2, 4864, 151936, 32768, "RMSNorm", "swiglu", "RoPE",
-               tied=True, qkv_bias=True),
+    ModelShape(
+        "Qwen2-0.5B",
+        "yang2024qwen2",
+        24,
+        896,
+        14,
+        2,
+        4864,
+        151936,
+        32768,
+        "RMSNorm",
+        "swiglu",
+        "RoPE",
+        tied=True,
+        qkv_bias=True,
+    ),
     # Phi-3-mini (4k): Abdin et al. 2024 and config.json of microsoft/Phi-3-mini-4k-instruct
     ModelShape("Phi-3-mini", "abdin2024phi3", 32, 3072, 32, 32, 8192, 32064, 4096, "RMSNorm", "swiglu", "RoPE"),
 )
@@ -103,8 +148,18 @@ def family_rows(shapes=FAMILY) -> list[dict]:
     rows = []
     for s in shapes:
         counts = param_counts(s)
-        rows.append({"model": s.name, "norm": s.norm, "activation": "GELU" if s.ffn == "gelu" else "SwiGLU",
-                     "positions": s.positions, "attention": s.attention,
-                     "experts": f"{s.top_k} of {s.n_experts}" if s.n_experts else "dense",
-                     "total": counts["total"], "active": counts["active"], "context": s.context, "source": s.source})
+        rows.append(
+            {
+                "model": s.name,
+                "norm": s.norm,
+                "activation": "GELU" if s.ffn == "gelu" else "SwiGLU",
+                "positions": s.positions,
+                "attention": s.attention,
+                "experts": f"{s.top_k} of {s.n_experts}" if s.n_experts else "dense",
+                "total": counts["total"],
+                "active": counts["active"],
+                "context": s.context,
+                "source": s.source,
+            }
+        )
     return rows

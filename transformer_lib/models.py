@@ -6,6 +6,7 @@ Used in chapters 04, 05 and 07.
 * ``GPT``: decoder-only (Radford et al. 2018/2019), pre-norm blocks without cross-attention.
 * ``BertEncoder``: encoder-only (Devlin et al. 2019), parameter layout able to load a BERT checkpoint.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,7 @@ import torch.nn.functional as F
 from .checks import check_bool, check_int, check_number, check_probability
 from .layers import ACTIVATIONS, DecoderLayer, EncoderLayer, LayerNorm
 from .params import count_parameters
-from .positional import (LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding,
-                         alibi_bias)
+from .positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding, alibi_bias
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "alibi", "none")
 
@@ -70,11 +70,14 @@ def _check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
 
 def _check_positions(position_ids: torch.Tensor, shape: tuple, block_size: int) -> None:
     if position_ids.shape != shape or position_ids.dtype not in (torch.long, torch.int, torch.int32):
-        raise ValueError(f"position_ids must be an integer tensor {shape}, got {position_ids.dtype} "
-                         f"{tuple(position_ids.shape)}")
+        raise ValueError(
+            f"position_ids must be an integer tensor {shape}, got {position_ids.dtype} {tuple(position_ids.shape)}"
+        )
     if position_ids.numel() and (int(position_ids.min()) < 0 or int(position_ids.max()) >= block_size):
-        raise ValueError(f"position_ids must be in [0, block_size={block_size}), got range "
-                         f"[{int(position_ids.min())}, {int(position_ids.max())}]")
+        raise ValueError(
+            f"position_ids must be in [0, block_size={block_size}), got range "
+            f"[{int(position_ids.min())}, {int(position_ids.max())}]"
+        )
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -105,6 +108,7 @@ class TransformerConfig(_HeadSize):
     and the pre-softmax linear layer, as the paper does (section 3.4); it needs one vocabulary shared by source and
     target (``src_vocab_size == tgt_vocab_size``, the paper's joint BPE vocabulary of about 37000 tokens).
     """
+
     src_vocab_size: int
     tgt_vocab_size: int
     d_model: int = 512
@@ -120,22 +124,36 @@ class TransformerConfig(_HeadSize):
     share_embeddings: bool = False
 
     def __post_init__(self):
-        _check_ints(self, "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers",
-                    "n_decoder_layers", "max_len")
+        _check_ints(
+            self,
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "d_model",
+            "n_heads",
+            "d_ff",
+            "n_encoder_layers",
+            "n_decoder_layers",
+            "max_len",
+        )
         _check_ints(self, "pad_id", minimum=0)
         _check_flags(self, "norm_first", "share_embeddings")
         _check_dropout(self)
         _check_heads(self)
         _check_choice(self, "activation", sorted(ACTIVATIONS))
         if self.d_model % 2 != 0:
-            raise ValueError(f"TransformerConfig.d_model must be even (sinusoidal positions pair sin and cos), "
-                             f"got {self.d_model}")
+            raise ValueError(
+                f"TransformerConfig.d_model must be even (sinusoidal positions pair sin and cos), got {self.d_model}"
+            )
         if self.pad_id >= min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(f"TransformerConfig.pad_id must be a token of both vocabularies, in [0, "
-                             f"{min(self.src_vocab_size, self.tgt_vocab_size)}), got {self.pad_id}")
+            raise ValueError(
+                f"TransformerConfig.pad_id must be a token of both vocabularies, in [0, "
+                f"{min(self.src_vocab_size, self.tgt_vocab_size)}), got {self.pad_id}"
+            )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(f"share_embeddings=True needs one vocabulary for source and target: src_vocab_size="
-                             f"{self.src_vocab_size} must equal tgt_vocab_size={self.tgt_vocab_size}")
+            raise ValueError(
+                f"share_embeddings=True needs one vocabulary for source and target: src_vocab_size="
+                f"{self.src_vocab_size} must equal tgt_vocab_size={self.tgt_vocab_size}"
+            )
 
 
 class Transformer(nn.Module):
@@ -150,10 +168,12 @@ class Transformer(nn.Module):
         self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len)
         self.dropout = nn.Dropout(c.dropout)
         layer_args = dict(dropout=c.dropout, activation=c.activation, norm_first=c.norm_first)
-        self.encoder = nn.ModuleList(EncoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args)
-                                     for _ in range(c.n_encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args, layer_idx=i)
-                                     for i in range(c.n_decoder_layers))
+        self.encoder = nn.ModuleList(
+            EncoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args) for _ in range(c.n_encoder_layers)
+        )
+        self.decoder = nn.ModuleList(
+            DecoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args, layer_idx=i) for i in range(c.n_decoder_layers)
+        )
         # pre-norm stacks end with a LayerNorm (their residual stream is never normalized otherwise)
         self.enc_norm = LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.dec_norm = LayerNorm(c.d_model) if c.norm_first else nn.Identity()
@@ -176,8 +196,9 @@ class Transformer(nn.Module):
             x = layer(x, attention_mask=attention_mask, need_weights=need_weights)
         return self.enc_norm(x)
 
-    def decode(self, tgt, memory, attention_mask=None, decoder_attention_mask=None, need_weights: bool = False,
-               cache=None):
+    def decode(
+        self, tgt, memory, attention_mask=None, decoder_attention_mask=None, need_weights: bool = False, cache=None
+    ):
         """``tgt: (B, T)`` ids, ``memory: (B, S, d_model)`` -> logits ``(B, T, tgt_vocab)``.
 
         ``attention_mask: (B, S)`` hides padded source positions; ``decoder_attention_mask: (B, past + T)`` padded
@@ -196,12 +217,19 @@ class Transformer(nn.Module):
             _check_mask_arg(decoder_attention_mask, (B, past + tgt.shape[1]), "decoder_attention_mask")
         x = self.embed(self.tgt_emb, tgt, offset=past)
         for layer in self.decoder:
-            x = layer(x, memory, encoder_attention_mask=attention_mask, attention_mask=decoder_attention_mask,
-                      need_weights=need_weights, cache=cache)
+            x = layer(
+                x,
+                memory,
+                encoder_attention_mask=attention_mask,
+                attention_mask=decoder_attention_mask,
+                need_weights=need_weights,
+                cache=cache,
+            )
         return self.generator(self.dec_norm(x))
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, attention_mask=None,
-                decoder_attention_mask=None) -> torch.Tensor:
+    def forward(
+        self, src: torch.Tensor, tgt: torch.Tensor, attention_mask=None, decoder_attention_mask=None
+    ) -> torch.Tensor:
         attention_mask = src != self.cfg.pad_id if attention_mask is None else attention_mask
         return self.decode(tgt, self.encode(src, attention_mask), attention_mask, decoder_attention_mask)
 
@@ -212,6 +240,7 @@ class GPTConfig(_HeadSize):
     """A GPT's sizes. ``vocab_size`` has no default: it comes from the tokenizer the model reads (e.g.
     ``tokenizer.vocab_size``). The other defaults are a small model that trains in minutes on a CPU; the book's
     trained checkpoint stores its own config, so its shape is read from there, never from these defaults."""
+
     vocab_size: int
     block_size: int = 128  # context window
     n_layers: int = 4
@@ -238,8 +267,10 @@ class GPTConfig(_HeadSize):
                 raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
         check_int("GPTConfig.window", self.window, min=1, optional="full attention")
         if self.positional == "rope" and self.d_head % 2 != 0:
-            raise ValueError(f"positional='rope' rotates feature pairs: d_head = d_model // n_heads must be even, "
-                             f"got {self.d_model} // {self.n_heads} = {self.d_model // self.n_heads}")
+            raise ValueError(
+                f"positional='rope' rotates feature pairs: d_head = d_model // n_heads must be even, "
+                f"got {self.d_model} // {self.n_heads} = {self.d_model // self.n_heads}"
+            )
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"positional='sinusoidal' pairs sin and cos: d_model must be even, got {self.d_model}")
 
@@ -251,24 +282,43 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = c = cfg
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos = {"learned": lambda: LearnedPositionalEmbedding(c.d_model, c.block_size),
-                    "sinusoidal": lambda: SinusoidalPositionalEncoding(c.d_model, c.block_size)}.get(
-                        c.positional, lambda: None)()
+        self.pos = {
+            "learned": lambda: LearnedPositionalEmbedding(c.d_model, c.block_size),
+            "sinusoidal": lambda: SinusoidalPositionalEncoding(c.d_model, c.block_size),
+        }.get(c.positional, lambda: None)()
         rope = RotaryEmbedding(c.d_head) if c.positional == "rope" else None
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
-            DecoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, "gelu", norm_first=True, bias=c.bias,
-                         cross_attention=False, rope=rope, layer_idx=i, n_kv_heads=c.n_kv_heads,
-                         window=c.window)
-            for i in range(c.n_layers))
+            DecoderLayer(
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                c.dropout,
+                "gelu",
+                norm_first=True,
+                bias=c.bias,
+                cross_attention=False,
+                rope=rope,
+                layer_idx=i,
+                n_kv_heads=c.n_kv_heads,
+                window=c.window,
+            )
+            for i in range(c.n_layers)
+        )
         self.norm = LayerNorm(c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.apply(init_weights)
         self.lm_head.weight = self.tok_emb.weight  # weight tying (Press & Wolf 2017)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None,
-                attention_mask: torch.Tensor | None = None, need_weights: bool = False,
-                position_ids: torch.Tensor | None = None):
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        cache=None,
+        attention_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        position_ids: torch.Tensor | None = None,
+    ):
         """Returns ``(logits (B, T, V), loss or None)``. ``targets: (B, T)``, -100 = ignore.
 
         ``cache``: a KV cache (chapter 07); ``attention_mask: (B, past + T)`` bool, True on real tokens.
@@ -278,14 +328,18 @@ class GPT(nn.Module):
         """
         _check_ids(idx, self.cfg.vocab_size, "idx")
         B, T = idx.shape
-        if targets is not None and (not isinstance(targets, torch.Tensor) or targets.shape != idx.shape
-                                    or targets.dtype not in (torch.long, torch.int, torch.int32)):
+        if targets is not None and (
+            not isinstance(targets, torch.Tensor)
+            or targets.shape != idx.shape
+            or targets.dtype not in (torch.long, torch.int, torch.int32)
+        ):
             got = f"{targets.dtype} {tuple(targets.shape)}" if isinstance(targets, torch.Tensor) else type(targets)
             raise ValueError(f"targets must be an integer tensor of idx's shape {(B, T)}, got {got}")
         past = 0 if cache is None else cache.get_seq_length(0)
         if past + T > self.cfg.block_size and self.cfg.positional in ("learned", "sinusoidal"):
-            raise ValueError(f"sequence length {past + T} (past={past} + T={T}) exceeds block_size="
-                             f"{self.cfg.block_size}")
+            raise ValueError(
+                f"sequence length {past + T} (past={past} + T={T}) exceeds block_size={self.cfg.block_size}"
+            )
         x = self.tok_emb(idx)  # (B, T, d_model)
         if position_ids is not None:
             _check_positions(position_ids, (B, T), self.cfg.block_size)
@@ -321,6 +375,7 @@ class GPT(nn.Module):
 @dataclass
 class BertConfig(_HeadSize):
     """Defaults are all-MiniLM-L6-v2's shape."""
+
     vocab_size: int = 30522
     d_model: int = 384
     n_heads: int = 12
@@ -371,8 +426,10 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.cfg = c = cfg
         self.embeddings = BertEmbeddings(c)
-        self.layers = nn.ModuleList(EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, "gelu", norm_first=False,
-                                                 eps=c.eps) for _ in range(c.n_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, "gelu", norm_first=False, eps=c.eps)
+            for _ in range(c.n_layers)
+        )
         self.apply(init_weights)
 
     def num_params(self) -> int:
@@ -392,14 +449,17 @@ class BertEncoder(nn.Module):
                 raise TypeError(f"{name} must be a tensor (B, T) or None, got {type(t).__name__}")
         if attention_mask is not None:
             if attention_mask.shape != input_ids.shape:
-                raise ValueError(f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
-                                 f"got {tuple(attention_mask.shape)}")
+                raise ValueError(
+                    f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
+                    f"got {tuple(attention_mask.shape)}"
+                )
             attention_mask = attention_mask.bool()
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)  # one segment
         elif token_type_ids.shape != input_ids.shape:
-            raise ValueError(f"token_type_ids must have input_ids' shape {tuple(input_ids.shape)}, "
-                             f"got {tuple(token_type_ids.shape)}")
+            raise ValueError(
+                f"token_type_ids must have input_ids' shape {tuple(input_ids.shape)}, got {tuple(token_type_ids.shape)}"
+            )
         else:
             _check_ids(token_type_ids, self.cfg.type_vocab_size, "token_type_ids")
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, d_model)

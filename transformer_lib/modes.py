@@ -1,4 +1,5 @@
 """A module's mode (training or evaluation), switched for a block of code and always restored."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager

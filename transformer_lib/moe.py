@@ -12,6 +12,7 @@ Used in chapter 11.
   (no token is dropped). ``MoE(..., capacity_factor=None)`` computes what Hugging Face's
   ``MixtralSparseMoeBlock`` computes (``tests/test_moe.py``).
 """
+
 from __future__ import annotations
 
 import math
@@ -96,8 +97,15 @@ class MoE(nn.Module):
     ``kept: (B * T, k)`` which assignments ran.
     """
 
-    def __init__(self, d_model: int, d_ff: int, n_experts: int, top_k: int = 2,
-                 capacity_factor: float | None = None, normalize: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        n_experts: int,
+        top_k: int = 2,
+        capacity_factor: float | None = None,
+        normalize: bool = True,
+    ):
         super().__init__()
         for name, value in (("d_model", d_model), ("d_ff", d_ff), ("n_experts", n_experts), ("top_k", top_k)):
             _check_positive_int(name, value)
@@ -156,15 +164,22 @@ def load_from_hf_mixtral_block(moe: MoE, block) -> MoE:
     and ``experts.down_proj: (E, d_model, d_ff)``; the router is ``gate.weight: (E, d_model)``.
     """
     if not hasattr(block.experts, "gate_up_proj"):
-        raise ValueError("the block keeps its experts as separate modules (transformers < 5); this loader reads the "
-                         "stacked experts.gate_up_proj / down_proj of transformers 5 (the book pins 5.24.0)")
+        raise ValueError(
+            "the block keeps its experts as separate modules (transformers < 5); this loader reads the "
+            "stacked experts.gate_up_proj / down_proj of transformers 5 (the book pins 5.24.0)"
+        )
     gate_up, down = block.experts.gate_up_proj, block.experts.down_proj
     E, d_ff = gate_up.shape[0], gate_up.shape[1] // 2
-    if E != moe.n_experts or tuple(down.shape[1:]) != (moe.router.in_features, moe.experts[0].down.in_features) \
-            or d_ff != moe.experts[0].down.in_features:
-        raise ValueError(f"the block has {E} experts, gate_up_proj {tuple(gate_up.shape)}; this MoE has "
-                         f"{moe.n_experts} experts of d_model={moe.router.in_features}, "
-                         f"d_ff={moe.experts[0].down.in_features}")
+    if (
+        E != moe.n_experts
+        or tuple(down.shape[1:]) != (moe.router.in_features, moe.experts[0].down.in_features)
+        or d_ff != moe.experts[0].down.in_features
+    ):
+        raise ValueError(
+            f"the block has {E} experts, gate_up_proj {tuple(gate_up.shape)}; this MoE has "
+            f"{moe.n_experts} experts of d_model={moe.router.in_features}, "
+            f"d_ff={moe.experts[0].down.in_features}"
+        )
     moe.router.weight.copy_(block.gate.weight)
     for e, expert in enumerate(moe.experts):
         expert.gate.weight.copy_(gate_up[e, :d_ff])

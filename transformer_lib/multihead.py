@@ -8,6 +8,7 @@ The h projections are one matrix each (``d_model x d_model``) split into h slice
 the query/key/value weights are stacked in one ``qkv`` Linear laid out like
 ``nn.MultiheadAttention.in_proj_weight`` so weights load one-to-one.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,10 +44,16 @@ def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> No
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"attn_mask must be a bool or float tensor, got {type(mask).__name__}")
     if mask.dim() not in (2, 4):
-        hint = (" (ambiguous: write mask[:, None] for one mask per sequence (B, 1, Tq, Tk) or mask[None] for one "
-                "per head (1, H, Tq, Tk))" if mask.dim() == 3 else "")
-        raise ValueError(f"attn_mask must have one of the shapes {', '.join(ATTN_MASK_SHAPES)} with B={B}, H={H}, "
-                         f"Tq={Tq}, Tk={Tk}; got {mask.dim()}-D shape {tuple(mask.shape)}{hint}")
+        hint = (
+            " (ambiguous: write mask[:, None] for one mask per sequence (B, 1, Tq, Tk) or mask[None] for one "
+            "per head (1, H, Tq, Tk))"
+            if mask.dim() == 3
+            else ""
+        )
+        raise ValueError(
+            f"attn_mask must have one of the shapes {', '.join(ATTN_MASK_SHAPES)} with B={B}, H={H}, "
+            f"Tq={Tq}, Tk={Tk}; got {mask.dim()}-D shape {tuple(mask.shape)}{hint}"
+        )
     check_mask(mask, (B, H, Tq, Tk), "attn_mask")
 
 
@@ -67,9 +74,18 @@ class MultiHeadAttention(nn.Module):
         only itself and the ``window - 1`` keys before it (``sliding_window_mask``); None = full attention.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
-                 rope: nn.Module | None = None, layer_idx: int = 0, n_kv_heads: int | None = None,
-                 d_head: int | None = None, window: int | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        rope: nn.Module | None = None,
+        layer_idx: int = 0,
+        n_kv_heads: int | None = None,
+        d_head: int | None = None,
+        window: int | None = None,
+    ):
         super().__init__()
         check_window(window)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -117,17 +133,21 @@ class MultiHeadAttention(nn.Module):
     def _check_inputs(self, query, key, value):
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x is not None and not isinstance(x, torch.Tensor):
-                raise TypeError(f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), got "
-                                f"{type(x).__name__}")
+                raise TypeError(
+                    f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), got {type(x).__name__}"
+                )
             if x is not None and not x.is_floating_point():
-                raise ValueError(f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), "
-                                 f"got {x.dtype}")
+                raise ValueError(
+                    f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), got {x.dtype}"
+                )
         if query.dim() != 3 or query.shape[-1] != self.d_model:
             raise ValueError(f"query must be (B, Tq, d_model={self.d_model}), got {tuple(query.shape)}")
         if key is None:
             if value is not None:
-                raise ValueError(f"value{tuple(value.shape)} was given without key: pass key too (cross-attention) "
-                                 "or neither (self-attention)")
+                raise ValueError(
+                    f"value{tuple(value.shape)} was given without key: pass key too (cross-attention) "
+                    "or neither (self-attention)"
+                )
             return
         value = key if value is None else value
         if key.dim() != 3 or key.shape[-1] != self.d_model or key.shape[0] != query.shape[0]:
@@ -135,8 +155,17 @@ class MultiHeadAttention(nn.Module):
         if value.shape != key.shape:
             raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
 
-    def forward(self, query, key=None, value=None, attn_mask=None, attention_mask=None,
-                is_causal: bool = False, need_weights: bool = False, cache=None):
+    def forward(
+        self,
+        query,
+        key=None,
+        value=None,
+        attn_mask=None,
+        attention_mask=None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache=None,
+    ):
         """Returns ``(out: (B, Tq, d_model), weights: (B, H, Tq, Tk) or None)``.
 
         Args:
@@ -167,11 +196,14 @@ class MultiHeadAttention(nn.Module):
             _check_attn_mask(attn_mask, B, H, Tq, Tk)
         if attention_mask is not None:
             if not isinstance(attention_mask, torch.Tensor):
-                raise TypeError(f"attention_mask must be a bool tensor (B={B}, Tk={Tk}), got "
-                                f"{type(attention_mask).__name__}")
+                raise TypeError(
+                    f"attention_mask must be a bool tensor (B={B}, Tk={Tk}), got {type(attention_mask).__name__}"
+                )
             if attention_mask.shape != (B, Tk) or attention_mask.dtype != torch.bool:
-                raise ValueError(f"attention_mask must be bool (B={B}, Tk={Tk}), got "
-                                 f"{attention_mask.dtype} {tuple(attention_mask.shape)}")
+                raise ValueError(
+                    f"attention_mask must be bool (B={B}, Tk={Tk}), got "
+                    f"{attention_mask.dtype} {tuple(attention_mask.shape)}"
+                )
             attention_mask = key_padding_to_attention(attention_mask)  # (B, 1, 1, Tk)
         if is_causal and self.window is not None:  # the band already holds the causal mask
             band = sliding_window_mask(Tq, Tk, self.window, device=q.device)  # (Tq, Tk)
@@ -186,19 +218,27 @@ class MultiHeadAttention(nn.Module):
     def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
         """Copy the weights of a ``torch.nn.MultiheadAttention`` with the same d_model and heads."""
         if self.n_kv_heads != self.n_heads or self.q_dim != self.d_model:
-            raise ValueError(f"only plain multi-head attention loads from nn.MultiheadAttention, this module has "
-                             f"n_kv_heads={self.n_kv_heads}, n_heads * d_head={self.q_dim}, d_model={self.d_model}")
+            raise ValueError(
+                f"only plain multi-head attention loads from nn.MultiheadAttention, this module has "
+                f"n_kv_heads={self.n_kv_heads}, n_heads * d_head={self.q_dim}, d_model={self.d_model}"
+            )
         if mha.embed_dim != self.d_model or mha.num_heads != self.n_heads:
-            raise ValueError(f"nn.MultiheadAttention has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; "
-                             f"this module has d_model={self.d_model}, n_heads={self.n_heads}")
+            raise ValueError(
+                f"nn.MultiheadAttention has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; "
+                f"this module has d_model={self.d_model}, n_heads={self.n_heads}"
+            )
         if mha.in_proj_weight is None:
-            raise ValueError(f"nn.MultiheadAttention with kdim={mha.kdim}, vdim={mha.vdim} != embed_dim="
-                             f"{mha.embed_dim} is not supported")
+            raise ValueError(
+                f"nn.MultiheadAttention with kdim={mha.kdim}, vdim={mha.vdim} != embed_dim="
+                f"{mha.embed_dim} is not supported"
+            )
         if mha.bias_k is not None or mha.add_zero_attn:
             raise ValueError("nn.MultiheadAttention with add_bias_kv=True or add_zero_attn=True is not supported")
         if (mha.in_proj_bias is None) != (self.qkv.bias is None):
-            raise ValueError(f"bias mismatch: nn.MultiheadAttention has bias={mha.in_proj_bias is not None}, "
-                             f"this module has bias={self.qkv.bias is not None}")
+            raise ValueError(
+                f"bias mismatch: nn.MultiheadAttention has bias={mha.in_proj_bias is not None}, "
+                f"this module has bias={self.qkv.bias is not None}"
+            )
         self.qkv.weight.copy_(mha.in_proj_weight)
         self.out.weight.copy_(mha.out_proj.weight)
         if self.qkv.bias is not None:

@@ -8,6 +8,7 @@ LayerNorm (``layers.LayerNorm``) subtracts the mean and divides by the standard 
 by the root mean square. Zhang & Sennrich argue the re-scaling is what stabilises training, and report quality on
 par with LayerNorm at 7-64% less running time in their models (their numbers). Statistics in fp32 for any input.
 """
+
 from __future__ import annotations
 
 import torch

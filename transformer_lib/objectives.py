@@ -18,6 +18,7 @@ the target of position ``t`` is the token at ``t + 1``; ``next_token_targets`` s
 Shapes: ``input_ids`` ``(B, T)`` int64; ``mlm_mask`` returns ``(B, T)`` tensors, ``next_token_targets``
 ``(B, T - 1)`` ones. Random draws come from a ``torch.Generator`` on the inputs' device, so a seed fixes them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class MaskedBatch:
     """The corrupted ``input_ids (B, T)``, the ``labels (B, T)`` (original token at chosen positions,
     ``ignore_index`` elsewhere) and ``choice (B, T)`` int8: ``NOT_CHOSEN`` (0), ``MASKED`` (1, now ``[MASK]``),
     ``RANDOM`` (2, now a random token, which may by chance equal the original) or ``UNCHANGED`` (3)."""
+
     input_ids: torch.Tensor
     labels: torch.Tensor
     choice: torch.Tensor
@@ -43,8 +45,11 @@ class MaskedBatch:
 
 def _check_ids(input_ids, name="input_ids"):
     if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long or input_ids.dim() != 2:
-        got = f"{input_ids.dtype} {tuple(input_ids.shape)}" if isinstance(input_ids, torch.Tensor) \
+        got = (
+            f"{input_ids.dtype} {tuple(input_ids.shape)}"
+            if isinstance(input_ids, torch.Tensor)
             else type(input_ids).__name__
+        )
         raise ValueError(f"{name} must be an int64 tensor (B, T), got {got}")
 
 
@@ -65,10 +70,18 @@ def _check_prob(name, value):
         raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
 
 
-def mlm_mask(input_ids: torch.Tensor, mask_token_id: int, vocab_size: int, special_token_ids=(),
-             attention_mask: torch.Tensor | None = None, mask_prob: float = 0.15, mask_frac: float = 0.8,
-             random_frac: float = 0.1, generator: torch.Generator | None = None,
-             ignore_index: int = IGNORE_INDEX) -> MaskedBatch:
+def mlm_mask(
+    input_ids: torch.Tensor,
+    mask_token_id: int,
+    vocab_size: int,
+    special_token_ids=(),
+    attention_mask: torch.Tensor | None = None,
+    mask_prob: float = 0.15,
+    mask_frac: float = 0.8,
+    random_frac: float = 0.1,
+    generator: torch.Generator | None = None,
+    ignore_index: int = IGNORE_INDEX,
+) -> MaskedBatch:
     """BERT's masking of ``input_ids (B, T)``: choose each ordinary position with probability ``mask_prob``; of the
     chosen, ``mask_frac`` become ``mask_token_id``, ``random_frac`` a random ordinary token, the rest stay.
 
@@ -89,11 +102,14 @@ def mlm_mask(input_ids: torch.Tensor, mask_token_id: int, vocab_size: int, speci
     for name, value in (("mask_prob", mask_prob), ("mask_frac", mask_frac), ("random_frac", random_frac)):
         _check_prob(name, value)
     if mask_frac + random_frac > 1.0 + 1e-12:
-        raise ValueError(f"mask_frac + random_frac must be at most 1 (the rest stay unchanged), got "
-                         f"{mask_frac} + {random_frac}")
+        raise ValueError(
+            f"mask_frac + random_frac must be at most 1 (the rest stay unchanged), got {mask_frac} + {random_frac}"
+        )
     if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= vocab_size):
-        raise ValueError(f"input_ids must lie in [0, vocab_size={vocab_size}), got values in "
-                         f"[{int(input_ids.min())}, {int(input_ids.max())}]")
+        raise ValueError(
+            f"input_ids must lie in [0, vocab_size={vocab_size}), got values in "
+            f"[{int(input_ids.min())}, {int(input_ids.max())}]"
+        )
     device = input_ids.device
     if generator is not None:
         if not isinstance(generator, torch.Generator):
@@ -127,8 +143,9 @@ def mlm_mask(input_ids: torch.Tensor, mask_token_id: int, vocab_size: int, speci
     return MaskedBatch(out, labels, choice)
 
 
-def next_token_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                       ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, torch.Tensor]:
+def next_token_targets(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, ignore_index: int = IGNORE_INDEX
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(inputs, targets)``, each ``(B, T - 1)``: ``inputs = input_ids[:, :-1]``, ``targets = input_ids[:, 1:]``,
     with ``ignore_index`` where the target is padding (``attention_mask`` 0), so padding is never predicted."""
     _check_ids(input_ids)

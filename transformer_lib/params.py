@@ -8,6 +8,7 @@ prints about a model's size means the same thing in every chapter: each paramete
 and output head count once), every entry, or with ``nonzero=True`` only the entries a pruned model still computes
 with (``trainable=True``: only those with ``requires_grad``).
 """
+
 from __future__ import annotations
 
 import torch.nn as nn
@@ -29,8 +30,8 @@ def count_parameters(model: nn.Module, nonzero: bool = False, trainable: bool = 
     seen, total = set(), 0
     for module in model.modules():
         for name, p in module.named_parameters(recurse=False):
-            if name.endswith("_orig") and hasattr(module, name[:-len("_orig")] + "_mask"):
-                p = getattr(module, name[:-len("_orig")])  # the masked weight
+            if name.endswith("_orig") and hasattr(module, name[: -len("_orig")] + "_mask"):
+                p = getattr(module, name[: -len("_orig")])  # the masked weight
             if id(p) not in seen:
                 seen.add(id(p))
                 total += int((p != 0).sum())

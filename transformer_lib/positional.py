@@ -10,6 +10,7 @@ Used in chapters 04 and 11.
 * ALiBi (Press et al. 2022, "Train Short, Test Long"): no embedding; add -slope_h * (i - j)
   to head h's attention scores.
 """
+
 from __future__ import annotations
 
 import math
@@ -71,7 +72,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.pe.shape[1])
         _check_length(offset + x.shape[1], self.pe.shape[0], "sinusoidal", offset)
-        return x + self.pe[offset: offset + x.shape[1]].to(x.dtype)  # (B, T, d_model)
+        return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)  # (B, T, d_model)
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -86,7 +87,7 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.weight.shape[1])
         _check_length(offset + x.shape[1], self.weight.shape[0], "learned positional", offset)
-        return x + self.weight[offset: offset + x.shape[1]].to(x.dtype)
+        return x + self.weight[offset : offset + x.shape[1]].to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -122,9 +123,11 @@ class RotaryEmbedding(nn.Module):
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """Head slopes 2^(-8/n), 2^(-16/n), ...; for non-powers of two, the paper's interleaving."""
     check_int("n_heads", n_heads, min=1)
+
     def pow2(n):
         start = 2 ** (-8 / n)
         return [start ** (i + 1) for i in range(n)]
+
     if math.log2(n_heads).is_integer():
         return torch.tensor(pow2(n_heads))
     closest = 2 ** math.floor(math.log2(n_heads))

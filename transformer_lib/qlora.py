@@ -21,6 +21,7 @@ Shapes: ``NF4Linear`` maps ``(..., in)`` to ``(..., out)`` in the input's dtype.
 entries (``nf4_weight_bytes``): ``n / 2`` bytes of codes, plus ``4 n / 64`` bytes of scales, or with double
 quantization ``n / 64 + 4 ceil(n / (64 * 256)) + 4``.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,12 @@ def double_quantize(absmax: torch.Tensor, block_size: int = 256) -> tuple[torch.
     ``(absmax - offset) / scale``), ``scales (ceil(n_blocks / block_size),)`` float32 (each block's largest
     ``|absmax - offset|`` over 448) and ``offset`` ``(1,)`` float32 (the mean of ``absmax``).
     """
-    if not isinstance(absmax, torch.Tensor) or absmax.dim() != 1 or absmax.numel() == 0 \
-            or absmax.dtype != torch.float32:
+    if (
+        not isinstance(absmax, torch.Tensor)
+        or absmax.dim() != 1
+        or absmax.numel() == 0
+        or absmax.dtype != torch.float32
+    ):
         got = f"{absmax.dtype} {tuple(absmax.shape)}" if isinstance(absmax, torch.Tensor) else type(absmax).__name__
         raise ValueError(f"absmax must be a non-empty 1-D float32 tensor, got {got}")
     _check_block("block_size", block_size)
@@ -65,8 +70,9 @@ def double_quantize(absmax: torch.Tensor, block_size: int = 256) -> tuple[torch.
     return codes, scales, offset
 
 
-def double_dequantize(codes: torch.Tensor, scales: torch.Tensor, offset: torch.Tensor,
-                      block_size: int = 256) -> torch.Tensor:
+def double_dequantize(
+    codes: torch.Tensor, scales: torch.Tensor, offset: torch.Tensor, block_size: int = 256
+) -> torch.Tensor:
     """The scales read back: ``codes * scale of its block + offset``, ``(n_blocks,)`` float32."""
     n = codes.numel()
     values = F.pad(codes.view(FP8).float(), (0, -n % block_size)).view(-1, block_size)  # (n_blocks2, block_size)
@@ -81,8 +87,16 @@ class NF4Linear(nn.Module):
     ``scale_block_size`` scales) and ``absmax_offset (1,)`` float32; ``bias (out,)`` float32 or None.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, block_size: int = 64,
-                 double_quant: bool = True, scale_block_size: int = 256, device=None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        block_size: int = 64,
+        double_quant: bool = True,
+        scale_block_size: int = 256,
+        device=None,
+    ):
         super().__init__()
         _check_block("in_features", in_features)
         _check_block("out_features", out_features)
@@ -107,14 +121,22 @@ class NF4Linear(nn.Module):
 
     @classmethod
     @torch.no_grad()
-    def from_linear(cls, linear: nn.Linear, block_size: int = 64, double_quant: bool = True,
-                    scale_block_size: int = 256) -> "NF4Linear":
+    def from_linear(
+        cls, linear: nn.Linear, block_size: int = 64, double_quant: bool = True, scale_block_size: int = 256
+    ) -> "NF4Linear":
         """Quantize ``linear.weight`` with ``nf4.nf4_quantize`` (and its scales with ``double_quantize``)."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
         w = linear.weight
-        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, block_size, double_quant,
-                    scale_block_size, device=w.device)
+        layer = cls(
+            linear.in_features,
+            linear.out_features,
+            linear.bias is not None,
+            block_size,
+            double_quant,
+            scale_block_size,
+            device=w.device,
+        )
         t = nf4_quantize(w, block_size)  # checks w is finite
         layer.codes.copy_(t.codes)
         if layer.double_quant:
@@ -157,8 +179,9 @@ class NF4Linear(nn.Module):
 
     def extra_repr(self) -> str:
         dq = f"double-quantized scales per {self.scale_block_size}" if self.double_quant else "float32 scales"
-        return (f"in_features={self.in_features}, out_features={self.out_features}, NF4 blocks of "
-                f"{self.block_size}, {dq}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, NF4 blocks of {self.block_size}, {dq}"
+        )
 
 
 def nf4_weight_bytes(numel: int, block_size: int = 64, double_quant: bool = True, scale_block_size: int = 256) -> int:
@@ -173,14 +196,26 @@ def nf4_weight_bytes(numel: int, block_size: int = 64, double_quant: bool = True
     return numel // 2 + scales
 
 
-def qlora_linear(linear: nn.Linear, r: int = 8, alpha: float = 8.0, dropout: float = 0.0, block_size: int = 64,
-                 double_quant: bool = True, generator: torch.Generator | None = None) -> LoRALinear:
+def qlora_linear(
+    linear: nn.Linear,
+    r: int = 8,
+    alpha: float = 8.0,
+    dropout: float = 0.0,
+    block_size: int = 64,
+    double_quant: bool = True,
+    generator: torch.Generator | None = None,
+) -> LoRALinear:
     """``LoRALinear(NF4Linear.from_linear(linear))``: the NF4 base with float32 adapters on top."""
     return LoRALinear(NF4Linear.from_linear(linear, block_size, double_quant), r, alpha, dropout, generator)
 
 
-def apply_qlora(model: nn.Module, config: LoRAConfig, block_size: int = 64, double_quant: bool = True,
-                generator: torch.Generator | None = None) -> nn.Module:
+def apply_qlora(
+    model: nn.Module,
+    config: LoRAConfig,
+    block_size: int = 64,
+    double_quant: bool = True,
+    generator: torch.Generator | None = None,
+) -> nn.Module:
     """Replace every ``nn.Linear`` that ``config.target_modules`` selects by ``qlora_linear`` (in place) and freeze
     everything else; returns ``model``. Checked before anything changes: the targets exist, are ``nn.Linear``, and
     each weight's size is a multiple of ``block_size``."""
@@ -195,7 +230,8 @@ def apply_qlora(model: nn.Module, config: LoRAConfig, block_size: int = 64, doub
     model.requires_grad_(False)
     for name in names:
         parent, _, child = name.rpartition(".")
-        new = qlora_linear(model.get_submodule(name), config.r, config.alpha, config.dropout, block_size,
-                           double_quant, generator)
+        new = qlora_linear(
+            model.get_submodule(name), config.r, config.alpha, config.dropout, block_size, double_quant, generator
+        )
         setattr(model.get_submodule(parent) if parent else model, child, new)
     return model

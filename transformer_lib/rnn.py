@@ -12,6 +12,7 @@ Used in chapter 01.
 Chapter 01's two other measurements are experiments: ``experiments.recall`` (a long-range recall task) and
 ``experiments.sequence_cost`` (operator calls, FLOPs and time of a loop against attention).
 """
+
 from __future__ import annotations
 
 import math
@@ -75,11 +76,15 @@ class _Recurrent(nn.Module):
     def load_from_torch(self, module: nn.RNNBase) -> "_Recurrent":
         """Copy the weights of a one-layer, one-direction ``nn.RNN`` / ``nn.LSTM`` of the same sizes."""
         if module.num_layers != 1 or module.bidirectional or getattr(module, "proj_size", 0):
-            raise ValueError("only a one-layer, one-direction module without projection can be copied, got "
-                             f"num_layers={module.num_layers}, bidirectional={module.bidirectional}")
+            raise ValueError(
+                "only a one-layer, one-direction module without projection can be copied, got "
+                f"num_layers={module.num_layers}, bidirectional={module.bidirectional}"
+            )
         if (module.input_size, module.hidden_size) != (self.d_in, self.d_hidden):
-            raise ValueError(f"module has input_size={module.input_size}, hidden_size={module.hidden_size}; "
-                             f"expected {self.d_in}, {self.d_hidden}")
+            raise ValueError(
+                f"module has input_size={module.input_size}, hidden_size={module.hidden_size}; "
+                f"expected {self.d_in}, {self.d_hidden}"
+            )
         if module.bias != (self.bias_ih is not None):
             raise ValueError(f"module has bias={module.bias}, this one has bias={self.bias_ih is not None}")
         self.weight_ih.copy_(module.weight_ih_l0)
@@ -152,7 +157,7 @@ def state_jacobian(w_hh: torch.Tensor, hiddens: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"hiddens must be (k, H={w_hh.shape[0]}), got {tuple(hiddens.shape)}")
     jac = torch.eye(w_hh.shape[0], dtype=w_hh.dtype, device=w_hh.device)
     for h in hiddens:  # h_1 first
-        jac = (1 - h ** 2)[:, None] * w_hh @ jac  # diag(1 - h_t^2) W_hh  (product so far)
+        jac = (1 - h**2)[:, None] * w_hh @ jac  # diag(1 - h_t^2) W_hh  (product so far)
     return jac
 
 
@@ -173,8 +178,9 @@ def set_spectral_radius(w: torch.Tensor, rho: float) -> torch.Tensor:
     return w * (rho / radius)
 
 
-def input_gradient_norms(model: Callable, x: torch.Tensor, u: torch.Tensor | None = None,
-                         seed: int = 0) -> torch.Tensor:
+def input_gradient_norms(
+    model: Callable, x: torch.Tensor, u: torch.Tensor | None = None, seed: int = 0
+) -> torch.Tensor:
     """How much the last output depends on each input: ``(T,)``.
 
     ``model`` maps ``x: (B, T, D)`` to ``y: (B, T, H)`` (or a tuple whose first item is ``y``).

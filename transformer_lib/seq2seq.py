@@ -6,6 +6,7 @@ Used in chapters 00 and 05.
 * ``beam_search``: the ``beam_size`` most likely prefixes, the best finished one returned.
 * ``translate``: texts in, texts out, through a pair of tokenizers; ``exact_match`` scores the outputs.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -41,8 +42,15 @@ def greedy_decode(model: nn.Module, src: torch.Tensor, bos_id: int, eos_id: int,
 
 
 @torch.no_grad()
-def beam_search(model: nn.Module, src: torch.Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
-                max_len: int = 32, length_penalty: float = 0.0) -> torch.Tensor:
+def beam_search(
+    model: nn.Module,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_len: int = 32,
+    length_penalty: float = 0.0,
+) -> torch.Tensor:
     """Keep the ``beam_size`` most likely prefixes per source; return each source's best finished one.
 
     Score = sum of log-probabilities / length**``length_penalty`` (0: plain sum). ``src: (B, S)`` ->
@@ -78,18 +86,25 @@ def beam_search(model: nn.Module, src: torch.Tensor, bos_id: int, eos_id: int, b
         if done.all():
             break
     lengths = ((seqs[:, 1:] != pad).sum(-1)).clamp(min=1).float().view(B, K)
-    best = (scores / lengths ** length_penalty).argmax(-1)  # (B,)
+    best = (scores / lengths**length_penalty).argmax(-1)  # (B,)
     return seqs.view(B, K, -1)[torch.arange(B, device=src.device), best, 1:]
 
 
-def translate(model: nn.Module, src_texts: Sequence[str], src_tok, tgt_tok, beam_size: int = 1,
-              max_len: int = 32, batch_size: int = 256) -> list[str]:
+def translate(
+    model: nn.Module,
+    src_texts: Sequence[str],
+    src_tok,
+    tgt_tok,
+    beam_size: int = 1,
+    max_len: int = 32,
+    batch_size: int = 256,
+) -> list[str]:
     """Translate texts with a trained ``Transformer``; greedy when ``beam_size == 1``, else beam search."""
     device = next(model.parameters()).device
     out = []
     with eval_mode(model):
         for i in range(0, len(src_texts), batch_size):
-            src = pad_sequences([src_tok.encode(t) for t in src_texts[i: i + batch_size]], src_tok.pad_id)
+            src = pad_sequences([src_tok.encode(t) for t in src_texts[i : i + batch_size]], src_tok.pad_id)
             src = src.to(device)  # (B, S)
             if beam_size == 1:
                 ids = greedy_decode(model, src, tgt_tok.bos_id, tgt_tok.eos_id, max_len)
@@ -103,6 +118,8 @@ def translate(model: nn.Module, src_texts: Sequence[str], src_tok, tgt_tok, beam
 def exact_match(predictions: Sequence[str], references: Sequence[str]) -> float:
     """Fraction of predictions equal to their reference, character for character."""
     if len(predictions) != len(references) or not references:
-        raise ValueError(f"predictions and references must be non-empty and equally long, got "
-                         f"{len(predictions)} and {len(references)}")
+        raise ValueError(
+            f"predictions and references must be non-empty and equally long, got "
+            f"{len(predictions)} and {len(references)}"
+        )
     return sum(p == r for p, r in zip(predictions, references)) / len(references)

@@ -15,6 +15,7 @@ in a play can share words and themes, so the held-out lines are new lines of the
 
 Shapes: ``train_labels`` ``(n_train,)`` and ``test_labels`` ``(n_test,)`` int64 indices into ``label_names``.
 """
+
 from __future__ import annotations
 
 import re
@@ -71,6 +72,7 @@ def play_lines(text: str, min_words: int = 1) -> list[str]:
 @dataclass
 class TextClassificationData:
     """Train and held-out lines with their labels (indices into ``label_names``)."""
+
     train_texts: list[str]
     train_labels: torch.Tensor
     test_texts: list[str]
@@ -78,8 +80,9 @@ class TextClassificationData:
     label_names: tuple[str, ...]
 
 
-def play_line_task(plays=DEFAULT_PLAYS, n_per_play: int = 400, test_fraction: float = 0.25, min_words: int = 6,
-                   seed: int = 0) -> TextClassificationData:
+def play_line_task(
+    plays=DEFAULT_PLAYS, n_per_play: int = 400, test_fraction: float = 0.25, min_words: int = 6, seed: int = 0
+) -> TextClassificationData:
     """Which play a line comes from: ``n_per_play`` distinct lines (of at least ``min_words`` words) drawn from each
     of ``plays``, a ``test_fraction`` of each play's lines held out; train and test each shuffled. Seeded."""
     works = shakespeare_works()
@@ -87,8 +90,10 @@ def play_line_task(plays=DEFAULT_PLAYS, n_per_play: int = 400, test_fraction: fl
         raise ValueError(f"plays must be a list of at least two play names, got {plays!r}")
     unknown = [p for p in plays if p not in works]
     if unknown or len(set(plays)) != len(plays):
-        raise ValueError(f"plays must be distinct names of the corpus's works; unknown or repeated: "
-                         f"{unknown or list(plays)}; the works are {sorted(works)}")
+        raise ValueError(
+            f"plays must be distinct names of the corpus's works; unknown or repeated: "
+            f"{unknown or list(plays)}; the works are {sorted(works)}"
+        )
     for name, value in (("n_per_play", n_per_play), ("min_words", min_words), ("seed", seed)):
         check_int(name, value, min=0 if name == "seed" else 1)
     if not isinstance(test_fraction, float) or not 0.0 < test_fraction < 1.0:
@@ -101,9 +106,11 @@ def play_line_task(plays=DEFAULT_PLAYS, n_per_play: int = 400, test_fraction: fl
     per_play = {p: [line for line in lines if counts[line] == 1] for p, lines in per_play.items()}
     short = {p: len(lines) for p, lines in per_play.items() if len(lines) < n_per_play}
     if short:
-        raise ValueError(f"n_per_play={n_per_play} is more than some plays have lines of >= {min_words} words "
-                         f"(found {short}; a play laid out otherwise, e.g. hamlet with speakers as 'Pol.', yields 0); "
-                         f"lower n_per_play or min_words, or choose other plays")
+        raise ValueError(
+            f"n_per_play={n_per_play} is more than some plays have lines of >= {min_words} words "
+            f"(found {short}; a play laid out otherwise, e.g. hamlet with speakers as 'Pol.', yields 0); "
+            f"lower n_per_play or min_words, or choose other plays"
+        )
     n_test = round(n_per_play * test_fraction)
     if not 0 < n_test < n_per_play:
         raise ValueError(f"test_fraction={test_fraction} of n_per_play={n_per_play} leaves an empty split")
@@ -117,5 +124,6 @@ def play_line_task(plays=DEFAULT_PLAYS, n_per_play: int = 400, test_fraction: fl
     train = [train[i] for i in torch.randperm(len(train), generator=g).tolist()]
     test = [test[i] for i in torch.randperm(len(test), generator=g).tolist()]
     as_labels = lambda rows: torch.tensor([label for _, label in rows], dtype=torch.long)
-    return TextClassificationData([t for t, _ in train], as_labels(train), [t for t, _ in test], as_labels(test),
-                                  tuple(plays))
+    return TextClassificationData(
+        [t for t, _ in train], as_labels(train), [t for t, _ in test], as_labels(test), tuple(plays)
+    )

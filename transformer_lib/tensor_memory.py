@@ -12,6 +12,7 @@ process's real peak, and exactly the quantity the T x T argument is about::
         out = attention(q, k, v)
     mem.peak  # bytes
 """
+
 from __future__ import annotations
 
 import weakref

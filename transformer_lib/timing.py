@@ -10,6 +10,7 @@ two such timings with an interval, so that prose says "faster" only when the int
 (``claims.claim_verdict``). On CUDA, kernels run asynchronously, so the clock is read only after
 ``torch.cuda.synchronize()``.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,9 @@ def synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 2,
-                        device=None) -> dict[str, float]:
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 2, device=None
+) -> dict[str, float]:
     """Median seconds per call of each function in ``fns`` (name -> zero-argument callable).
 
     Each function first runs ``warmup`` times (untimed: first calls pay for allocation and caches),
@@ -41,8 +43,9 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int = 7, 
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def interleaved_times(fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 2,
-                      device=None) -> dict[str, list[float]]:
+def interleaved_times(
+    fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 2, device=None
+) -> dict[str, list[float]]:
     """Every timed call's seconds, per function, from the same round-robin as ``interleaved_medians``.
 
     Round ``r`` of every list was measured in the same pass over ``fns``, so ``times[a][r] / times[b][r]`` is a
@@ -78,7 +81,7 @@ def _median_interval_ranks(n: int, confidence: float) -> tuple[int, int]:
     cdf, k = 0.0, 0
     # largest k with P(Binomial(n, 1/2) < k) <= alpha / 2, so [x_(k), x_(n-k+1)] (1-based) covers the median
     while k < n // 2:
-        cdf_next = cdf + math.comb(n, k) / 2 ** n
+        cdf_next = cdf + math.comb(n, k) / 2**n
         if cdf_next > alpha / 2:
             break
         cdf, k = cdf_next, k + 1
@@ -93,6 +96,7 @@ class Ratio:
     order statistics); with too few rounds for that confidence they are the smallest and largest ratio.
     ``ratio > 1`` means ``a`` took longer than ``b``.
     """
+
     ratio: float
     low: float
     high: float
@@ -115,12 +119,20 @@ class Ratio:
         return "within_noise"
 
     def __str__(self) -> str:
-        return (f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f}, "
-                f"{self.confidence:.0%} interval over {self.rounds} rounds)")
+        return (
+            f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f}, "
+            f"{self.confidence:.0%} interval over {self.rounds} rounds)"
+        )
 
 
-def ratio_with_interval(fn_a: Callable[[], object], fn_b: Callable[[], object], repeats: int = 9,
-                        warmup: int = 2, device=None, confidence: float = 0.95) -> Ratio:
+def ratio_with_interval(
+    fn_a: Callable[[], object],
+    fn_b: Callable[[], object],
+    repeats: int = 9,
+    warmup: int = 2,
+    device=None,
+    confidence: float = 0.95,
+) -> Ratio:
     """Time ``fn_a`` and ``fn_b`` in turn (A, B, A, B, ...) and give the median of the ratios ``t_a / t_b``
     round by round, with its interval.
 
@@ -136,14 +148,22 @@ def ratio_with_interval(fn_a: Callable[[], object], fn_b: Callable[[], object], 
 def ratio_from_times(times_a: list[float], times_b: list[float], confidence: float = 0.95) -> Ratio:
     """``Ratio`` of two lists of paired timings (round ``r`` of each measured side by side)."""
     if len(times_a) != len(times_b) or not times_a:
-        raise ValueError(f"times_a and times_b must be paired non-empty lists, got lengths "
-                         f"{len(times_a)} and {len(times_b)}")
+        raise ValueError(
+            f"times_a and times_b must be paired non-empty lists, got lengths {len(times_a)} and {len(times_b)}"
+        )
     if min(times_a) < 0 or min(times_b) <= 0:
         raise ValueError(f"timings must be positive seconds, got min {min(times_a)!r} and {min(times_b)!r}")
     ratios = sorted(a / b for a, b in zip(times_a, times_b))
     lo, hi = _median_interval_ranks(len(ratios), confidence)
-    return Ratio(ratio=statistics.median(ratios), low=ratios[lo], high=ratios[hi], confidence=confidence,
-                 rounds=len(ratios), seconds_a=statistics.median(times_a), seconds_b=statistics.median(times_b))
+    return Ratio(
+        ratio=statistics.median(ratios),
+        low=ratios[lo],
+        high=ratios[hi],
+        confidence=confidence,
+        rounds=len(ratios),
+        seconds_a=statistics.median(times_a),
+        seconds_b=statistics.median(times_b),
+    )
 
 
 def median_with_spread(times: list[float]) -> str:

@@ -6,6 +6,7 @@
 
 Saved tokenizers are JSON, written atomically by ``checkpoint_io.atomic_write_bytes``.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,9 +66,9 @@ class CharTokenizer:
 
     def encode_tensor(self, text: str) -> torch.Tensor:
         """Fast path for long texts: ``(N,)`` int64 ids."""
-        if all(len(c) == 1 and ord(c) < 256 for c in self.itos[len(self.specials):]):
+        if all(len(c) == 1 and ord(c) < 256 for c in self.itos[len(self.specials) :]):
             table = np.full(256, -1, dtype=np.int64)
-            for c in self.itos[len(self.specials):]:
+            for c in self.itos[len(self.specials) :]:
                 table[ord(c)] = self.stoi[c]
             try:
                 ids = table[np.frombuffer(text.encode("latin-1"), dtype=np.uint8)]
@@ -86,7 +87,7 @@ class CharTokenizer:
         return "".join(self.itos[i] for i in ids if not (skip_specials and i < n))
 
     def to_dict(self) -> dict:
-        chars = "".join(self.itos[len(self.specials):])
+        chars = "".join(self.itos[len(self.specials) :])
         return {"type": "CharTokenizer", "specials": list(self.specials), "chars": chars}
 
     @classmethod
@@ -127,14 +128,16 @@ class BPETokenizer:
     def train(cls, text: str, vocab_size: int) -> "BPETokenizer":
         """Learn ``vocab_size - 256`` merges from ``text`` (deterministic: same text, same tokenizer)."""
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
         if vocab_size < 257:
             raise ValueError(f"vocab_size must exceed the 256 byte tokens, got {vocab_size}")
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                      show_progress=False)
-        tok.train_from_iterator((text[i: i + 100_000] for i in range(0, len(text), 100_000)), trainer)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        )
+        tok.train_from_iterator((text[i : i + 100_000] for i in range(0, len(text), 100_000)), trainer)
         return cls(tok)
 
     @property
@@ -161,6 +164,7 @@ class BPETokenizer:
     @classmethod
     def from_dict(cls, d: dict) -> "BPETokenizer":
         from tokenizers import Tokenizer
+
         if d.get("type") != "BPETokenizer":
             raise ValueError(f"expected a BPETokenizer dict, got type={d.get('type')!r}")
         return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])))

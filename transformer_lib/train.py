@@ -8,6 +8,7 @@ Used in chapters 06, 08 and 11.
 * ``evaluate_loss``: the mean loss over fixed batches, in eval mode.
 Loss functions live in ``losses.py``; checkpoint files in ``checkpoint_io.py``; decoding in ``seq2seq.py``.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,6 +54,7 @@ class TrainConfig:
 @dataclass
 class History:
     """What a run did. ``train_loss[i]`` was measured at ``step[i]``; ``val_loss[j]`` at ``val_step[j]``."""
+
     step: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
     lr: list[float] = field(default_factory=list)
@@ -88,22 +90,33 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """``cfg.optimizer`` with weight decay on the >= 2-D weights (matrices, embeddings) and none on biases and
     norms."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     optimizer = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     return optimizer(groups, lr=cfg.lr, betas=cfg.betas)
 
 
 def _step_lr(step: int, cfg: TrainConfig, elapsed: float) -> float:
     """The learning rate of ``step``; with a time budget the cosine follows the larger of step and time fractions."""
-    frac = None if cfg.max_seconds is None else max(
-        (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps), elapsed / cfg.max_seconds)
+    frac = (
+        None
+        if cfg.max_seconds is None
+        else max((step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps), elapsed / cfg.max_seconds)
+    )
     return lr_at(step, cfg, frac)
 
 
-def train(model: nn.Module, batch_fn: Callable[[int], object], cfg: TrainConfig,
-          loss_fn: Callable[[nn.Module, object], torch.Tensor] = gpt_loss,
-          eval_fn: Callable[[nn.Module], float] | None = None, device=None, desc: str = "training") -> History:
+def train(
+    model: nn.Module,
+    batch_fn: Callable[[int], object],
+    cfg: TrainConfig,
+    loss_fn: Callable[[nn.Module, object], torch.Tensor] = gpt_loss,
+    eval_fn: Callable[[nn.Module], float] | None = None,
+    device=None,
+    desc: str = "training",
+) -> History:
     """Train ``model`` in place and return its ``History``; the model is left in eval mode.
 
     Args:
@@ -119,6 +132,7 @@ def train(model: nn.Module, batch_fn: Callable[[int], object], cfg: TrainConfig,
     if cfg.steps < 1 or cfg.warmup_steps < 0 or cfg.lr <= 0:
         raise ValueError(f"need steps >= 1, warmup_steps >= 0, lr > 0; got {cfg.steps}, {cfg.warmup_steps}, {cfg.lr}")
     from tqdm.auto import tqdm
+
     device = torch.device(device) if device is not None else default_device()
     seed_everything(cfg.seed)  # dropout and anything else drawing from the global generator
     model.to(device).train()

@@ -5,6 +5,7 @@ Used in chapters 05, 06 and 07.
 * ``set_norm_placement``: where each ``Residual`` puts its LayerNorm (chapter 05).
 * ``set_causal``: a GPT with or without its causal mask (chapter 06's leak test).
 """
+
 from __future__ import annotations
 
 import torch.nn as nn

@@ -25,6 +25,7 @@ as ``name__key``) is written in a translation as ``{glue:choice}`name|faster=更
 the role looks up the page's glued key and shows that language's word for it; a key the translation does not
 list is a warning (an error under ``-W``), never a silent English word.
 """
+
 from __future__ import annotations
 
 import ast
@@ -40,6 +41,7 @@ _KEPT: dict[str, object] = {}  # docname -> that page's NbElementRenderer (only 
 
 def _keeping(load_renderer):
     """``myst_nb.sphinx_.load_renderer`` whose renderers are kept for the page being parsed."""
+
     def keeping_load_renderer(name: str):
         cls = load_renderer(name)
 
@@ -50,13 +52,16 @@ def _keeping(load_renderer):
                 _KEPT.clear()
                 _KEPT[page] = element
             return element
+
         return make
+
     keeping_load_renderer.glue_i18n = True
     return keeping_load_renderer
 
 
 def _with_page_glue(parse):
     """``myst_nb.sphinx_.Parser.parse`` that lends a translated message its page's element renderer."""
+
     def parse_with_page_glue(self, inputstring, document):
         env = getattr(document.settings, "env", None) or self.env
         docname = getattr(env, "docname", None)
@@ -74,6 +79,7 @@ def _with_page_glue(parse):
             return parse(self, inputstring, document)
         finally:
             document.attributes.pop("nb_renderer", None)
+
     parse_with_page_glue.glue_i18n = True
     return parse_with_page_glue
 
@@ -117,6 +123,7 @@ def choice_role(name, rawtext, text, lineno, inliner, options=None, content=None
     def problem(message: str):
         msg = inliner.reporter.warning(f"glue:choice: {message}", line=lineno)
         return [inliner.problematic(rawtext, rawtext, msg)], [msg]
+
     try:
         glued, words = parse_choice(text)
         data = retrieve_glue_data(document, glued + CHOICE_KEY_SUFFIX)
@@ -127,8 +134,9 @@ def choice_role(name, rawtext, text, lineno, inliner, options=None, content=None
     except (ValueError, SyntaxError):
         key = data.data.get("text/plain", "")
     if key not in words:
-        return problem(f"the measurement chose {key!r} for {glued!r}, which the text gives no word for "
-                       f"(it gives {sorted(words)})")
+        return problem(
+            f"the measurement chose {key!r} for {glued!r}, which the text gives no word for (it gives {sorted(words)})"
+        )
     return [nodes.inline(words[key], words[key], classes=["pasted-text"])], []
 
 

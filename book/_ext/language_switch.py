@@ -8,14 +8,17 @@ editions are built from the same sources), and ``<link rel="alternate" hreflang=
 ``html_baseurl`` gets its ``path`` (its canonical links point into it), and its notebook pages say that the code,
 its comments and outputs are the English notebook's (``book_language_notes``).
 """
+
 from __future__ import annotations
 
 import html
 
 SWITCH_CLASS = "book-language-switch"
 NOTE_CLASS = "book-language-note"
-NOTES = {"zh_CN": "本页的代码、代码注释和输出与英文版相同（同一个 notebook、同一次运行）；"
-                  "在 Colab 中打开或下载的也是英文 notebook。"}
+NOTES = {
+    "zh_CN": "本页的代码、代码注释和输出与英文版相同（同一个 notebook、同一次运行）；"
+    "在 Colab 中打开或下载的也是英文 notebook。"
+}
 
 
 def _current(config) -> str:
@@ -49,19 +52,25 @@ def add_switch(app, pagename, templatename, context, doctree) -> None:
     if here is None or "body" not in context:
         return
     others = [e for e in config.book_languages if e is not here]
-    links = "".join(f'<a href="{html.escape(edition_link(pagename, here, e))}" hreflang="{_hreflang(e["code"])}" '
-                    f'lang="{_hreflang(e["code"])}">{html.escape(e["label"])}</a>' for e in others)
-    switch = (f'<nav class="{SWITCH_CLASS}" aria-label="Language / 语言" '
-              f'style="text-align:right;font-size:90%;margin:0 0 0.5em 0">{links}</nav>')
+    links = "".join(
+        f'<a href="{html.escape(edition_link(pagename, here, e))}" hreflang="{_hreflang(e["code"])}" '
+        f'lang="{_hreflang(e["code"])}">{html.escape(e["label"])}</a>'
+        for e in others
+    )
+    switch = (
+        f'<nav class="{SWITCH_CLASS}" aria-label="Language / 语言" '
+        f'style="text-align:right;font-size:90%;margin:0 0 0.5em 0">{links}</nav>'
+    )
     note = ""
     text = config.book_language_notes.get(here["code"])
     if text and doctree is not None and str(app.env.doc2path(pagename)).endswith(".ipynb"):
-        note = (f'<p class="{NOTE_CLASS}" style="font-size:85%;color:#555;margin:0.2em 0 1em 0">'
-                f"{html.escape(text)}</p>")
+        note = f'<p class="{NOTE_CLASS}" style="font-size:85%;color:#555;margin:0.2em 0 1em 0">{html.escape(text)}</p>'
     context["body"] = switch + note + context["body"]
     context["metatags"] = context.get("metatags", "") + "".join(
         f'\n<link rel="alternate" hreflang="{_hreflang(e["code"])}" '
-        f'href="{html.escape(edition_link(pagename, here, e))}" />' for e in config.book_languages)
+        f'href="{html.escape(edition_link(pagename, here, e))}" />'
+        for e in config.book_languages
+    )
 
 
 def setup(app):

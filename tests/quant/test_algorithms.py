@@ -1,6 +1,7 @@
 """GPTQ, AWQ and SmoothQuant against round-to-nearest on random layers whose inputs are built to matter
 (correlated features, outlier channels), closed forms (identity Hessian, ``(x / s) (W s)^T = x W^T``, SmoothQuant's
 balanced maxima), round trips through ``QuantLinear``, and the model-level helpers on a tiny GPT."""
+
 import copy
 
 import pytest
@@ -19,7 +20,7 @@ from transformer_lib.quant.smoothquant import smooth_linear, smoothing_factors, 
 def correlated_inputs(n, K, gen):
     """Inputs whose features are mixtures of each other, as a transformer's hidden states are."""
     z = torch.randn(n, K, generator=gen)
-    mix = torch.randn(K, K, generator=gen) / K ** 0.5
+    mix = torch.randn(K, K, generator=gen) / K**0.5
     return z @ mix + 0.3 * torch.randn(n, K, generator=gen)
 
 
@@ -102,7 +103,9 @@ def test_gptq_bad_arguments_raise():
     w = torch.randn(8, 16)
     with pytest.raises(ValueError, match=r"hessian must be \(K, K\)"):
         gptq_quantize(w, torch.eye(8))
-    with pytest.raises(ValueError, match=r"damp must be a finite number > 0 \(a fraction of H's mean diagonal, e.g. 0.01\), got 0"):
+    with pytest.raises(
+        ValueError, match=r"damp must be a finite number > 0 \(a fraction of H's mean diagonal, e.g. 0.01\), got 0"
+    ):
         gptq_quantize(w, torch.eye(16), damp=0)
     with pytest.raises(ValueError, match="group_size must be None or a positive int dividing K=16"):
         gptq_quantize(w, torch.eye(16), group_size=5)

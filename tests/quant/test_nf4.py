@@ -1,19 +1,40 @@
 """NF4 (Dettmers et al. 2023, QLoRA): the code book's defining properties checked with the standard library's
 ``statistics.NormalDist`` (an implementation independent of torch's), the paper's published values, the
 nearest-level rounding against a brute-force search, and NF4 against int4 on Gaussian weights."""
+
 from statistics import NormalDist
 
 import pytest
 import torch
 
-from transformer_lib.quant.nf4 import (NF4_OFFSET, NF4Tensor, compare_nf4_int4, nf4_code_book, nf4_dequantize,
-                                       nf4_quantize)
+from transformer_lib.quant.nf4 import (
+    NF4_OFFSET,
+    NF4Tensor,
+    compare_nf4_int4,
+    nf4_code_book,
+    nf4_dequantize,
+    nf4_quantize,
+)
 
 # QLoRA, Appendix E ("NormalFloat 4-bit data type"): the exact values of NF4, as printed there.
-PUBLISHED_NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
-                 -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
-                 0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
-                 0.7229568362236023, 1.0]
+PUBLISHED_NF4 = [
+    -1.0,
+    -0.6961928009986877,
+    -0.5250730514526367,
+    -0.39491748809814453,
+    -0.28444138169288635,
+    -0.18477343022823334,
+    -0.09105003625154495,
+    0.0,
+    0.07958029955625534,
+    0.16093020141124725,
+    0.24611230194568634,
+    0.33791524171829224,
+    0.44070982933044434,
+    0.5626170039176941,
+    0.7229568362236023,
+    1.0,
+]
 
 
 def test_code_book_shape_order_zero_and_endpoints():
@@ -38,8 +59,9 @@ def test_each_half_is_equally_spaced_in_normal_probability():
 
 
 def test_code_book_matches_the_published_table():
-    torch.testing.assert_close(nf4_code_book(torch.float64), torch.tensor(PUBLISHED_NF4, dtype=torch.float64),
-                               rtol=0, atol=1e-4)
+    torch.testing.assert_close(
+        nf4_code_book(torch.float64), torch.tensor(PUBLISHED_NF4, dtype=torch.float64), rtol=0, atol=1e-4
+    )
 
 
 def test_quantize_picks_the_nearest_level_of_each_block():

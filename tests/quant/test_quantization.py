@@ -1,5 +1,6 @@
 """Quantization: round-trip error bounds (closed form), PyTorch's fake-quant ops as a reference, int4 packing,
 ``QuantLinear`` against ``F.linear`` with the dequantized weight, argument checks, and saved sizes from dtypes."""
+
 import copy
 
 import pytest
@@ -10,8 +11,20 @@ from hypothesis import strategies as st
 
 from transformer_lib import GPT, GPTConfig
 from transformer_lib.serving.generation import generate
-from transformer_lib.quant import (QuantEmbedding, QuantLinear, fake_quantize, int8_matmul, int_range, keep_outliers,
-                                   pack_int4, padded_int_mm, quantize, quantize_model, quantize_per_token, unpack_int4)
+from transformer_lib.quant import (
+    QuantEmbedding,
+    QuantLinear,
+    fake_quantize,
+    int8_matmul,
+    int_range,
+    keep_outliers,
+    pack_int4,
+    padded_int_mm,
+    quantize,
+    quantize_model,
+    quantize_per_token,
+    unpack_int4,
+)
 from transformer_lib.quant.storage import saved_size, state_dict_bytes
 
 
@@ -30,10 +43,16 @@ def small_gpt(**kw):
 
 # ----------------------------------------------------------------------------- round trip
 @settings(max_examples=60, deadline=None)
-@given(bits=st.sampled_from([4, 8]), symmetric=st.booleans(),
-       setting=st.sampled_from([("tensor", None), ("channel", None), ("group", 4), ("group", 16)]),
-       rows=st.integers(1, 6), groups=st.integers(1, 4), seed=st.integers(0, 10_000),
-       magnitude=st.sampled_from([1e-3, 1.0, 1e3]), shift=st.sampled_from([0.0, 2.0]))
+@given(
+    bits=st.sampled_from([4, 8]),
+    symmetric=st.booleans(),
+    setting=st.sampled_from([("tensor", None), ("channel", None), ("group", 4), ("group", 16)]),
+    rows=st.integers(1, 6),
+    groups=st.integers(1, 4),
+    seed=st.integers(0, 10_000),
+    magnitude=st.sampled_from([1e-3, 1.0, 1e3]),
+    shift=st.sampled_from([0.0, 2.0]),
+)
 def test_round_trip_error_is_at_most_half_a_scale(bits, symmetric, setting, rows, groups, seed, magnitude, shift):
     granularity, g = setting
     K = (g or 8) * groups
@@ -87,8 +106,10 @@ def test_zero_point_beats_absmax_on_a_one_sided_range():
 
 def test_finer_granularity_has_smaller_error():
     w = heavy_tailed((32, 128), torch.Generator().manual_seed(4))
-    errs = [(w - fake_quantize(w, 4, True, gran, g)).pow(2).mean()
-            for gran, g in [("tensor", None), ("channel", None), ("group", 32), ("group", 8)]]
+    errs = [
+        (w - fake_quantize(w, 4, True, gran, g)).pow(2).mean()
+        for gran, g in [("tensor", None), ("channel", None), ("group", 32), ("group", 8)]
+    ]
     assert errs == sorted(errs, reverse=True)
 
 
@@ -130,8 +151,14 @@ def test_pack_then_unpack_round_trips(rows, half, seed):
     assert torch.equal(unpack_int4(packed), q)
 
 
-@pytest.mark.parametrize("bad", [torch.zeros(2, 3, dtype=torch.int8), torch.full((1, 2), 8, dtype=torch.int8),
-                                 torch.zeros(1, 2, dtype=torch.int32)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        torch.zeros(2, 3, dtype=torch.int8),
+        torch.full((1, 2), 8, dtype=torch.int8),
+        torch.zeros(1, 2, dtype=torch.int32),
+    ],
+)
 def test_pack_int4_rejects_bad_input(bad):
     with pytest.raises(ValueError, match="q must"):
         pack_int4(bad)
@@ -161,7 +188,7 @@ def test_quant_linear_matches_f_linear_with_dequantized_weight(bits, group_size)
     assert torch.equal(w_hat / s, torch.round(lin.weight.detach() / s))
     qmax = int_range(bits)[1]
     amax = lin.weight.detach().reshape(48, -1, g).abs().amax(-1)  # (48, n_groups)
-    assert (layer.scale.float() >= amax / qmax).all() and (layer.scale.float() <= amax / qmax * (1 + 2 ** -10)).all()
+    assert (layer.scale.float() >= amax / qmax).all() and (layer.scale.float() <= amax / qmax * (1 + 2**-10)).all()
     assert layer.qweight.dtype == (torch.int8 if bits == 8 else torch.uint8)
     assert layer.qweight.shape == (48, 64 if bits == 8 else 32)
 
@@ -175,15 +202,16 @@ def test_int8_matmul_is_exact():
     assert torch.equal(out.long(), a.long() @ b.long().t())
 
 
-
 def int8_pair(M, K, N, seed, extreme=False):
     """Random int8 matrices ``(M, K)`` and ``(N, K)``; ``extreme``: every entry +-127, the largest sums."""
     gen = torch.Generator().manual_seed(seed)
     if extreme:
         sign = lambda *shape: torch.randint(0, 2, shape, generator=gen) * 2 - 1  # noqa: E731
         return (127 * sign(M, K)).to(torch.int8), (127 * sign(N, K)).to(torch.int8)
-    return (torch.randint(-127, 128, (M, K), generator=gen).to(torch.int8),
-            torch.randint(-127, 128, (N, K), generator=gen).to(torch.int8))
+    return (
+        torch.randint(-127, 128, (M, K), generator=gen).to(torch.int8),
+        torch.randint(-127, 128, (N, K), generator=gen).to(torch.int8),
+    )
 
 
 @pytest.mark.parametrize("M, K, N", [(1, 64, 32), (1, 7, 3), (5, 30, 13), (16, 96, 40), (17, 8, 8), (3, 1000, 9)])
@@ -204,8 +232,7 @@ def test_int8_matmul_refuses_mixed_devices_and_dtypes():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("M, K, N", [(1, 64, 32), (1, 7, 3), (4, 30, 13), (16, 96, 40), (17, 64, 32),
-                                     (1, 4096, 4096)])
+@pytest.mark.parametrize("M, K, N", [(1, 64, 32), (1, 7, 3), (4, 30, 13), (16, 96, 40), (17, 64, 32), (1, 4096, 4096)])
 @pytest.mark.parametrize("extreme", [False, True])
 def test_int8_matmul_on_cuda_is_exact_for_decoding_shapes(M, K, N, extreme):
     a, b = int8_pair(M, K, N, M + K + N, extreme)
@@ -296,8 +323,9 @@ def test_skipped_head_stays_float_and_tied():
     assert isinstance(model.blocks[0].ffn.up, QuantLinear)
 
 
-@pytest.mark.parametrize("bits, group_size, act_bits, max_rel", [(8, None, None, 0.02), (8, None, 8, 0.03),
-                                                                 (4, 32, None, 0.25)])
+@pytest.mark.parametrize(
+    "bits, group_size, act_bits, max_rel", [(8, None, None, 0.02), (8, None, 8, 0.03), (4, 32, None, 0.25)]
+)
 def test_quantized_gpt_stays_close_and_decodes_with_a_cache(bits, group_size, act_bits, max_rel):
     model = small_gpt()
     q = quantize_model(copy.deepcopy(model), bits, group_size, act_bits)
@@ -325,8 +353,10 @@ def test_saved_size_is_the_dtype_arithmetic():
         assert state_dict_bytes(q) == expect
         size = saved_size(q)
         assert 0 < size - expect < 16_000  # the safetensors header (names, shapes, offsets) only
-    ratios = {(b, g): saved_size(quantize_model(copy.deepcopy(model), b, g)) / saved_size(model)
-              for b, g in [(8, None), (4, 128)]}
+    ratios = {
+        (b, g): saved_size(quantize_model(copy.deepcopy(model), b, g)) / saved_size(model)
+        for b, g in [(8, None), (4, 128)]
+    }
     assert ratios[(8, None)] <= 0.29 and ratios[(4, 128)] <= 0.16, ratios
 
 

@@ -1,5 +1,6 @@
 """Bits per stored weight (transformer_lib.quant.storage) against closed forms and against the bytes a real
 ``QuantLinear`` keeps in its state dict."""
+
 import pytest
 import torch
 
@@ -7,13 +8,16 @@ from transformer_lib.quant.storage import bits_per_weight, weights_per_scale
 from transformer_lib.quant import QuantLinear
 
 
-@pytest.mark.parametrize("bits, granularity, group_size, want", [
-    (8, "tensor", None, 8 + 16 / (128 * 512)),
-    (8, "channel", None, 8 + 16 / 512),  # one float16 scale per output row of 512 weights
-    (4, "group", 128, 4.125),
-    (4, "group", 32, 4.5),  # GPTQ/AWQ's usual int4 format
-    (4, "group", 8, 6.0),
-])
+@pytest.mark.parametrize(
+    "bits, granularity, group_size, want",
+    [
+        (8, "tensor", None, 8 + 16 / (128 * 512)),
+        (8, "channel", None, 8 + 16 / 512),  # one float16 scale per output row of 512 weights
+        (4, "group", 128, 4.125),
+        (4, "group", 32, 4.5),  # GPTQ/AWQ's usual int4 format
+        (4, "group", 8, 6.0),
+    ],
+)
 def test_bits_per_weight_closed_forms(bits, granularity, group_size, want):
     assert bits_per_weight(bits, (128, 512), granularity, group_size) == pytest.approx(want, rel=1e-12)
 
@@ -38,13 +42,16 @@ def test_weights_per_scale_of_a_stack_of_rows():
     assert weights_per_scale(torch.Size([3, 4, 10]), "group", 5) == 5
 
 
-@pytest.mark.parametrize("args, match", [
-    ((8, (4, 10), "group", 3), "group_size must be a positive int dividing the last dimension K=10, got 3"),
-    ((8, (4, 10), "row", None), "granularity must be one of"),
-    ((0, (4, 10), "channel", None), "bits must be a positive int, got 0"),
-    ((8, (4, 0), "channel", None), r"shape must be .* got \(4, 0\)"),
-    ((8, (), "tensor", None), r"shape must be .* got \(\)"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((8, (4, 10), "group", 3), "group_size must be a positive int dividing the last dimension K=10, got 3"),
+        ((8, (4, 10), "row", None), "granularity must be one of"),
+        ((0, (4, 10), "channel", None), "bits must be a positive int, got 0"),
+        ((8, (4, 0), "channel", None), r"shape must be .* got \(4, 0\)"),
+        ((8, (), "tensor", None), r"shape must be .* got \(\)"),
+    ],
+)
 def test_bad_arguments_raise_value_error_naming_them(args, match):
     with pytest.raises(ValueError, match=match):
         bits_per_weight(*args)

@@ -5,6 +5,7 @@ quantized, pruned, hooked) decodes with a cache exactly as it recomputes, greedy
 the unmodified pre-norm GPT takes the fast path; a model without its causal mask refuses a cache; a left-padded row
 continues exactly as its prompt alone; greedy decoding equals Hugging Face GPT-2's on the same weights; top-k/top-p
 match closed-form cases and HF's warpers; sampling is reproducible; bad arguments are named in the error."""
+
 import copy
 import functools
 import os
@@ -14,8 +15,16 @@ import torch
 
 import transformer_lib.serving.generation as generate_module
 from transformer_lib.experiments.hf_reference import hf_gpt2
-from transformer_lib.serving.generation import (cache_refusal, decode_step, fast_path_refusal, filter_logits,
-                                                fused_decode_step, generate, MatvecWeights, sample_next)
+from transformer_lib.serving.generation import (
+    cache_refusal,
+    decode_step,
+    fast_path_refusal,
+    filter_logits,
+    fused_decode_step,
+    generate,
+    MatvecWeights,
+    sample_next,
+)
 from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
 from transformer_lib.layers import ACTIVATIONS
 from transformer_lib.models import GPT, POSITIONAL, GPTConfig, init_weights
@@ -33,8 +42,16 @@ STEP_TOL = dict(atol=1e-5, rtol=1e-5)
 def toy_gpt(positional: str = "learned", n_kv_heads=None, bias: bool = True, n_layers: int = 2) -> GPT:
     """A small GPT with std-0.3 weights: attention far from uniform, so a wrong key or position shows."""
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=V, block_size=BLOCK, n_layers=n_layers, n_heads=4, d_model=32, positional=positional,
-                    n_kv_heads=n_kv_heads, bias=bias)
+    cfg = GPTConfig(
+        vocab_size=V,
+        block_size=BLOCK,
+        n_layers=n_layers,
+        n_heads=4,
+        d_model=32,
+        positional=positional,
+        n_kv_heads=n_kv_heads,
+        bias=bias,
+    )
     model = GPT(cfg)
     model.apply(lambda m: init_weights(m, std=0.3))
     return model.eval()
@@ -75,8 +92,7 @@ def test_module_path_with_a_cache_matches_the_fast_path(positional, n_kv_heads):
 
 
 @pytest.mark.parametrize("transposed", [False, True])
-@pytest.mark.parametrize("positional, n_kv_heads", [("learned", None), ("sinusoidal", 1), ("rope", None),
-                                                    ("alibi", 2)])
+@pytest.mark.parametrize("positional, n_kv_heads", [("learned", None), ("sinusoidal", 1), ("rope", None), ("alibi", 2)])
 def test_decode_step_equals_the_model_forward_with_a_cache(positional, n_kv_heads, transposed):
     model = toy_gpt(positional, n_kv_heads)
     prompt, token = ids((3, 7), seed=3), ids((3, 1), seed=4)
@@ -109,6 +125,7 @@ def test_forward_hooks_are_honoured_by_the_decode_step():
 class _RowScaledWeight(torch.Tensor):
     """A stand-in for a quantized weight subclass (torchao's): its own ``F.linear`` (it doubles the output), so a
     transposed plain copy of it would compute something else."""
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         out = super().__torch_function__(func, types, args, kwargs or {})
@@ -178,7 +195,7 @@ def generate_case(mode: str):
     if mode == "left-padded":
         batch, mask = torch.zeros(3, 8, dtype=torch.long), torch.zeros(3, 8, dtype=torch.bool)
         for row, n in enumerate((3, 8, 5)):
-            batch[row, 8 - n:], mask[row, 8 - n:] = ids((1, n), seed=30 + n)[0], True
+            batch[row, 8 - n :], mask[row, 8 - n :] = ids((1, n), seed=30 + n)[0], True
         return batch, dict(attention_mask=mask)
     kw = dict(temperature=0.9, top_k=12, top_p=0.95, seed=7) if mode == "sampled" else {}
     return ids((2, 6), seed=20), kw
@@ -198,9 +215,13 @@ def test_every_cacheable_variant_decodes_with_a_cache_as_it_recomputes(name, cac
 
 
 MODIFIED_FROM = {  # variant -> the toy_gpt arguments of the model it was made from
-    **{n: ("rope" if "rope" in n else "learned", 2 if "GQA" in n else None) for n in BUILDERS
-       if n.startswith(("norm post", "norm none", "activation", "forward hook", "int", "pruned", "magnitude"))},
-    "dropped layer": ("learned", None, True, 3)}
+    **{
+        n: ("rope" if "rope" in n else "learned", 2 if "GQA" in n else None)
+        for n in BUILDERS
+        if n.startswith(("norm post", "norm none", "activation", "forward hook", "int", "pruned", "magnitude"))
+    },
+    "dropped layer": ("learned", None, True, 3),
+}
 
 
 @pytest.mark.parametrize("name", list(MODIFIED_FROM))
@@ -247,8 +268,10 @@ def test_a_model_without_its_causal_mask_refuses_a_cache(blocks):
     else:
         model.blocks[1].causal = False
     prompt = ids((1, 4), seed=0)
-    match = (rf"this model cannot decode with a KV cache: block {blocks[0]}'s self-attention is not causal .*"
-             r"pass use_cache=False")
+    match = (
+        rf"this model cannot decode with a KV cache: block {blocks[0]}'s self-attention is not causal .*"
+        r"pass use_cache=False"
+    )
     for kw in (dict(), dict(cache_implementation="dynamic")):
         with pytest.raises(ValueError, match=match):
             generate(model, prompt, 3, **kw)
@@ -276,12 +299,12 @@ def test_left_padded_rows_generate_what_each_prompt_generates_alone(positional, 
     batch = torch.zeros(len(prompts), T, dtype=torch.long)  # pad id 0, on the left
     mask = torch.zeros(len(prompts), T, dtype=torch.bool)
     for row, p in enumerate(prompts):
-        batch[row, T - len(p):], mask[row, T - len(p):] = p, True
+        batch[row, T - len(p) :], mask[row, T - len(p) :] = p, True
     kw = dict(use_cache=False) if mode == "no cache" else dict(cache_implementation=mode)
     out, logits = generate(model, batch, 12, attention_mask=mask, return_logits=True, **kw)
     for row, p in enumerate(prompts):
         alone, alone_logits = generate(model, p[None], 12, return_logits=True, **kw)
-        assert torch.equal(out[row, T - len(p):], alone[0])
+        assert torch.equal(out[row, T - len(p) :], alone[0])
         torch.testing.assert_close(logits[row], alone_logits[0], **STEP_TOL)
 
 
@@ -305,8 +328,14 @@ def test_greedy_decoding_equals_hugging_face_gpt2_on_the_same_weights(padded):
     if padded:
         prompt[0, :3], mask[0, :3] = 0, 0
     with torch.inference_mode():
-        want = hf.generate(prompt, attention_mask=mask, max_new_tokens=15, do_sample=False, output_logits=True,
-                           return_dict_in_generate=True)
+        want = hf.generate(
+            prompt,
+            attention_mask=mask,
+            max_new_tokens=15,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
     got, logits = generate(model, prompt, 15, attention_mask=mask.bool(), return_logits=True)
     assert torch.equal(got, want.sequences)
     torch.testing.assert_close(logits, torch.stack(want.logits, dim=1), atol=1e-4, rtol=1e-4)
@@ -316,10 +345,22 @@ def test_greedy_decoding_equals_hugging_face_gpt2_on_the_same_weights(padded):
 PROBS = torch.tensor([0.05, 0.5, 0.15, 0.3])  # shuffled, so the filters must map back to vocabulary order
 
 
-@pytest.mark.parametrize("top_k, top_p, kept", [
-    (1, None, [1]), (2, None, [1, 3]), (3, None, [1, 2, 3]), (10, None, [0, 1, 2, 3]),
-    (None, 0.4, [1]), (None, 0.75, [1, 3]), (None, 0.85, [1, 2, 3]), (None, 0.97, [0, 1, 2, 3]),
-    (None, 1.0, [0, 1, 2, 3]), (3, 0.75, [1, 3]), (2, 0.97, [1, 3])])
+@pytest.mark.parametrize(
+    "top_k, top_p, kept",
+    [
+        (1, None, [1]),
+        (2, None, [1, 3]),
+        (3, None, [1, 2, 3]),
+        (10, None, [0, 1, 2, 3]),
+        (None, 0.4, [1]),
+        (None, 0.75, [1, 3]),
+        (None, 0.85, [1, 2, 3]),
+        (None, 0.97, [0, 1, 2, 3]),
+        (None, 1.0, [0, 1, 2, 3]),
+        (3, 0.75, [1, 3]),
+        (2, 0.97, [1, 3]),
+    ],
+)
 def test_top_k_and_top_p_keep_the_closed_form_sets(top_k, top_p, kept):
     logits = PROBS.log()[None]  # (1, V)
     out = filter_logits(logits, top_k, top_p)
@@ -337,6 +378,7 @@ def test_top_k_keeps_ties_with_the_kth_logit():
 @pytest.mark.parametrize("seed", range(5))
 def test_filters_match_hugging_face_warpers(seed):
     from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
     logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(seed)) * 3
     for k in (1, 5, 20):
         assert torch.equal(filter_logits(logits, top_k=k), TopKLogitsWarper(k)(None, logits))
@@ -382,8 +424,9 @@ def test_a_tiny_temperature_samples_the_greedy_token_without_overflow(temperatur
     assert counts[1] == counts[3] == 0 and 1800 < counts[0] < 2200  # only the tied maxima, about half each
 
 
-@pytest.mark.parametrize("kw", [dict(temperature=0.8), dict(temperature=1.0, top_k=5),
-                                dict(temperature=1.2, top_p=0.9)])
+@pytest.mark.parametrize(
+    "kw", [dict(temperature=0.8), dict(temperature=1.0, top_k=5), dict(temperature=1.2, top_p=0.9)]
+)
 def test_same_seed_same_text_with_and_without_cache(kw):
     model = toy_gpt("rope")
     prompt = ids((2, 5), seed=8)
@@ -410,7 +453,7 @@ def test_without_a_cache_the_window_slides_past_the_context():
     out, logits = generate(model, prompt, 6, use_cache=False, return_logits=True)
     assert out.shape == (1, BLOCK + 4)
     with torch.no_grad():
-        last = model(out[:, -1 - BLOCK:-1])[0][:, -1]  # the final step saw the last BLOCK tokens
+        last = model(out[:, -1 - BLOCK : -1])[0][:, -1]  # the final step saw the last BLOCK tokens
     torch.testing.assert_close(logits[:, -1], last)
 
 
@@ -427,20 +470,38 @@ def _error(value, kind=(int, float)):
     return ValueError if isinstance(value, kind) and not isinstance(value, bool) else TypeError
 
 
-@pytest.mark.parametrize("kw, error, match", [
-    *[(dict(temperature=t), _error(t), rf"temperature must be a finite number >= 0 \(0 = greedy\), got {_got(t)}")
-      for t in (-1.0, NAN, INF, -INF, "0.5", True)],
-    *[(dict(top_k=k), _error(k, int), rf"top_k must be an int >= 1 or None, got {_got(k, int)}")
-      for k in (0, -3, 2.5, True)],
-    *[(dict(top_p=p), _error(p), rf"top_p must be a number in \(0, 1\] or None, got {_got(p)}")
-      for p in (0.0, -0.1, 1.5, NAN, INF, "0.9")],
-    *[(dict(max_new_tokens=n), _error(n, int), rf"max_new_tokens must be an int >= 0, got {_got(n, int)}")
-      for n in (-1, 2.0, True)],
-    (dict(use_cache="yes"), TypeError, "use_cache must be a bool, got str 'yes'"),
-    (dict(cache_implementation="paged"), ValueError,
-     "cache_implementation must be 'static' or 'dynamic', got 'paged'"),
-    (dict(attention_mask=torch.ones(1, 5, dtype=torch.bool)), ValueError,
-     r"attention_mask must be a \(B, T\) = \(1, 4\) tensor, got \(1, 5\)")])
+@pytest.mark.parametrize(
+    "kw, error, match",
+    [
+        *[
+            (dict(temperature=t), _error(t), rf"temperature must be a finite number >= 0 \(0 = greedy\), got {_got(t)}")
+            for t in (-1.0, NAN, INF, -INF, "0.5", True)
+        ],
+        *[
+            (dict(top_k=k), _error(k, int), rf"top_k must be an int >= 1 or None, got {_got(k, int)}")
+            for k in (0, -3, 2.5, True)
+        ],
+        *[
+            (dict(top_p=p), _error(p), rf"top_p must be a number in \(0, 1\] or None, got {_got(p)}")
+            for p in (0.0, -0.1, 1.5, NAN, INF, "0.9")
+        ],
+        *[
+            (dict(max_new_tokens=n), _error(n, int), rf"max_new_tokens must be an int >= 0, got {_got(n, int)}")
+            for n in (-1, 2.0, True)
+        ],
+        (dict(use_cache="yes"), TypeError, "use_cache must be a bool, got str 'yes'"),
+        (
+            dict(cache_implementation="paged"),
+            ValueError,
+            "cache_implementation must be 'static' or 'dynamic', got 'paged'",
+        ),
+        (
+            dict(attention_mask=torch.ones(1, 5, dtype=torch.bool)),
+            ValueError,
+            r"attention_mask must be a \(B, T\) = \(1, 4\) tensor, got \(1, 5\)",
+        ),
+    ],
+)
 def test_bad_arguments_are_rejected(kw, error, match):
     args = dict(max_new_tokens=3) | kw
     for use_cache in (True, False):
@@ -451,9 +512,14 @@ def test_bad_arguments_are_rejected(kw, error, match):
         assert type(info.value) is error
 
 
-@pytest.mark.parametrize("kw, match", [(dict(temperature=NAN), "temperature must be a finite number"),
-                                       (dict(top_k=0), "top_k must be an int >= 1"),
-                                       (dict(top_p=1.01), r"top_p must be a number in \(0, 1\]")])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(temperature=NAN), "temperature must be a finite number"),
+        (dict(top_k=0), "top_k must be an int >= 1"),
+        (dict(top_p=1.01), r"top_p must be a number in \(0, 1\]"),
+    ],
+)
 def test_sample_next_and_filter_logits_reject_bad_arguments(kw, match):
     logits = torch.zeros(1, 4)
     with pytest.raises(ValueError, match=match):
@@ -464,8 +530,11 @@ def test_sample_next_and_filter_logits_reject_bad_arguments(kw, match):
 
 
 def test_bad_prompt_is_rejected():
-    with pytest.raises(ValueError, match=r"prompt_ids must be an integer tensor \(B, T\) with T >= 1, got "
-                                         r"torch.float32 \(4,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"prompt_ids must be an integer tensor \(B, T\) with T >= 1, got "
+        r"torch.float32 \(4,\)",
+    ):
         generate(toy_gpt(), torch.zeros(4), 3)
 
 
@@ -504,8 +573,11 @@ def test_position_ids_are_checked_and_move_learned_positions():
         for block in model.blocks:
             h = block(h)
         torch.testing.assert_close(shifted, model.lm_head(model.norm(h)))
-    with pytest.raises(ValueError, match=rf"position_ids must be in \[0, block_size={BLOCK}\), got range "
-                                         rf"\[0, {BLOCK}\]"):
+    with pytest.raises(
+        ValueError,
+        match=rf"position_ids must be in \[0, block_size={BLOCK}\), got range "
+        rf"\[0, {BLOCK}\]",
+    ):
         model(x, position_ids=torch.tensor([[0, 1, 2, BLOCK]]))
     with pytest.raises(ValueError, match=r"position_ids must be an integer tensor \(1, 4\)"):
         model(x, position_ids=torch.arange(4))
@@ -514,12 +586,14 @@ def test_position_ids_are_checked_and_move_learned_positions():
 # ----------------------------------------------------------------------------- chapter 07 widgets
 class CharTok:
     """A tokenizer for the toy model: token i is the i-th letter."""
+
     encode = staticmethod(lambda text: [ord(c) - 97 for c in text])
     decode = staticmethod(lambda ids: "".join(chr(97 + i) for i in ids))
 
 
 def test_trace_generation_follows_greedy_generate_and_records_attention_rows():
     from transformer_lib.viz.generation_widgets import generation_slider, trace_generation
+
     model = toy_gpt()
     steps = trace_generation(model, CharTok, "abcde", 6)
     want = generate(model, torch.tensor([CharTok.encode("abcde")]), 6)
@@ -533,6 +607,7 @@ def test_trace_generation_follows_greedy_generate_and_records_attention_rows():
 
 def test_sampling_distribution_is_what_sample_next_draws_from():
     from transformer_lib.viz.generation_widgets import Sampling, sampling_distribution
+
     logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
     assert torch.equal(sampling_distribution(logits, Sampling(0.0)), torch.tensor([1.0, 0, 0, 0]))
     p = sampling_distribution(logits, Sampling(0.5, top_k=3))
@@ -577,7 +652,7 @@ def test_generate_is_its_prefill_then_one_decode_step_per_token_bit_for_bit(posi
         for t in range(6, 10):
             token = logits.argmax(-1, keepdim=True)  # (2, 1)
             seq, position = torch.cat([seq, token], 1), position + 1
-            logits = decode_step(model, token, cache, position, full[:, :t + 1])
+            logits = decode_step(model, token, cache, position, full[:, : t + 1])
             want.append(logits)
     assert torch.equal(got[:, :10], seq) and torch.equal(got[:, 10], logits.argmax(-1))
     assert torch.equal(got_logits, torch.stack(want, 1))

@@ -1,5 +1,6 @@
 """KV caches: both caches return exactly the concatenation of what was written, a static cache refuses to overflow,
 and the bytes their tensors' storages occupy equal the closed form 2 x layers x B x kv_heads x d_head x T x bytes."""
+
 import pytest
 import torch
 
@@ -13,12 +14,15 @@ CHUNKS = (5, 1, 2, 1)  # a prompt of 5, then new tokens
 def chunks(seed=0):
     """The (k, v) pairs written per layer, chunk by chunk: each (B, H_kv, t, d_head)."""
     g = torch.Generator().manual_seed(seed)
-    return [[(torch.randn(B, H_KV, t, D, generator=g), torch.randn(B, H_KV, t, D, generator=g)) for _ in range(L)]
-            for t in CHUNKS]
+    return [
+        [(torch.randn(B, H_KV, t, D, generator=g), torch.randn(B, H_KV, t, D, generator=g)) for _ in range(L)]
+        for t in CHUNKS
+    ]
 
 
-@pytest.mark.parametrize("make", [DynamicCache, lambda: StaticCache(L, B, H_KV, sum(CHUNKS), D)],
-                         ids=["dynamic", "static"])
+@pytest.mark.parametrize(
+    "make", [DynamicCache, lambda: StaticCache(L, B, H_KV, sum(CHUNKS), D)], ids=["dynamic", "static"]
+)
 def test_cache_returns_the_concatenation_of_every_update(make):
     cache, seen = make(), chunks()
     for step, per_layer in enumerate(seen):
@@ -118,7 +122,7 @@ def test_a_cropped_cache_decodes_what_a_cache_prefilled_with_the_kept_tokens_dec
     with torch.no_grad():
         model(ids[:, :9], cache=cache)
         for t in range(9, 12):
-            model(ids[:, t:t + 1], cache=cache)  # 12 positions now
+            model(ids[:, t : t + 1], cache=cache)  # 12 positions now
         kept_k = [k[:, :, :7].clone() for k in cache.keys]
         cache.crop(length)
         assert [cache.get_seq_length(i) for i in range(2)] == [7, 7]
@@ -141,9 +145,10 @@ def test_crop_past_the_length_keeps_everything_and_bad_lengths_are_refused():
     cache.crop(9)  # longer than what is held: nothing to forget (as in Hugging Face's crop)
     assert cache.lengths == [4, 4]
     for bad, error, match in (
-            (-5, ValueError, r"length=-5 would remove more positions than the cache holds \(4\)"),
-            (2.0, TypeError, r"length must be an int \(positions to keep; negative: to remove\), got float 2.0"),
-            (True, TypeError, r"length must be an int \(positions to keep; negative: to remove\), got bool True")):
+        (-5, ValueError, r"length=-5 would remove more positions than the cache holds \(4\)"),
+        (2.0, TypeError, r"length must be an int \(positions to keep; negative: to remove\), got float 2.0"),
+        (True, TypeError, r"length must be an int \(positions to keep; negative: to remove\), got bool True"),
+    ):
         with pytest.raises(error, match=match):
             cache.crop(bad)
     assert cache.lengths == [4, 4]  # a refused crop changed nothing
@@ -154,9 +159,21 @@ def test_crop_past_the_length_keeps_everything_and_bad_lengths_are_refused():
 # ----------------------------------------------------------------------------- human_bytes (kvcache.js's twin)
 # Written out by hand from the rule (binary units, one decimal, a tie rounded away from zero); the browser test in
 # test_live_widgets.py checks kvcache.js's human() against the same table.
-HUMAN_BYTES = [(0, "0.0 B"), (1, "1.0 B"), (1023, "1,023.0 B"), (1024, "1.0 KiB"), (1280, "1.3 KiB"),
-               (1536, "1.5 KiB"), (1048575, "1,024.0 KiB"), (3 * 2 ** 19, "1.5 MiB"), (37748736, "36.0 MiB"),
-               (10 ** 12, "931.3 GiB"), (3 * 2 ** 40, "3,072.0 GiB"), (0.5, "0.5 B"), (2 ** 30 * 1.25, "1.3 GiB")]
+HUMAN_BYTES = [
+    (0, "0.0 B"),
+    (1, "1.0 B"),
+    (1023, "1,023.0 B"),
+    (1024, "1.0 KiB"),
+    (1280, "1.3 KiB"),
+    (1536, "1.5 KiB"),
+    (1048575, "1,024.0 KiB"),
+    (3 * 2**19, "1.5 MiB"),
+    (37748736, "36.0 MiB"),
+    (10**12, "931.3 GiB"),
+    (3 * 2**40, "3,072.0 GiB"),
+    (0.5, "0.5 B"),
+    (2**30 * 1.25, "1.3 GiB"),
+]
 
 
 @pytest.mark.parametrize("n, text", HUMAN_BYTES)

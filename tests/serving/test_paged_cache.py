@@ -4,6 +4,7 @@ References: a ``DynamicCache`` (plain concatenation) for what the cache returns;
 (each prompt alone, recomputed from scratch at every step) for what continuous batching decodes; closed-form
 arithmetic and a ``StaticCache``'s allocated tensors for the memory a paged cache saves.
 """
+
 import math
 
 import pytest
@@ -21,8 +22,18 @@ H_KV, D, L = 2, 4, 2
 
 def toy_gpt(positional="learned", n_kv_heads=None, window=None) -> GPT:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=V, block_size=BLOCK, n_layers=2, n_heads=4, d_model=32, positional=positional,
-                          n_kv_heads=n_kv_heads, window=window))
+    model = GPT(
+        GPTConfig(
+            vocab_size=V,
+            block_size=BLOCK,
+            n_layers=2,
+            n_heads=4,
+            d_model=32,
+            positional=positional,
+            n_kv_heads=n_kv_heads,
+            window=window,
+        )
+    )
     model.apply(lambda m: init_weights(m, std=0.3))  # peaked attention: a wrong key or position shows
     return model.eval()
 
@@ -74,8 +85,11 @@ def test_freed_blocks_are_handed_out_again_and_the_pool_never_grows():
     a_blocks = list(cache.block_tables["a"])
     cache.add_sequence("b")
     cache.set_active(["b"])
-    with pytest.raises(ValueError, match=r"the block pool is full: seq_id='b' needs 1 more block\(s\) of 4 "
-                                         r"positions for 2 positions, 0 of n_blocks=3 are free"):
+    with pytest.raises(
+        ValueError,
+        match=r"the block pool is full: seq_id='b' needs 1 more block\(s\) of 4 "
+        r"positions for 2 positions, 0 of n_blocks=3 are free",
+    ):
         cache.update(*kv(2, seed=2), 0)
     cache.free_sequence("a")
     assert cache.blocks_in_use() == 0
@@ -109,8 +123,11 @@ def test_an_update_the_pool_cannot_hold_leaves_every_row_as_it_was():
     g = torch.Generator().manual_seed(5)
     prompts = {s: torch.randint(0, V, (4,), generator=g) for s in "abc"}
     cache, never_failed = _prefilled(model, prompts), _prefilled(model, prompts)
-    before = ({s: list(t) for s, t in cache.block_tables.items()}, {s: list(n) for s, n in cache.lengths.items()},
-              list(cache.free_blocks))
+    before = (
+        {s: list(t) for s, t in cache.block_tables.items()},
+        {s: list(n) for s, n in cache.lengths.items()},
+        list(cache.free_blocks),
+    )
     with pytest.raises(ValueError, match=r"the block pool is full: seq_id='b' needs 1 more block\(s\)"):
         _step(model, cache, ["a", "b"], [3, 7])
     assert (cache.block_tables, cache.lengths, cache.free_blocks) == before
@@ -119,8 +136,9 @@ def test_an_update_the_pool_cannot_hold_leaves_every_row_as_it_was():
     got, want = _step(model, cache, ["a", "b"], [3, 7]), _step(model, never_failed, ["a", "b"], [3, 7])
     assert torch.equal(got, want)
     with torch.no_grad():  # and what the model computes without a cache, to rounding
-        uncached = model(torch.stack([torch.cat([prompts["a"], torch.tensor([3])]),
-                                      torch.cat([prompts["b"], torch.tensor([7])])]))[0][:, -1]
+        uncached = model(
+            torch.stack([torch.cat([prompts["a"], torch.tensor([3])]), torch.cat([prompts["b"], torch.tensor([7])])])
+        )[0][:, -1]
     torch.testing.assert_close(got, uncached, rtol=1e-5, atol=1e-5)
 
 
@@ -129,8 +147,11 @@ def test_an_update_of_the_wrong_dtype_is_refused_before_any_row_is_written():
     cache.add_sequence("a")
     cache.set_active(["a"])
     k, v = kv(3, seed=1)
-    with pytest.raises(ValueError, match=r"k and v must be torch.float32 on cpu like the pools, got "
-                                         r"k torch.float32, v torch.bfloat16 on cpu"):
+    with pytest.raises(
+        ValueError,
+        match=r"k and v must be torch.float32 on cpu like the pools, got "
+        r"k torch.float32, v torch.bfloat16 on cpu",
+    ):
         cache.update(k, v.bfloat16(), 0)
     assert cache.lengths["a"] == [0] and cache.blocks_in_use() == 0
 
@@ -142,16 +163,17 @@ def mixed_requests():
     return [Request(torch.randint(0, V, (t,), generator=g), n, arrival) for t, n, arrival in shapes]
 
 
-@pytest.mark.parametrize("positional, n_kv_heads, window",
-                         [("learned", None, None), ("sinusoidal", None, None), ("alibi", 2, None),
-                          ("none", 1, None), ("learned", None, 4)])
+@pytest.mark.parametrize(
+    "positional, n_kv_heads, window",
+    [("learned", None, None), ("sinusoidal", None, None), ("alibi", 2, None), ("none", 1, None), ("learned", None, 4)],
+)
 def test_continuous_batching_decodes_what_each_prompt_decodes_alone(positional, n_kv_heads, window):
     model = toy_gpt(positional, n_kv_heads, window)
     requests = mixed_requests()
     cache = PagedKVCache.for_model(model, n_blocks=8, block_size=4)  # too small for all at once
     outputs, trace = serve(model, requests, cache, max_batch=4)
     for r, got in zip(requests, outputs):
-        want = generate(model, r.prompt[None], r.max_new_tokens, use_cache=False)[0, len(r.prompt):]
+        want = generate(model, r.prompt[None], r.max_new_tokens, use_cache=False)[0, len(r.prompt) :]
         assert torch.equal(got, want)
     assert max(s["blocks_in_use"] for s in trace) <= 8 and cache.key_pools[0].shape[0] == 8
     assert cache.blocks_in_use() == 0 and not cache.block_tables  # everything freed at the end
@@ -173,7 +195,7 @@ def test_continuous_batching_on_cuda_decodes_what_each_prompt_decodes_alone():
     requests = mixed_requests()
     outputs, _ = serve(model, requests, PagedKVCache.for_model(model, n_blocks=8, block_size=4), max_batch=4)
     for r, got in zip(requests, outputs):
-        want = generate(model, r.prompt[None].cuda(), r.max_new_tokens, use_cache=False)[0, len(r.prompt):]
+        want = generate(model, r.prompt[None].cuda(), r.max_new_tokens, use_cache=False)[0, len(r.prompt) :]
         assert torch.equal(got, want.cpu())
 
 
@@ -212,11 +234,17 @@ def test_bad_input_gets_clear_errors():
         memory_held(cache, max_len=-1)
     with pytest.raises(ValueError, match=r"positional='rope' rotates a whole batch by one offset"):
         serve(toy_gpt("rope"), [Request(torch.tensor([1]), 2)], PagedKVCache(2, 4, 8, 4, 4))
-    with pytest.raises(ValueError, match=r"requests\[0\] needs 17 positions: more than block_size=64 or than "
-                                         r"the pool's n_blocks=4 x block_size=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"requests\[0\] needs 17 positions: more than block_size=64 or than "
+        r"the pool's n_blocks=4 x block_size=4",
+    ):
         serve(model, [Request(torch.tensor([1, 2]), 16)], PagedKVCache.for_model(model, 4, 4))
     with pytest.raises(ValueError, match=r"requests\[0\].max_new_tokens must be an int >= 1, got 0"):
         serve(model, [Request(torch.tensor([1]), 0)], PagedKVCache.for_model(model, 4, 4))
     with pytest.raises(ValueError, match=r"requests\[1\].arrival must be an int >= 0 \(a decoding step\), got -1"):
-        serve(model, [Request(torch.tensor([1]), 1), Request(torch.tensor([1]), 1, -1)],
-              PagedKVCache.for_model(model, 4, 4))
+        serve(
+            model,
+            [Request(torch.tensor([1]), 1), Request(torch.tensor([1]), 1, -1)],
+            PagedKVCache.for_model(model, 4, 4),
+        )

@@ -1,14 +1,20 @@
 """The int8 KV cache: its rounding (against PyTorch's own per-channel int8 quantizer and the half-step bound), its
 bytes (closed form against the float caches), and what it does to the committed book GPT's next-token
 distributions on held-out text (small but non-zero KL, nearly always the same top token)."""
+
 import pytest
 import torch
 
 from transformer_lib.book_models import load_shakespeare_gpt
 from transformer_lib.corpus import shakespeare_split
 from transformer_lib.serving.kv_cache import DynamicCache
-from transformer_lib.serving.quantized_cache import (QuantizedCache, dequantize_kv, kv_quantization_effect,
-                                                     quantize_kv, quantized_kv_cache_bytes)
+from transformer_lib.serving.quantized_cache import (
+    QuantizedCache,
+    dequantize_kv,
+    kv_quantization_effect,
+    quantize_kv,
+    quantized_kv_cache_bytes,
+)
 
 B, H_KV, D, L = 2, 3, 16, 2
 CHUNKS = (5, 1, 2, 1)
@@ -29,8 +35,9 @@ def test_int8_cache_rounds_as_pytorchs_per_channel_fake_quantizer():
     assert int(q.abs().max()) == 127
     flat = x.reshape(-1, D)  # one "channel" per vector, symmetric int8 in [-127, 127]
     scales = (flat.abs().amax(-1) / 127).clamp_min(1e-30)
-    ref = torch.fake_quantize_per_channel_affine(flat, scales, torch.zeros(len(flat), dtype=torch.int32), 0,
-                                                 -127, 127)  # quantize then dequantize, PyTorch's kernel
+    ref = torch.fake_quantize_per_channel_affine(
+        flat, scales, torch.zeros(len(flat), dtype=torch.int32), 0, -127, 127
+    )  # quantize then dequantize, PyTorch's kernel
     assert torch.equal(dequantize_kv(q, scale).reshape(-1, D), ref)
 
 
@@ -88,7 +95,7 @@ def test_int8_cache_bytes_against_the_float_cache(float_dtype, float_bytes):
 def test_int8_cache_barely_moves_the_book_gpts_next_token_distribution():
     model, tok = load_shakespeare_gpt(device="cpu")
     val_text = shakespeare_split()[1]
-    ids = torch.stack([tok.encode_tensor(val_text[start:start + 600])[:96] for start in (0, 40_000)])  # held out
+    ids = torch.stack([tok.encode_tensor(val_text[start : start + 600])[:96] for start in (0, 40_000)])  # held out
     effect = kv_quantization_effect(model, ids, prefill=8)
     assert effect.positions == 2 * (96 - 8)
     assert 1e-8 < effect.kl_mean < 1e-3  # not free, but tiny (4.4e-5 nats when written)
@@ -103,8 +110,9 @@ def test_bad_input_gets_clear_errors():
     with pytest.raises(ValueError, match=r"x must be a floating-point tensor \(..., d_head\), got torch.int64"):
         quantize_kv(torch.ones(2, 3, dtype=torch.long))
     ids = torch.zeros(1, 5, dtype=torch.long)
-    with pytest.raises(ValueError,
-                       match=r"prefill must be an int in \[1, 4\] \(T=5: at least one token left to decode\)"):
+    with pytest.raises(
+        ValueError, match=r"prefill must be an int in \[1, 4\] \(T=5: at least one token left to decode\)"
+    ):
         kv_quantization_effect(None, ids, prefill=5)
     with pytest.raises(ValueError, match=r"ids must be an integer tensor \(B, T\), got torch.float32 \(5,\)"):
         kv_quantization_effect(None, torch.zeros(5))

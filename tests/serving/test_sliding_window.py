@@ -4,6 +4,7 @@ The windowed attention is checked against PyTorch's ``F.scaled_dot_product_atten
 here element by element; the windowed model decodes with every cache (``'sliding'`` keeps only the last ``window``
 positions) exactly as it recomputes the whole sequence without a cache, well past the window.
 """
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -26,8 +27,18 @@ def band(t: int, window: int) -> torch.Tensor:
 
 def windowed_gpt(positional="learned", window=WINDOW, n_kv_heads=None, seed=0) -> GPT:
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=V, block_size=BLOCK, n_layers=2, n_heads=4, d_model=32, positional=positional,
-                          n_kv_heads=n_kv_heads, window=window))
+    model = GPT(
+        GPTConfig(
+            vocab_size=V,
+            block_size=BLOCK,
+            n_layers=2,
+            n_heads=4,
+            d_model=32,
+            positional=positional,
+            n_kv_heads=n_kv_heads,
+            window=window,
+        )
+    )
     model.apply(lambda m: init_weights(m, std=0.3))  # peaked attention: a wrong key shows
     return model.eval()
 
@@ -149,8 +160,13 @@ def test_sliding_cache_refuses_what_it_cannot_serve():
     with pytest.raises(ValueError, match=r"cache_implementation='sliding' needs a model with sliding-window attention"):
         generate(windowed_gpt(window=None), ids((1, 3), seed=8), 4, cache_implementation="sliding")
     with pytest.raises(ValueError, match=r"cache_implementation='sliding' takes no attention_mask and no ALiBi"):
-        generate(windowed_gpt(), ids((2, 3), seed=8), 4, cache_implementation="sliding",
-                 attention_mask=torch.tensor([[False, True, True], [True, True, True]]))
+        generate(
+            windowed_gpt(),
+            ids((2, 3), seed=8),
+            4,
+            cache_implementation="sliding",
+            attention_mask=torch.tensor([[False, True, True], [True, True, True]]),
+        )
     with pytest.raises(ValueError, match=r"cache_implementation='sliding' takes no attention_mask and no ALiBi"):
         generate(windowed_gpt("alibi"), ids((1, 3), seed=8), 4, cache_implementation="sliding")
 

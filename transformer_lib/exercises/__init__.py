@@ -4,6 +4,7 @@ A check runs the reader's function and the library's reference on the same rando
 first mismatch (an exception, wrong type, shape or dtype, NaN, or the largest wrong value), then names a common
 mistake if the reader's function matches one. ``checking``'s docstring states the whole behaviour.
 """
+
 from .checking import ExerciseResult, check_against, random_int
 
 __all__ = ["ExerciseResult", "check_against", "random_int"]

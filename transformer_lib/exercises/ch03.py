@@ -6,6 +6,7 @@ Each ``check_*`` runs the reader's function and the library's on the same random
 (``checking.check_against``) and, when they differ, also tries a few common mistakes: if the reader's
 function matches one of them, the message says which.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,6 +29,7 @@ def _split_inputs(min_heads: int):
         B, T = random_int(gen, 1, 3), random_int(gen, 2, 6)
         H, D = random_int(gen, min_heads, 4), random_int(gen, 2, 5)
         return torch.randn(B, T, H * D, generator=gen), H
+
     return make_inputs
 
 
@@ -38,20 +40,29 @@ def check_split_heads(fn: Callable) -> ExerciseResult:
     Head ``h`` holds the features ``h * d_head .. (h + 1) * d_head - 1`` of every position,
     as ``MultiHeadAttention.split_heads``.
     """
+
     def shape(x, h):
         B, T, d = x.shape
         return B, T, h, d // h
-    return check_against(fn, _reference_split_heads, _split_inputs(1), hint_inputs=_split_inputs(2), hints={
-        "you reshaped straight to (B, H, T, d_head), which mixes positions across heads: view x as "
-        "(B, T, H, d_head) first, then swap the T and H dimensions (.transpose(1, 2)).":
-            lambda x, h: x.reshape(shape(x, h)[0], h, x.shape[1], x.shape[2] // h),
-        "your head h takes every H-th feature (a strided slice); each head owns a contiguous block of "
-        "d_head features: view as (B, T, H, d_head), not (B, T, d_head, H).":
-            lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2),
-        "the values are right but the order is (B, T, H, d_head): move the head dimension before time "
-        "with .transpose(1, 2).":
-            lambda x, h: x.reshape(shape(x, h)),
-    })
+
+    return check_against(
+        fn,
+        _reference_split_heads,
+        _split_inputs(1),
+        hint_inputs=_split_inputs(2),
+        hints={
+            "you reshaped straight to (B, H, T, d_head), which mixes positions across heads: view x as "
+            "(B, T, H, d_head) first, then swap the T and H dimensions (.transpose(1, 2)).": lambda x, h: x.reshape(
+                shape(x, h)[0], h, x.shape[1], x.shape[2] // h
+            ),
+            "your head h takes every H-th feature (a strided slice); each head owns a contiguous block of "
+            "d_head features: view as (B, T, H, d_head), not (B, T, d_head, H).": lambda x, h: x.reshape(
+                x.shape[0], x.shape[1], x.shape[2] // h, h
+            ).permute(0, 3, 1, 2),
+            "the values are right but the order is (B, T, H, d_head): move the head dimension before time "
+            "with .transpose(1, 2).": lambda x, h: x.reshape(shape(x, h)),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -61,9 +72,15 @@ def _mha_inputs(min_heads: int):
         H, D = random_int(gen, min_heads, 4), random_int(gen, 2, 4)
         d = H * D
         scale = 1.0 / math.sqrt(d)
-        return (torch.randn(B, T, d, generator=gen),
-                torch.randn(3 * d, d, generator=gen) * 2 * scale, torch.randn(3 * d, generator=gen) * 0.1,
-                torch.randn(d, d, generator=gen) * scale, torch.randn(d, generator=gen) * 0.1, H)
+        return (
+            torch.randn(B, T, d, generator=gen),
+            torch.randn(3 * d, d, generator=gen) * 2 * scale,
+            torch.randn(3 * d, generator=gen) * 0.1,
+            torch.randn(d, d, generator=gen) * scale,
+            torch.randn(d, generator=gen) * 0.1,
+            H,
+        )
+
     return make_inputs
 
 
@@ -98,17 +115,20 @@ def check_multi_head_attention(fn: Callable) -> ExerciseResult:
     so ``q = x @ W_Q.T + b_Q``);
     ``w_o: (d_model, d_model)``, ``b_o: (d_model,)`` is the output projection. Returns ``(B, T, d_model)``.
     """
-    return check_against(fn, _reference_mha, _mha_inputs(1), hint_inputs=_mha_inputs(2), hints={
-        "your output is single-head attention over all d_model features: split q, k, v into n_heads "
-        "heads of d_head = d_model // n_heads before the softmax.":
-            lambda *a: _mha_variant(*a, heads=1),
-        "the scores are divided by sqrt(d_model); each head's dot products have d_head terms, so divide "
-        "by sqrt(d_head) = sqrt(d_model // n_heads).":
-            lambda *a: _mha_variant(*a, scale_dim=a[0].shape[-1]),
-        "the heads are concatenated but the output projection is missing: finish with "
-        "out = concat @ w_o.T + b_o.":
-            lambda *a: _mha_variant(*a, project_out=False),
-    })
+    return check_against(
+        fn,
+        _reference_mha,
+        _mha_inputs(1),
+        hint_inputs=_mha_inputs(2),
+        hints={
+            "your output is single-head attention over all d_model features: split q, k, v into n_heads "
+            "heads of d_head = d_model // n_heads before the softmax.": lambda *a: _mha_variant(*a, heads=1),
+            "the scores are divided by sqrt(d_model); each head's dot products have d_head terms, so divide "
+            "by sqrt(d_head) = sqrt(d_model // n_heads).": lambda *a: _mha_variant(*a, scale_dim=a[0].shape[-1]),
+            "the heads are concatenated but the output projection is missing: finish with "
+            "out = concat @ w_o.T + b_o.": lambda *a: _mha_variant(*a, project_out=False),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -128,27 +148,35 @@ def check_previous_token_score(fn: Callable) -> ExerciseResult:
     weight on key ``i - 1`` (``head_stats.offset_weight(attn, -1)``). A head that always looks one
     token back scores 1.
     """
-    return check_against(fn, _reference_previous, _maps_inputs, hints={
-        "you measured the weight on the NEXT token: query i's previous token is key i - 1, the diagonal "
-        "just below the main one (attn[i, i-1]; torch.diagonal(attn, offset=-1, dim1=-2, dim2=-1)).":
-            lambda a: offset_weight(a, +1),
-        "you measured the weight each query puts on itself (the main diagonal); the previous token is "
-        "one column to the left.":
-            lambda a: offset_weight(a, 0),
-        "you divided by T; only T - 1 queries have a previous token (query 0 has none): take the mean "
-        "over those T - 1 values.":
-            lambda a: offset_weight(a, -1) * (a.shape[-1] - 1) / a.shape[-1],
-    })
+    return check_against(
+        fn,
+        _reference_previous,
+        _maps_inputs,
+        hints={
+            "you measured the weight on the NEXT token: query i's previous token is key i - 1, the diagonal "
+            "just below the main one (attn[i, i-1]; torch.diagonal(attn, offset=-1, dim1=-2, dim2=-1)).": lambda a: (
+                offset_weight(a, +1)
+            ),
+            "you measured the weight each query puts on itself (the main diagonal); the previous token is "
+            "one column to the left.": lambda a: offset_weight(a, 0),
+            "you divided by T; only T - 1 queries have a previous token (query 0 has none): take the mean "
+            "over those T - 1 values.": lambda a: offset_weight(a, -1) * (a.shape[-1] - 1) / a.shape[-1],
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 4 (predict, then run)
-WEIGHTS_AXES = ("B: one map per sequence of the batch", "H: one map per head, not averaged over heads",
-                "Tq: one row per query, from the sequence that asks", "Tk: one column per key, from the sequence "
-                "that is read, in cross-attention the other one")
+WEIGHTS_AXES = (
+    "B: one map per sequence of the batch",
+    "H: one map per head, not averaged over heads",
+    "Tq: one row per query, from the sequence that asks",
+    "Tk: one column per key, from the sequence that is read, in cross-attention the other one",
+)
 
 
-def explain_weights_shape_prediction(guess, batch: int = 3, t_query: int = 7, t_key: int = 5, d_model: int = 64,
-                                   n_heads: int = 8) -> ExerciseResult:
+def explain_weights_shape_prediction(
+    guess, batch: int = 3, t_query: int = 7, t_key: int = 5, d_model: int = 64, n_heads: int = 8
+) -> ExerciseResult:
     """Compare a predicted shape with the weights ``MultiHeadAttention(d_model, n_heads)`` really returns for
     cross-attention: queries ``(batch, t_query, d_model)``, keys and values ``(batch, t_key, d_model)``.
 
@@ -165,10 +193,20 @@ def explain_weights_shape_prediction(guess, batch: int = 3, t_query: int = 7, t_
     if guess == real:
         return ExerciseResult(True, f"the weights have shape {real}: " + "; ".join(WEIGHTS_AXES) + ".")
     if len(guess) != len(real):
-        extra = (" nn.MultiheadAttention averages the heads by default (average_attn_weights=True) and returns "
-                 "(B, Tq, Tk); this module keeps one map per head." if len(guess) == 3 else "")
-        return ExerciseResult(False, f"the weights have {len(real)} axes, {real}, your guess has {len(guess)}."
-                              + extra + " Axes: " + "; ".join(WEIGHTS_AXES) + ".")
+        extra = (
+            " nn.MultiheadAttention averages the heads by default (average_attn_weights=True) and returns "
+            "(B, Tq, Tk); this module keeps one map per head."
+            if len(guess) == 3
+            else ""
+        )
+        return ExerciseResult(
+            False,
+            f"the weights have {len(real)} axes, {real}, your guess has {len(guess)}."
+            + extra
+            + " Axes: "
+            + "; ".join(WEIGHTS_AXES)
+            + ".",
+        )
     wrong = [f"axis {i} is {real[i]}, not {guess[i]} ({WEIGHTS_AXES[i]})" for i in range(4) if guess[i] != real[i]]
     if guess[2:] == (t_query, t_query):
         wrong.append(f"a query reads the keys of the memory ({t_key} of them), not its own sequence")

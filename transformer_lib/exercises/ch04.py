@@ -10,6 +10,7 @@ Each compares the reader's function with the library on random inputs (``checkin
 on a mismatch it also tries the usual slips (sin/cos swapped, wrong frequency, wrong sign...) and
 names the one that matches the reader's output.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,9 +43,11 @@ def _table_slips() -> dict[str, Callable]:
         t = sinusoidal_table(max_len, d_model)
         return torch.cat((t[:, 0::2], t[:, 1::2]), dim=1)
 
-    return {"sin and cos are swapped: even dimensions 2i take sin, odd ones 2i+1 take cos.": swapped,
-            "the exponent is 2i/d_model, where 2i is the even dimension (not the pair index i).": exponent_i,
-            "the paper interleaves them: dimension 2i is sin, 2i+1 is cos (not all sin then all cos).": halves}
+    return {
+        "sin and cos are swapped: even dimensions 2i take sin, odd ones 2i+1 take cos.": swapped,
+        "the exponent is 2i/d_model, where 2i is the even dimension (not the pair index i).": exponent_i,
+        "the paper interleaves them: dimension 2i is sin, 2i+1 is cos (not all sin then all cos).": halves,
+    }
 
 
 def check_sinusoidal_table(fn: Callable) -> ExerciseResult:
@@ -75,10 +78,11 @@ def _rope_slips() -> dict[str, Callable]:
         inv = torch.argsort(perm)
         return _rope_reference(x[..., perm])[..., inv]
 
-    return {"your rotation goes the wrong way: the pair (x1, x2) becomes (x1 cos - x2 sin, x1 sin + x2 cos).":
-            inverse,
-            "this chapter pairs neighbouring features (2i, 2i+1); you paired i with i + d_head/2 "
-            "(the GPT-NeoX layout, also valid but a different convention).": halves}
+    return {
+        "your rotation goes the wrong way: the pair (x1, x2) becomes (x1 cos - x2 sin, x1 sin + x2 cos).": inverse,
+        "this chapter pairs neighbouring features (2i, 2i+1); you paired i with i + d_head/2 "
+        "(the GPT-NeoX layout, also valid but a different convention).": halves,
+    }
 
 
 def check_rope(fn: Callable) -> ExerciseResult:
@@ -108,10 +112,12 @@ def _alibi_slips() -> dict[str, Callable]:
     def reversed_slopes(n_heads, t):
         return alibi_bias(n_heads, t).flip(0)
 
-    return {"the bias must be negative: -slope * distance, so far keys lose score.": positive,
-            "keys in the future (j > i) should get 0 here (the causal mask hides them); "
-            "clamp the distance i - j at 0.": no_clamp,
-            "head 0 gets the steepest slope 2^(-8/n_heads), the last head the gentlest 2^(-8).": reversed_slopes}
+    return {
+        "the bias must be negative: -slope * distance, so far keys lose score.": positive,
+        "keys in the future (j > i) should get 0 here (the causal mask hides them); "
+        "clamp the distance i - j at 0.": no_clamp,
+        "head 0 gets the steepest slope 2^(-8/n_heads), the last head the gentlest 2^(-8).": reversed_slopes,
+    }
 
 
 def check_alibi_bias(fn: Callable) -> ExerciseResult:
@@ -135,18 +141,26 @@ def explain_longest_wavelength_prediction(guess, d_model: int = 16, base: float 
     angle_step = math.atan2(*_last_pair_step(d_model))  # radians the last pair turns per position
     real = 2 * math.pi / angle_step
     if abs(guess - real) <= 0.05 * real:
-        return ExerciseResult(True, f"the last pair of a {d_model}-wide table turns once every {real:,.0f} positions: "
-                              f"2 pi * {base:g}^(({d_model} - 2) / {d_model}).")
-    slips = {2 * math.pi * base: "that is 2 pi * base, the limit the last pair approaches only as d_model grows; "
-                                 "the last pair is 2i = d_model - 2, so its exponent is (d_model - 2) / d_model, not 1",
-             real / (2 * math.pi): "that is the right power of the base without the factor 2 pi: a wavelength is "
-                                   "2 pi / omega_i, and omega_i = base^(-2i / d_model)",
-             2 * math.pi: "that is pair 0's wavelength (the fastest hand); the last pair is the slowest",
-             base ** ((d_model - 2) / d_model): "that is 1 / omega_i, a radian's worth of positions; "
-                                                "one full turn takes 2 pi times as many"}
+        return ExerciseResult(
+            True,
+            f"the last pair of a {d_model}-wide table turns once every {real:,.0f} positions: "
+            f"2 pi * {base:g}^(({d_model} - 2) / {d_model}).",
+        )
+    slips = {
+        2 * math.pi * base: "that is 2 pi * base, the limit the last pair approaches only as d_model grows; "
+        "the last pair is 2i = d_model - 2, so its exponent is (d_model - 2) / d_model, not 1",
+        real / (2 * math.pi): "that is the right power of the base without the factor 2 pi: a wavelength is "
+        "2 pi / omega_i, and omega_i = base^(-2i / d_model)",
+        2 * math.pi: "that is pair 0's wavelength (the fastest hand); the last pair is the slowest",
+        base ** ((d_model - 2) / d_model): "that is 1 / omega_i, a radian's worth of positions; "
+        "one full turn takes 2 pi times as many",
+    }
     why = next((msg for value, msg in slips.items() if abs(guess - value) <= 0.05 * value), None)
-    return ExerciseResult(False, f"the last pair turns once every {real:,.0f} positions, your guess is {guess:,.0f}"
-                          + (f": {why}." if why else f" (2 pi * {base:g}^((d_model - 2) / d_model))."))
+    return ExerciseResult(
+        False,
+        f"the last pair turns once every {real:,.0f} positions, your guess is {guess:,.0f}"
+        + (f": {why}." if why else f" (2 pi * {base:g}^((d_model - 2) / d_model))."),
+    )
 
 
 def _last_pair_step(d_model: int) -> tuple[float, float]:

@@ -5,6 +5,7 @@ Used in chapter 05.
 Each ``check_*`` runs the reader's function and the library's module on the same random inputs
 (``checking.check_against``) and, when they differ, tries a few common mistakes to say which one it looks like.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -40,24 +41,31 @@ def check_layer_norm(fn: Callable) -> ExerciseResult:
     """``fn(x, gamma, beta, eps) -> y``: ``x: (B, T, d)``, ``gamma, beta: (d,)``; normalize each position over
     its ``d`` features (mean 0, variance 1 with the *biased* variance, ``eps`` inside the square root), then
     scale by ``gamma`` and shift by ``beta``. Same as ``transformer_lib.LayerNorm`` and ``F.layer_norm``."""
-    return check_against(fn, _reference_layer_norm, _ln_inputs, atol=1e-4, hints={
-        "you normalized over the time axis (each feature across positions, like a batch norm over time); "
-        "LayerNorm normalizes each position over its own features: use dim=-1.":
-            lambda *a: _ln_variant(*a, dim=1),
-        "you used the unbiased variance (divide by d - 1); LayerNorm divides by d: x.var(-1, unbiased=False) or "
-        "((x - mean) ** 2).mean(-1).":
-            lambda *a: _ln_variant(*a, unbiased=True),
-        "gamma and beta are not applied: finish with y * gamma + beta.":
-            lambda *a: _ln_variant(*a, affine=False),
-    })
+    return check_against(
+        fn,
+        _reference_layer_norm,
+        _ln_inputs,
+        atol=1e-4,
+        hints={
+            "you normalized over the time axis (each feature across positions, like a batch norm over time); "
+            "LayerNorm normalizes each position over its own features: use dim=-1.": lambda *a: _ln_variant(*a, dim=1),
+            "you used the unbiased variance (divide by d - 1); LayerNorm divides by d: x.var(-1, unbiased=False) or "
+            "((x - mean) ** 2).mean(-1).": lambda *a: _ln_variant(*a, unbiased=True),
+            "gamma and beta are not applied: finish with y * gamma + beta.": lambda *a: _ln_variant(*a, affine=False),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 2
 def _ffn_inputs(gen):
     B, T, d, f = random_int(gen, 1, 3), random_int(gen, 2, 5), random_int(gen, 3, 8), random_int(gen, 8, 16)
-    return (torch.randn(B, T, d, generator=gen), torch.randn(f, d, generator=gen) / d ** 0.5,
-            torch.randn(f, generator=gen) * 0.5, torch.randn(d, f, generator=gen) / f ** 0.5,
-            torch.randn(d, generator=gen) * 0.5)
+    return (
+        torch.randn(B, T, d, generator=gen),
+        torch.randn(f, d, generator=gen) / d**0.5,
+        torch.randn(f, generator=gen) * 0.5,
+        torch.randn(d, f, generator=gen) / f**0.5,
+        torch.randn(d, generator=gen) * 0.5,
+    )
 
 
 @torch.no_grad()
@@ -72,23 +80,34 @@ def check_feed_forward(fn: Callable) -> ExerciseResult:
 
     ``x: (B, T, d_model)``, ``w1: (d_ff, d_model)``, ``b1: (d_ff,)``, ``w2: (d_model, d_ff)``, ``b2: (d_model,)``
     (the layout of ``nn.Linear.weight``). Returns ``(B, T, d_model)``."""
-    return check_against(fn, _reference_ffn, _ffn_inputs, hints={
-        "there is no non-linearity between the two layers, so the FFN collapses into one linear map: apply "
-        "ReLU (torch.relu) to x @ w1.T + b1.":
-            lambda x, w1, b1, w2, b2: (x @ w1.T + b1) @ w2.T + b2,
-        "the ReLU is applied after the second layer; it belongs between the two: relu(x @ w1.T + b1) @ w2.T + b2.":
-            lambda x, w1, b1, w2, b2: torch.relu((x @ w1.T + b1) @ w2.T + b2),
-        "you used GELU; the 2017 paper's FFN (and this exercise) uses ReLU.":
-            lambda x, w1, b1, w2, b2: torch.nn.functional.gelu(x @ w1.T + b1) @ w2.T + b2,
-    })
+    return check_against(
+        fn,
+        _reference_ffn,
+        _ffn_inputs,
+        hints={
+            "there is no non-linearity between the two layers, so the FFN collapses into one linear map: apply "
+            "ReLU (torch.relu) to x @ w1.T + b1.": lambda x, w1, b1, w2, b2: (x @ w1.T + b1) @ w2.T + b2,
+            "the ReLU is applied after the second layer; it belongs between the two: relu(x @ w1.T + b1) @ w2.T + b2.": lambda x, w1, b1, w2, b2: (
+                torch.relu((x @ w1.T + b1) @ w2.T + b2)
+            ),
+            "you used GELU; the 2017 paper's FFN (and this exercise) uses ReLU.": lambda x, w1, b1, w2, b2: (
+                torch.nn.functional.gelu(x @ w1.T + b1) @ w2.T + b2
+            ),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 3
 def _res_inputs(norm_first: bool):
     def make_inputs(gen):
         B, T, d = random_int(gen, 1, 3), random_int(gen, 2, 5), random_int(gen, 4, 10)
-        return (torch.randn(B, T, d, generator=gen) * 2 + 1, torch.randn(d, d, generator=gen) / d ** 0.5,
-                torch.randn(d, generator=gen) * 0.5, norm_first)
+        return (
+            torch.randn(B, T, d, generator=gen) * 2 + 1,
+            torch.randn(d, d, generator=gen) / d**0.5,
+            torch.randn(d, generator=gen) * 0.5,
+            norm_first,
+        )
+
     return make_inputs
 
 
@@ -110,18 +129,28 @@ def check_residual(fn: Callable) -> ExerciseResult:
     ``norm_first=True`` (pre-norm, GPT-2): ``x + f(LN(x))``. ``x: (B, T, d)``, ``w: (d, d)``, ``b: (d,)``."""
     for norm_first in (False, True):
         name = "pre-norm (norm_first=True)" if norm_first else "post-norm (norm_first=False)"
-        hinted = check_against(fn, _reference_residual, _res_inputs(norm_first), atol=1e-4, hints={
-            "pre-norm and post-norm are swapped: post-norm is LN(x + f(x)), pre-norm is x + f(LN(x)).":
-                lambda x, w, b, nf: x + (_ln(x) @ w.T + b) if not nf else _ln(x + x @ w.T + b),
-            "the residual (skip) connection is missing: add x back.":
-                lambda x, w, b, nf: (_ln(x) @ w.T + b) if nf else _ln(x @ w.T + b),
-            "in pre-norm the skip connection carries the *un-normalized* x: x + f(LN(x)), not LN(x) + f(LN(x)).":
-                lambda x, w, b, nf: _ln(x) + (_ln(x) @ w.T + b) if nf else _ln(x + x @ w.T + b),
-        })
+        hinted = check_against(
+            fn,
+            _reference_residual,
+            _res_inputs(norm_first),
+            atol=1e-4,
+            hints={
+                "pre-norm and post-norm are swapped: post-norm is LN(x + f(x)), pre-norm is x + f(LN(x)).": lambda x, w, b, nf: (
+                    x + (_ln(x) @ w.T + b) if not nf else _ln(x + x @ w.T + b)
+                ),
+                "the residual (skip) connection is missing: add x back.": lambda x, w, b, nf: (
+                    (_ln(x) @ w.T + b) if nf else _ln(x @ w.T + b)
+                ),
+                "in pre-norm the skip connection carries the *un-normalized* x: x + f(LN(x)), not LN(x) + f(LN(x)).": lambda x, w, b, nf: (
+                    _ln(x) + (_ln(x) @ w.T + b) if nf else _ln(x + x @ w.T + b)
+                ),
+            },
+        )
         if not hinted:
             return ExerciseResult(False, f"{name}: {hinted.message}")
-    return ExerciseResult(True, "your function matches the library's Residual for post-norm and pre-norm "
-                                "on 5 random cases each.")
+    return ExerciseResult(
+        True, "your function matches the library's Residual for post-norm and pre-norm on 5 random cases each."
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 4: predict, then run
@@ -134,12 +163,18 @@ def explain_ffn_share_prediction(guess, counts: dict[str, int], d_model: int, d_
     total = sum(counts.values())
     share = counts["feed-forward"] / total
     attn = counts["self-attention"] + counts["cross-attention"]
-    why = (f"the FFN has 2 x d_model x d_ff = {2 * d_model * d_ff:,} weights (+ {d_ff + d_model:,} biases), the "
-           f"attention {attn:,} parameters (4 x d_model^2 + biases per attention sub-layer), the LayerNorms "
-           f"{counts['LayerNorm']:,}: the FFN holds {counts['feed-forward']:,} of {total:,} = {share:.1%}. With "
-           f"d_ff = 4 d_model it is 8 d^2 against 4 d^2 per attention, whatever d_model is.")
+    why = (
+        f"the FFN has 2 x d_model x d_ff = {2 * d_model * d_ff:,} weights (+ {d_ff + d_model:,} biases), the "
+        f"attention {attn:,} parameters (4 x d_model^2 + biases per attention sub-layer), the LayerNorms "
+        f"{counts['LayerNorm']:,}: the FFN holds {counts['feed-forward']:,} of {total:,} = {share:.1%}. With "
+        f"d_ff = 4 d_model it is 8 d^2 against 4 d^2 per attention, whatever d_model is."
+    )
     if abs(guess - share) <= 0.03:
         return ExerciseResult(True, why)
-    hint = (" Did you count the FFN as large as the attention? That holds for d_ff = 2 d_model (the translator), "
-            "not 4 d_model." if abs(guess - 0.5) <= 0.03 and share > 0.6 else "")
+    hint = (
+        " Did you count the FFN as large as the attention? That holds for d_ff = 2 d_model (the translator), "
+        "not 4 d_model."
+        if abs(guess - 0.5) <= 0.03 and share > 0.6
+        else ""
+    )
     return ExerciseResult(False, f"you predicted {guess:.2f}, the count gives {share:.3f}: {why}{hint}")

@@ -6,6 +6,7 @@ Masks follow the library's convention: boolean, ``True`` where a query may atten
 Each ``check_*`` compares the reader's function with the library's on random cases and, when they differ,
 tries a few common mistakes to say which one it looks like.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -35,17 +36,25 @@ def check_causal_mask(fn: Callable) -> ExerciseResult:
     With ``t_q == t_k`` this is the usual lower-triangular mask."""
     square = lambda gen: (lambda t: (t, t))(random_int(gen, 2, 6))  # noqa: E731
     # hints are tried on square masks; the last one fits a function that is right there, so right but for t_k > t_q
-    return check_against(fn, causal_mask, _causal_inputs, hint_inputs=square, hints={
-        "your mask is inverted (True on the future): in this library True means *may attend*; use tril, not triu.":
-            lambda t_q, t_k: _ones(t_q, t_k).triu(diagonal=1),
-        "the diagonal is blocked: a position may attend to itself (tril with diagonal=0, not -1).":
-            lambda t_q, t_k: _ones(t_q, t_k).tril(diagonal=-1),
-        "your mask lets each position see the future (upper triangle): transpose it, or use tril.":
-            lambda t_q, t_k: _ones(t_q, t_k).triu(),
-        "you aligned the queries with the *start* of the keys: with t_k > t_q (a KV cache) query i is at position "
-        "i + (t_k - t_q), so use .tril(diagonal=t_k - t_q).":
-            lambda t_q, t_k: _ones(t_q, t_k).tril(),
-    })
+    return check_against(
+        fn,
+        causal_mask,
+        _causal_inputs,
+        hint_inputs=square,
+        hints={
+            "your mask is inverted (True on the future): in this library True means *may attend*; use tril, not triu.": lambda t_q, t_k: (
+                _ones(t_q, t_k).triu(diagonal=1)
+            ),
+            "the diagonal is blocked: a position may attend to itself (tril with diagonal=0, not -1).": lambda t_q, t_k: (
+                _ones(t_q, t_k).tril(diagonal=-1)
+            ),
+            "your mask lets each position see the future (upper triangle): transpose it, or use tril.": lambda t_q, t_k: (
+                _ones(t_q, t_k).triu()
+            ),
+            "you aligned the queries with the *start* of the keys: with t_k > t_q (a KV cache) query i is at position "
+            "i + (t_k - t_q), so use .tril(diagonal=t_k - t_q).": lambda t_q, t_k: _ones(t_q, t_k).tril(),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -67,17 +76,26 @@ def check_padded_causal_mask(fn: Callable) -> ExerciseResult:
     Query ``i`` of sequence ``b`` may see key ``j`` when ``j <= i`` (causal) and ``j < lengths[b]`` (a real
     token, not padding). Padded *queries* keep their causal row over the real keys (the loss ignores them
     anyway); blocking them completely leaves rows with nothing to attend to."""
-    return check_against(fn, _reference_padded_causal, _padded_inputs, hints={
-        "the padding is not masked: AND the causal mask with a (B, 1, T) key mask, positions < lengths[b].":
-            lambda lengths, T: causal_mask(T)[None].expand(len(lengths), T, T),
-        "the causal part is missing: AND with torch.ones(T, T, dtype=torch.bool).tril().":
-            lambda lengths, T: padding_mask(lengths, T)[:, None, :].expand(len(lengths), T, T),
-        "you also blocked the padded queries (rows), so their rows are all False: a fully masked row has no "
-        "valid softmax. Mask keys only: padding_mask(...)[:, None, :].":
-            lambda lengths, T: _reference_padded_causal(lengths, T) & padding_mask(lengths, T)[:, :, None],
-        "the padding mask is applied to queries (rows) instead of keys (columns): index it as [:, None, :].":
-            lambda lengths, T: causal_mask(T)[None] & padding_mask(lengths, T)[:, :, None],
-    })
+    return check_against(
+        fn,
+        _reference_padded_causal,
+        _padded_inputs,
+        hints={
+            "the padding is not masked: AND the causal mask with a (B, 1, T) key mask, positions < lengths[b].": lambda lengths, T: (
+                causal_mask(T)[None].expand(len(lengths), T, T)
+            ),
+            "the causal part is missing: AND with torch.ones(T, T, dtype=torch.bool).tril().": lambda lengths, T: (
+                padding_mask(lengths, T)[:, None, :].expand(len(lengths), T, T)
+            ),
+            "you also blocked the padded queries (rows), so their rows are all False: a fully masked row has no "
+            "valid softmax. Mask keys only: padding_mask(...)[:, None, :].": lambda lengths, T: (
+                _reference_padded_causal(lengths, T) & padding_mask(lengths, T)[:, :, None]
+            ),
+            "the padding mask is applied to queries (rows) instead of keys (columns): index it as [:, None, :].": lambda lengths, T: (
+                causal_mask(T)[None] & padding_mask(lengths, T)[:, :, None]
+            ),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -93,8 +111,9 @@ def _softmax_inputs(gen):
 
 def _reference_masked_softmax(scores, keep):
     # scores = q k^T / sqrt(1) with q = 1 and k = scores: the library's attention_weights on them
-    return attention_weights(torch.ones(*scores.shape[:-1], 1, 1, dtype=scores.dtype),
-                             scores[..., :, None], keep[..., None, :])[..., 0, :]
+    return attention_weights(
+        torch.ones(*scores.shape[:-1], 1, 1, dtype=scores.dtype), scores[..., :, None], keep[..., None, :]
+    )[..., 0, :]
 
 
 def check_masked_softmax(fn: Callable) -> ExerciseResult:
@@ -106,14 +125,24 @@ def check_masked_softmax(fn: Callable) -> ExerciseResult:
 
     def fill_softmax(scores, keep, value):
         return torch.softmax(scores.float().masked_fill(~keep, value), -1).to(scores.dtype)
-    return check_against(fn, _reference_masked_softmax, _softmax_inputs, atol=2e-2, rtol=2e-2, hints={
-        "a fully masked row gives NaN: with -inf everywhere the softmax divides 0 by 0. Zero those rows out "
-        "afterwards (e.g. torch.nan_to_num, or masked_fill on rows where keep.any(-1) is False).":
-            lambda s, k: fill_softmax(s, k, float("-inf")),
-        "a fully masked row comes out uniform (1/T each): with a finite fill every entry is equal, so the query "
-        "reads the blocked keys. Set rows with no kept key to 0.":
-            lambda s, k: fill_softmax(s, k, torch.finfo(torch.float32).min),
-    })
+
+    return check_against(
+        fn,
+        _reference_masked_softmax,
+        _softmax_inputs,
+        atol=2e-2,
+        rtol=2e-2,
+        hints={
+            "a fully masked row gives NaN: with -inf everywhere the softmax divides 0 by 0. Zero those rows out "
+            "afterwards (e.g. torch.nan_to_num, or masked_fill on rows where keep.any(-1) is False).": lambda s, k: (
+                fill_softmax(s, k, float("-inf"))
+            ),
+            "a fully masked row comes out uniform (1/T each): with a finite fill every entry is equal, so the query "
+            "reads the blocked keys. Set rows with no kept key to 0.": lambda s, k: fill_softmax(
+                s, k, torch.finfo(torch.float32).min
+            ),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 4: predict, then run
@@ -126,11 +155,16 @@ def explain_flipped_mask_prediction(guess, weights: torch.Tensor, keep: torch.Te
         return ExerciseResult(False, f"put a weight between 0 and 1 in my_guess, got {guess!r}.")
     on_real = float(weights[row, :, 0][:, keep[row]].sum(-1).float().mean())
     full = [b for b in range(keep.shape[0]) if bool(keep[b].all())]
-    nan_note = (f" Sequence {full[0]} has no padding: every key is 'ignored', the softmax computes 0/0, and its "
-                f"rows are NaN." if full and bool(torch.isnan(weights[full[0]]).all()) else "")
-    why = (f"nn.MultiheadAttention reads True as 'ignore this key'. Given our mask, it ignores exactly the real "
-           f"tokens and lets the query read only the padding: {on_real:.3f} of the weight is on the real tokens, "
-           f"{1 - on_real:.3f} on the padding.{nan_note} No error is raised; flip the mask: key_padding_mask=~keep.")
+    nan_note = (
+        f" Sequence {full[0]} has no padding: every key is 'ignored', the softmax computes 0/0, and its rows are NaN."
+        if full and bool(torch.isnan(weights[full[0]]).all())
+        else ""
+    )
+    why = (
+        f"nn.MultiheadAttention reads True as 'ignore this key'. Given our mask, it ignores exactly the real "
+        f"tokens and lets the query read only the padding: {on_real:.3f} of the weight is on the real tokens, "
+        f"{1 - on_real:.3f} on the padding.{nan_note} No error is raised; flip the mask: key_padding_mask=~keep."
+    )
     if abs(guess - on_real) <= 0.05:
         return ExerciseResult(True, why)
     return ExerciseResult(False, f"you predicted {guess:.2f}, the call gave {on_real:.3f}. {why}")

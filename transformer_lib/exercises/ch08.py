@@ -6,6 +6,7 @@ Used in chapter 08.
 Each ``check_*`` runs the reader's function and a reference on the same random inputs (``checking.check_against``)
 and, when they differ, tries a few common mistakes: if the reader's function matches one, the message says which.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -31,15 +32,17 @@ def _module(w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int) -> MultiHeadAt
 def _heads_inputs(min_heads: int):
     def make_inputs(gen):
         H, D, d = random_int(gen, min_heads, 5), random_int(gen, 2, 4), random_int(gen, 4, 10)
-        keep = sorted(torch.randperm(H, generator=gen)[:random_int(gen, 1, H - 1)].tolist())
+        keep = sorted(torch.randperm(H, generator=gen)[: random_int(gen, 1, H - 1)].tolist())
         return torch.randn(3 * H * D, d, generator=gen), torch.randn(d, H * D, generator=gen), H, keep
+
     return make_inputs
 
 
 # ----------------------------------------------------------------------------- exercise 1
 def _reference_rows(w_qkv, keep, n_heads):
-    return prune_attention_heads(_module(w_qkv, torch.zeros(w_qkv.shape[1], w_qkv.shape[0] // 3), n_heads),
-                                 keep).qkv.weight.detach()
+    return prune_attention_heads(
+        _module(w_qkv, torch.zeros(w_qkv.shape[1], w_qkv.shape[0] // 3), n_heads), keep
+    ).qkv.weight.detach()
 
 
 def _qkv_inputs(min_heads: int):
@@ -48,6 +51,7 @@ def _qkv_inputs(min_heads: int):
     def make_inputs(gen):
         w_qkv, _, H, keep = inner(gen)
         return w_qkv, keep, H
+
     return make_inputs
 
 
@@ -67,14 +71,20 @@ def check_prune_qkv(fn: Callable) -> ExerciseResult:
 
     def queries_only(w, keep, H):
         D = w.shape[0] // (3 * H)
-        return torch.cat([w[h * D:(h + 1) * D] for h in keep])
-    return check_against(fn, _reference_rows, _qkv_inputs(2), hints={
-        "you treated each head as one block of 3 * d_head rows; the matrix is three blocks [W_Q; W_K; W_V] "
-        "of n_heads * d_head rows each, and head h owns rows h*d_head:(h+1)*d_head of EACH block.": interleaved,
-        "you returned the rows of the heads NOT in keep: keep lists the heads that stay.": removed,
-        "you kept only the W_Q rows; the kept heads' W_K and W_V rows (offset by n_heads * d_head and "
-        "2 * n_heads * d_head) must come too.": queries_only,
-    })
+        return torch.cat([w[h * D : (h + 1) * D] for h in keep])
+
+    return check_against(
+        fn,
+        _reference_rows,
+        _qkv_inputs(2),
+        hints={
+            "you treated each head as one block of 3 * d_head rows; the matrix is three blocks [W_Q; W_K; W_V] "
+            "of n_heads * d_head rows each, and head h owns rows h*d_head:(h+1)*d_head of EACH block.": interleaved,
+            "you returned the rows of the heads NOT in keep: keep lists the heads that stay.": removed,
+            "you kept only the W_Q rows; the kept heads' W_K and W_V rows (offset by n_heads * d_head and "
+            "2 * n_heads * d_head) must come too.": queries_only,
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -103,11 +113,17 @@ def check_head_weight_norms(fn: Callable) -> ExerciseResult:
         blocks = w_qkv.view(3, H, D, -1)
         out_cols = w_o.view(-1, H, D).transpose(0, 1).flatten(1)  # (H, d_model * d_head)
         return sum(blocks[i].flatten(1).norm(dim=1) for i in range(3)) + out_cols.norm(dim=1)
-    return check_against(fn, _reference_norms, _norm_inputs, hints={
-        "you left out W_O: a head's output projection is part of it (its d_head columns of w_o).": no_out,
-        "you added the norms of the four pieces; the norm of all the weights together is the square root of "
-        "the SUM OF SQUARES of every entry.": sum_of_norms,
-    })
+
+    return check_against(
+        fn,
+        _reference_norms,
+        _norm_inputs,
+        hints={
+            "you left out W_O: a head's output projection is part of it (its d_head columns of w_o).": no_out,
+            "you added the norms of the four pieces; the norm of all the weights together is the square root of "
+            "the SUM OF SQUARES of every entry.": sum_of_norms,
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -132,14 +148,22 @@ def check_magnitude_mask(fn: Callable) -> ExerciseResult:
     """``fn(w, amount) -> keep``: boolean mask of ``w``'s shape, False on the ``amount * w.numel()`` entries
     with the smallest absolute value, True elsewhere (the mask of ``torch.nn.utils.prune.l1_unstructured``).
     """
-    return check_against(fn, _reference_mask, _mask_inputs, hints={
-        "you removed the LARGEST weights: magnitude pruning drops the smallest |w| and keeps the big ones.":
-            lambda w, a: _drop_top(w.abs(), round(a * w.numel())),
-        "you ranked the signed values, so large negative weights were removed; rank by |w|.":
-            lambda w, a: _drop_top(-w, round(a * w.numel())),
-        "your mask is inverted: True must mark the weights that STAY (the large ones).":
-            lambda w, a: ~_reference_mask(w, a),
-    })
+    return check_against(
+        fn,
+        _reference_mask,
+        _mask_inputs,
+        hints={
+            "you removed the LARGEST weights: magnitude pruning drops the smallest |w| and keeps the big ones.": lambda w, a: (
+                _drop_top(w.abs(), round(a * w.numel()))
+            ),
+            "you ranked the signed values, so large negative weights were removed; rank by |w|.": lambda w, a: (
+                _drop_top(-w, round(a * w.numel()))
+            ),
+            "your mask is inverted: True must mark the weights that STAY (the large ones).": lambda w, a: (
+                ~_reference_mask(w, a)
+            ),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- predict, then run
@@ -152,18 +176,24 @@ def explain_pruned_params(guess, before: int, after: int, n_removed: int, d_mode
     message says which.
     """
     if isinstance(guess, bool) or not isinstance(guess, (int, float)):
-        return ExerciseResult(False, f"put your prediction (a number of parameters) in the variable first, got {guess!r}.")
+        return ExerciseResult(
+            False, f"put your prediction (a number of parameters) in the variable first, got {guess!r}."
+        )
     per_head = 3 * d_head * (d_model + 1) + d_model * d_head
-    why = (f"each head owns 3 x {d_head} rows of qkv ({d_model} weights + 1 bias each) and {d_head} columns of W_O "
-           f"({d_model} weights each): {per_head:,} parameters; {n_removed} heads: {n_removed * per_head:,}, "
-           f"so {before:,} - {n_removed * per_head:,} = {after:,}")
+    why = (
+        f"each head owns 3 x {d_head} rows of qkv ({d_model} weights + 1 bias each) and {d_head} columns of W_O "
+        f"({d_model} weights each): {per_head:,} parameters; {n_removed} heads: {n_removed * per_head:,}, "
+        f"so {before:,} - {n_removed * per_head:,} = {after:,}"
+    )
     if guess == after:
         return ExerciseResult(True, why + ".")
-    wrong = {"W_O: each head also owns d_head columns of the output projection":
-             before - n_removed * 3 * d_head * (d_model + 1),
-             "the qkv biases: each of the head's 3 x d_head rows has one": before - n_removed * 4 * d_model * d_head,
-             "W_K and W_V: the head owns rows in all three blocks of qkv, not only in W_Q":
-             before - n_removed * (d_head * (d_model + 1) + d_model * d_head)}
+    wrong = {
+        "W_O: each head also owns d_head columns of the output projection": before
+        - n_removed * 3 * d_head * (d_model + 1),
+        "the qkv biases: each of the head's 3 x d_head rows has one": before - n_removed * 4 * d_model * d_head,
+        "W_K and W_V: the head owns rows in all three blocks of qkv, not only in W_Q": before
+        - n_removed * (d_head * (d_model + 1) + d_model * d_head),
+    }
     for what, count in wrong.items():
         if count is not None and guess == count:
             return ExerciseResult(False, f"you guessed {guess:,}: you left out {what}. In fact {why}.")

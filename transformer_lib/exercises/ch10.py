@@ -7,6 +7,7 @@ Used in chapter 10.
 Each ``check_*`` runs the reader's function and the library's on the same random inputs
 (``checking.check_against``) and, when they differ, tries a few common mistakes and names the one that matches.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,13 +35,14 @@ def _row_variant(rescale_sum=True, rescale_out=True, subtract_max=True):
     def wrong(scores, values, block):
         m, l, o = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(values.shape[-1])
         for j in range(0, scores.shape[0], block):
-            s = scores[j:j + block]
+            s = scores[j : j + block]
             m_new = torch.maximum(m, s.max()) if subtract_max else torch.tensor(0.0)
             p, alpha = torch.exp(s - m_new), torch.exp(m - m_new) if subtract_max else torch.tensor(1.0)
             l = (alpha if rescale_sum else 1.0) * l + p.sum()
-            o = (alpha if rescale_out else 1.0) * o + p @ values[j:j + block]
+            o = (alpha if rescale_out else 1.0) * o + p @ values[j : j + block]
             m = m_new
         return o / l
+
     return wrong
 
 
@@ -48,14 +50,24 @@ def check_online_row(fn: Callable) -> ExerciseResult:
     """``fn(scores: (Tk,), values: (Tk, Dv), block: int) -> (Dv,)``: ``softmax(scores) @ values`` computed over
     blocks of ``block`` keys with a running maximum ``m``, sum ``l`` and output ``o``. (The check compares the
     result; that you used blocks is up to you.)"""
-    return check_against(fn, _reference_row, _row_inputs, atol=1e-5, rtol=1e-4, hints={
-        "when the maximum grows, the old sum l must shrink too: l = exp(m_old - m_new) * l + sum(p).":
-            _row_variant(rescale_sum=False),
-        "when the maximum grows, the old output o must be rescaled by exp(m_old - m_new) before adding p @ v.":
-            _row_variant(rescale_out=False),
-        "subtract the running maximum before exp: these scores reach about +-100, and exp(100) overflows float32.":
-            _row_variant(subtract_max=False),
-    })
+    return check_against(
+        fn,
+        _reference_row,
+        _row_inputs,
+        atol=1e-5,
+        rtol=1e-4,
+        hints={
+            "when the maximum grows, the old sum l must shrink too: l = exp(m_old - m_new) * l + sum(p).": _row_variant(
+                rescale_sum=False
+            ),
+            "when the maximum grows, the old output o must be rescaled by exp(m_old - m_new) before adding p @ v.": _row_variant(
+                rescale_out=False
+            ),
+            "subtract the running maximum before exp: these scores reach about +-100, and exp(100) overflows float32.": _row_variant(
+                subtract_max=False
+            ),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -78,12 +90,20 @@ def _reference_merge(o1, lse1, o2, lse2):
 def check_merge(fn: Callable) -> ExerciseResult:
     """``fn(o1, lse1, o2, lse2) -> (Tq, Dv)``: attention over the keys of two parts, from each part's normalised
     output ``o: (Tq, Dv)`` and log-sum-exp of its scores ``lse: (Tq,)``."""
-    return check_against(fn, _reference_merge, _merge_inputs, atol=1e-5, rtol=1e-4, hints={
-        "a plain average weighs both parts alike; weigh each by its share of the softmax's denominator, "
-        "exp(lse_i) / (exp(lse_1) + exp(lse_2)).": lambda o1, l1, o2, l2: (o1 + o2) / 2,
-        "the weights must sum to 1: divide exp(lse_i) by exp(lse_1) + exp(lse_2) (computed as exp(lse_i - lse)).":
-            lambda o1, l1, o2, l2: l1.exp()[:, None] * o1 + l2.exp()[:, None] * o2,
-    })
+    return check_against(
+        fn,
+        _reference_merge,
+        _merge_inputs,
+        atol=1e-5,
+        rtol=1e-4,
+        hints={
+            "a plain average weighs both parts alike; weigh each by its share of the softmax's denominator, "
+            "exp(lse_i) / (exp(lse_1) + exp(lse_2)).": lambda o1, l1, o2, l2: (o1 + o2) / 2,
+            "the weights must sum to 1: divide exp(lse_i) by exp(lse_1) + exp(lse_2) (computed as exp(lse_i - lse)).": lambda o1, l1, o2, l2: (
+                l1.exp()[:, None] * o1 + l2.exp()[:, None] * o2
+            ),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 3: predict, then run
@@ -98,13 +118,16 @@ def explain_causal_peak(guess, T: int, d_head: int, measured: int) -> ExerciseRe
     """Compare the reader's predicted peak bytes (``guess``) of causal materialising attention with ``measured``;
     correct within 10%. The message counts the measurement in ``T x T`` float32 matrices."""
     if isinstance(guess, bool) or not isinstance(guess, (int, float)) or not guess > 0:
-        return ExerciseResult(False, f"put your prediction (a positive number of bytes) in the variable first, "
-                                     f"got {guess!r}.")
+        return ExerciseResult(
+            False, f"put your prediction (a positive number of bytes) in the variable first, got {guess!r}."
+        )
     square = 4 * T * T
-    story = (f"the measured peak is {measured:,} bytes, {measured / square:.2f} float32 matrices of T x T = "
-             f"{square:,} bytes: at the peak the masked scores, their softmax and its NaN-free copy are alive together, "
-             f"plus the boolean mask (1 byte per entry, a quarter of a float32 matrix) and the small output. "
-             f"Masking half the matrix saves nothing here: masked entries are stored like the others.")
+    story = (
+        f"the measured peak is {measured:,} bytes, {measured / square:.2f} float32 matrices of T x T = "
+        f"{square:,} bytes: at the peak the masked scores, their softmax and its NaN-free copy are alive together, "
+        f"plus the boolean mask (1 byte per entry, a quarter of a float32 matrix) and the small output. "
+        f"Masking half the matrix saves nothing here: masked entries are stored like the others."
+    )
     if abs(guess - measured) <= 0.1 * measured:
         return ExerciseResult(True, f"you predicted {guess:,.0f}; {story}")
     return ExerciseResult(False, f"you predicted {guess:,.0f} ({guess / measured:.2f} times the measurement); {story}")

@@ -6,6 +6,7 @@ Used in chapter 11.
 Each ``check_*`` runs the reader's function and the library's (``norms.py``, ``moe.py``) on the same random inputs
 (``checking.check_against``); when they differ it tries the usual mistakes and names the one the reader made.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -24,6 +25,7 @@ def check_rms_norm(fn: Callable) -> ExerciseResult:
 
     ``x: (B, T, d)`` float32 (not centred), ``weight: (d,)``, ``eps`` a float -> ``(B, T, d)``.
     """
+
     def make_inputs(gen):
         d = random_int(gen, 4, 32)
         x = torch.randn(random_int(gen, 1, 3), random_int(gen, 1, 5), d, generator=gen) * 2 + 1.5
@@ -32,14 +34,24 @@ def check_rms_norm(fn: Callable) -> ExerciseResult:
     def centred(x, w, eps):
         return F.layer_norm(x, x.shape[-1:], eps=eps) * w
 
-    return check_against(fn, rms_norm, make_inputs, atol=1e-5, rtol=1e-4, hints={
-        "you subtracted the mean: that is LayerNorm. RMSNorm divides by the root mean square of x itself.": centred,
-        "eps belongs inside the square root: sqrt(mean(x^2) + eps), not sqrt(mean(x^2)) + eps.":
-            lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w,
-        "you took the mean of the squares over the wrong dimension: normalize each position over its features "
-        "(dim=-1, keepdim=True).": lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + eps) * w,
-        "the gain is missing: multiply by weight.": lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps),
-    })
+    return check_against(
+        fn,
+        rms_norm,
+        make_inputs,
+        atol=1e-5,
+        rtol=1e-4,
+        hints={
+            "you subtracted the mean: that is LayerNorm. RMSNorm divides by the root mean square of x itself.": centred,
+            "eps belongs inside the square root: sqrt(mean(x^2) + eps), not sqrt(mean(x^2)) + eps.": lambda x, w, eps: (
+                x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w
+            ),
+            "you took the mean of the squares over the wrong dimension: normalize each position over its features "
+            "(dim=-1, keepdim=True).": lambda x, w, eps: x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + eps) * w,
+            "the gain is missing: multiply by weight.": lambda x, w, eps: (
+                x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+            ),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -51,20 +63,33 @@ def check_swiglu(fn: Callable) -> ExerciseResult:
     """``fn(x, w_gate, w_up, w_down) -> y``: ``(SiLU(x W_gate) * (x W_up)) W_down``, weights in ``nn.Linear``'s
     layout: ``w_gate, w_up: (d_ff, d)``, ``w_down: (d, d_ff)``; ``x: (N, d)`` -> ``(N, d)``.
     """
+
     def make_inputs(gen):
         d, d_ff = random_int(gen, 4, 16), random_int(gen, 4, 24)
-        return (torch.randn(random_int(gen, 1, 6), d, generator=gen), torch.randn(d_ff, d, generator=gen) * 0.5,
-                torch.randn(d_ff, d, generator=gen) * 0.5, torch.randn(d, d_ff, generator=gen) * 0.5)
+        return (
+            torch.randn(random_int(gen, 1, 6), d, generator=gen),
+            torch.randn(d_ff, d, generator=gen) * 0.5,
+            torch.randn(d_ff, d, generator=gen) * 0.5,
+            torch.randn(d, d_ff, generator=gen) * 0.5,
+        )
 
-    return check_against(fn, _swiglu, make_inputs, hints={
-        "the SiLU went on the wrong branch: the gate (x W_gate) passes through SiLU, x W_up stays linear.":
-            lambda x, g, u, d: (F.silu(x @ u.T) * (x @ g.T)) @ d.T,
-        "you used a sigmoid gate (that is GLU, Dauphin et al. 2017): SwiGLU uses SiLU, x * sigmoid(x).":
-            lambda x, g, u, d: (torch.sigmoid(x @ g.T) * (x @ u.T)) @ d.T,
-        "you used GELU (that is GEGLU): SwiGLU uses SiLU.": lambda x, g, u, d: (F.gelu(x @ g.T) * (x @ u.T)) @ d.T,
-        "the gate is missing: the product of the two branches is what makes it gated.":
-            lambda x, g, u, d: F.silu(x @ g.T) @ d.T,
-    })
+    return check_against(
+        fn,
+        _swiglu,
+        make_inputs,
+        hints={
+            "the SiLU went on the wrong branch: the gate (x W_gate) passes through SiLU, x W_up stays linear.": lambda x, g, u, d: (
+                (F.silu(x @ u.T) * (x @ g.T)) @ d.T
+            ),
+            "you used a sigmoid gate (that is GLU, Dauphin et al. 2017): SwiGLU uses SiLU, x * sigmoid(x).": lambda x, g, u, d: (
+                (torch.sigmoid(x @ g.T) * (x @ u.T)) @ d.T
+            ),
+            "you used GELU (that is GEGLU): SwiGLU uses SiLU.": lambda x, g, u, d: (F.gelu(x @ g.T) * (x @ u.T)) @ d.T,
+            "the gate is missing: the product of the two branches is what makes it gated.": lambda x, g, u, d: (
+                F.silu(x @ g.T) @ d.T
+            ),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -77,6 +102,7 @@ def check_top_k_gates(fn: Callable) -> ExerciseResult:
     """``fn(logits, k) -> gates``: Mixtral's gating as an ``(N, E)`` matrix: the softmax probabilities of each
     token's ``k`` best experts, renormalized to sum to 1, and 0 for every other expert. ``logits: (N, E)``.
     """
+
     def make_inputs(gen):
         E = random_int(gen, 3, 8)
         return torch.randn(random_int(gen, 1, 6), E, generator=gen) * 2, random_int(gen, 1, E - 1)
@@ -91,13 +117,18 @@ def check_top_k_gates(fn: Callable) -> ExerciseResult:
         low = p.topk(k, -1, largest=False)
         return torch.zeros_like(p).scatter(-1, low.indices, low.values / low.values.sum(-1, keepdim=True))
 
-    return check_against(fn, _dense_gates, make_inputs, hints={
-        "the k weights must sum to 1 (Mixtral renormalizes them; only Switch's top-1 keeps the raw probability).":
-            not_renormalized,
-        "every expert got a weight: keep only the k largest per token and set the others to 0.":
-            lambda logits, k: logits.softmax(-1),
-        "you kept the k smallest: topk returns the largest unless told largest=False.": smallest,
-    })
+    return check_against(
+        fn,
+        _dense_gates,
+        make_inputs,
+        hints={
+            "the k weights must sum to 1 (Mixtral renormalizes them; only Switch's top-1 keeps the raw probability).": not_renormalized,
+            "every expert got a weight: keep only the k largest per token and set the others to 0.": lambda logits, k: (
+                logits.softmax(-1)
+            ),
+            "you kept the k smallest: topk returns the largest unless told largest=False.": smallest,
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- predict, then run
@@ -113,18 +144,21 @@ def explain_moe_flops(guess, measured: int, d_model: int, d_ff: int, n_experts: 
     if isinstance(guess, bool) or not isinstance(guess, (int, float)):
         return ExerciseResult(False, f"put your prediction (a number of FLOPs) in the variable first, got {guess!r}.")
     parts = moe_flops_parts(d_model, d_ff, n_experts, top_k)
-    why = (f"the router multiplies the token by a ({d_model}, {n_experts}) matrix: {parts['router']:,} FLOPs; each "
-           f"of the {top_k} chosen experts by three ({d_model}, {d_ff}) matrices: {parts['experts']:,} FLOPs in all; "
-           f"{measured:,} FLOPs counted")
+    why = (
+        f"the router multiplies the token by a ({d_model}, {n_experts}) matrix: {parts['router']:,} FLOPs; each "
+        f"of the {top_k} chosen experts by three ({d_model}, {d_ff}) matrices: {parts['experts']:,} FLOPs in all; "
+        f"{measured:,} FLOPs counted"
+    )
     if guess == measured:
         return ExerciseResult(True, why + ".")
     expert = 2 * 3 * d_model * d_ff
-    wrong = {"how many experts run: only the top_k chosen ones, not all of them":
-                 parts["router"] + n_experts * expert,
-             "the router, a small matrix product of its own": parts["experts"],
-             "the unit: a multiply-add is 2 FLOPs, so FLOPs are twice the weights used": measured // 2,
-             "the expert's shape: a SwiGLU expert has three matrices (gate, up, down), not two":
-                 parts["router"] + top_k * 2 * 2 * d_model * d_ff}
+    wrong = {
+        "how many experts run: only the top_k chosen ones, not all of them": parts["router"] + n_experts * expert,
+        "the router, a small matrix product of its own": parts["experts"],
+        "the unit: a multiply-add is 2 FLOPs, so FLOPs are twice the weights used": measured // 2,
+        "the expert's shape: a SwiGLU expert has three matrices (gate, up, down), not two": parts["router"]
+        + top_k * 2 * 2 * d_model * d_ff,
+    }
     for what, count in wrong.items():
         if guess == count:
             return ExerciseResult(False, f"you guessed {guess:,}: check {what}. In fact, {why}.")

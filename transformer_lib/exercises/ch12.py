@@ -6,6 +6,7 @@ Used in chapter 12.
 ``check_lora_forward`` runs the reader's function and the library's (``lora.LoRALinear``) on the same random inputs
 (``checking.check_against``); when they differ it tries the usual mistakes and names the one the reader made.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -36,21 +37,37 @@ def check_lora_forward(fn: Callable) -> ExerciseResult:
     ``x: (N, in)``, ``weight: (out, in)``, ``bias: (out,)``, ``lora_a: (r, in)``, ``lora_b: (out, r)`` (non-zero
     here, so the adapter shows), ``alpha`` a float -> ``(N, out)``.
     """
+
     def make_inputs(gen):
         n_in, n_out, r = random_int(gen, 4, 16), random_int(gen, 4, 16), random_int(gen, 2, 4)
-        return (torch.randn(random_int(gen, 1, 5), n_in, generator=gen), torch.randn(n_out, n_in, generator=gen),
-                torch.randn(n_out, generator=gen), torch.randn(r, n_in, generator=gen),
-                torch.randn(n_out, r, generator=gen), float(random_int(gen, 2, 9)))
+        return (
+            torch.randn(random_int(gen, 1, 5), n_in, generator=gen),
+            torch.randn(n_out, n_in, generator=gen),
+            torch.randn(n_out, generator=gen),
+            torch.randn(r, n_in, generator=gen),
+            torch.randn(n_out, r, generator=gen),
+            float(random_int(gen, 2, 9)),
+        )
 
-    return check_against(fn, _library_lora, make_inputs, atol=1e-4, rtol=1e-4, hints={
-        "the update is scaled by alpha / r, not by alpha: divide by the rank.":
-            lambda x, w, b, a, bb, alpha: x @ w.T + b + alpha * (x @ a.T @ bb.T),
-        "the scaling alpha / r is missing.": lambda x, w, b, a, bb, alpha: x @ w.T + b + x @ a.T @ bb.T,
-        "the frozen layer's output is missing: LoRA adds its update to x W^T + b, it does not replace it.":
-            lambda x, w, b, a, bb, alpha: alpha / a.shape[0] * (x @ a.T @ bb.T),
-        "the bias is missing: the frozen layer keeps its bias.":
-            lambda x, w, b, a, bb, alpha: x @ w.T + alpha / a.shape[0] * (x @ a.T @ bb.T),
-    })
+    return check_against(
+        fn,
+        _library_lora,
+        make_inputs,
+        atol=1e-4,
+        rtol=1e-4,
+        hints={
+            "the update is scaled by alpha / r, not by alpha: divide by the rank.": lambda x, w, b, a, bb, alpha: (
+                x @ w.T + b + alpha * (x @ a.T @ bb.T)
+            ),
+            "the scaling alpha / r is missing.": lambda x, w, b, a, bb, alpha: x @ w.T + b + x @ a.T @ bb.T,
+            "the frozen layer's output is missing: LoRA adds its update to x W^T + b, it does not replace it.": lambda x, w, b, a, bb, alpha: (
+                alpha / a.shape[0] * (x @ a.T @ bb.T)
+            ),
+            "the bias is missing: the frozen layer keeps its bias.": lambda x, w, b, a, bb, alpha: (
+                x @ w.T + alpha / a.shape[0] * (x @ a.T @ bb.T)
+            ),
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -67,16 +84,22 @@ def explain_adam_bytes(guess, measured: int, n_in: int, n_out: int, r: int) -> E
     if isinstance(guess, bool) or not isinstance(guess, (int, float)):
         return ExerciseResult(False, f"put your prediction (a number of bytes) in the variable first, got {guess!r}.")
     parts = adam_bytes_parts(n_in, n_out, r)
-    why = (f"the adapter trains A ({r}, {n_in}) and B ({n_out}, {r}): {r * (n_in + n_out):,} numbers; Adam keeps two "
-           f"float32 moments of each (8 bytes) and one float32 step counter per tensor (2 tensors): "
-           f"{parts['lora']:,} bytes, against {parts['full']:,} for the full layer; {measured:,} bytes measured")
+    why = (
+        f"the adapter trains A ({r}, {n_in}) and B ({n_out}, {r}): {r * (n_in + n_out):,} numbers; Adam keeps two "
+        f"float32 moments of each (8 bytes) and one float32 step counter per tensor (2 tensors): "
+        f"{parts['lora']:,} bytes, against {parts['full']:,} for the full layer; {measured:,} bytes measured"
+    )
     if guess == measured:
         return ExerciseResult(True, why + ".")
-    wrong = {"how many moments Adam keeps: two (the mean and the mean square of the gradient), not one":
-                 4 * r * (n_in + n_out) + 8,
-             "what trains: only the adapter's A and B, not the frozen layer": parts["full"],
-             "the step counters: one float32 per trained tensor, 2 here": parts["lora"] - 8,
-             "B's size too: A is (r, in) and B is (out, r)": 8 * r * n_in + 8}
+    wrong = {
+        "how many moments Adam keeps: two (the mean and the mean square of the gradient), not one": 4
+        * r
+        * (n_in + n_out)
+        + 8,
+        "what trains: only the adapter's A and B, not the frozen layer": parts["full"],
+        "the step counters: one float32 per trained tensor, 2 here": parts["lora"] - 8,
+        "B's size too: A is (r, in) and B is (out, r)": 8 * r * n_in + 8,
+    }
     for what, count in wrong.items():
         if guess == count:
             return ExerciseResult(False, f"you guessed {guess:,}: check {what}. In fact, {why}.")

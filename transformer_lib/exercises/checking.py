@@ -23,6 +23,7 @@
 It returns an ``ExerciseResult``: true when the reader's function agrees on every case; shown in a notebook as
 "Correct. ..." or "Not yet. ..." followed by the explanation.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,6 +39,7 @@ HINT_TRIALS = 3
 @dataclass
 class ExerciseResult:
     """A check's verdict: ``passed`` and a sentence for the reader. Truthy when passed."""
+
     passed: bool
     message: str
 
@@ -69,8 +71,14 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _describe(args: tuple) -> str:
-    return ", ".join(f"{tuple(a.shape)} {_dtype_name(a.dtype)}" if isinstance(a, torch.Tensor)
-                     else type(a).__name__ if isinstance(a, torch.nn.Module) else repr(a) for a in args)
+    return ", ".join(
+        f"{tuple(a.shape)} {_dtype_name(a.dtype)}"
+        if isinstance(a, torch.Tensor)
+        else type(a).__name__
+        if isinstance(a, torch.nn.Module)
+        else repr(a)
+        for a in args
+    )
 
 
 def _copy(args: tuple) -> tuple:
@@ -104,13 +112,16 @@ def _compare(got, want, atol: float, rtol: float) -> str | None:
         diff = torch.where(torch.isfinite(w), (g - w).abs(), (g != w).double() * float("inf"))
         diff = diff.nan_to_num(nan=0.0)
         idx = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
-        return (f"has its largest difference {diff.max().item():.3g} at index {idx}: "
-                f"got {g[idx].item():.5g}, expected {w[idx].item():.5g}")
+        return (
+            f"has its largest difference {diff.max().item():.3g} at index {idx}: "
+            f"got {g[idx].item():.5g}, expected {w[idx].item():.5g}"
+        )
     return None
 
 
-def _run(reader_fn: Callable, reference_fn: Callable, make_inputs: Callable, trials: int, atol: float, rtol: float,
-         seed: int) -> tuple[str | None, bool]:
+def _run(
+    reader_fn: Callable, reference_fn: Callable, make_inputs: Callable, trials: int, atol: float, rtol: float, seed: int
+) -> tuple[str | None, bool]:
     """Compare on ``trials`` cases: ``(problem, raised)``; ``problem`` is ``None`` when all agree."""
     gen = torch.Generator().manual_seed(seed)
     for trial in range(trials):
@@ -129,8 +140,9 @@ def _run(reader_fn: Callable, reference_fn: Callable, make_inputs: Callable, tri
     return None, False
 
 
-def _find_hint(reader_fn: Callable, hints: Mapping[str, Callable], make_inputs: Callable, atol: float,
-               rtol: float, seed: int) -> str | None:
+def _find_hint(
+    reader_fn: Callable, hints: Mapping[str, Callable], make_inputs: Callable, atol: float, rtol: float, seed: int
+) -> str | None:
     for hint, wrong in hints.items():
         try:
             problem, raised = _run(reader_fn, wrong, make_inputs, HINT_TRIALS, atol, rtol, seed)
@@ -141,9 +153,18 @@ def _find_hint(reader_fn: Callable, hints: Mapping[str, Callable], make_inputs: 
     return None
 
 
-def check_against(reader_fn: Callable, reference_fn: Callable, make_inputs: Callable[[torch.Generator], tuple], *,
-                  hints: Mapping[str, Callable] | None = None, hint_inputs: Callable | None = None,
-                  trials: int = 5, atol: float = 1e-5, rtol: float = 1e-4, seed: int = 0) -> ExerciseResult:
+def check_against(
+    reader_fn: Callable,
+    reference_fn: Callable,
+    make_inputs: Callable[[torch.Generator], tuple],
+    *,
+    hints: Mapping[str, Callable] | None = None,
+    hint_inputs: Callable | None = None,
+    trials: int = 5,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    seed: int = 0,
+) -> ExerciseResult:
     """Compare ``reader_fn(*inputs)`` with ``reference_fn(*inputs)`` on ``trials`` random cases (see the module
     docstring for the whole behaviour: exceptions, shape, dtype, NaN, values, hints).
 

@@ -17,6 +17,7 @@ larger batches stop paying (Williams et al. 2009, the roofline model).
 ``decode_step_cost`` is that closed form for a ``GPT``; ``decode_throughput`` measures tokens per second of the
 decoding steps for several batch sizes, prompts of different lengths left-padded as chapter 06 shows (``left_pad``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,11 @@ def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: 
     weighted sum, over every cached position). Bytes: every matrix once (a tied head read once) and each row's
     cached keys and values.
     """
-    for name, value in (("batch_size", batch_size), ("context_len", context_len),
-                        ("bytes_per_element", bytes_per_element)):
+    for name, value in (
+        ("batch_size", batch_size),
+        ("context_len", context_len),
+        ("bytes_per_element", bytes_per_element),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     d, d_head = cfg.d_model, cfg.d_head
@@ -49,12 +53,18 @@ def decode_step_cost(cfg, batch_size: int, context_len: int, bytes_per_element: 
     flops = batch_size * (2 * weights + attention)
     kv = kv_cache_bytes(cfg.n_layers, kv_heads, d_head, context_len, batch_size, bytes_per_element)
     moved = weights * bytes_per_element + kv
-    return {"flops": flops, "matrix_weights": weights, "weight_bytes": weights * bytes_per_element,
-            "kv_bytes": kv, "intensity": flops / moved}
+    return {
+        "flops": flops,
+        "matrix_weights": weights,
+        "weight_bytes": weights * bytes_per_element,
+        "kv_bytes": kv,
+        "intensity": flops / moved,
+    }
 
 
-def decode_throughput(model, batch_sizes, prompt_lengths=(4, 9, 16, 25), new_tokens: int = 32,
-                      repeats: int = 5, seed: int = 0) -> list[dict]:
+def decode_throughput(
+    model, batch_sizes, prompt_lengths=(4, 9, 16, 25), new_tokens: int = 32, repeats: int = 5, seed: int = 0
+) -> list[dict]:
     """Greedy-decoding tokens per second of the decoding steps (``generation.decode_step``) for each batch size.
 
     Row ``i`` of a batch gets a random prompt of length ``prompt_lengths[i % len(prompt_lengths)]``, left-padded.
@@ -72,16 +82,30 @@ def decode_throughput(model, batch_sizes, prompt_lengths=(4, 9, 16, 25), new_tok
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
     states = {}
     for b in batch_sizes:
-        prompts = [torch.randint(0, model.cfg.vocab_size, (prompt_lengths[i % len(prompt_lengths)],), generator=g)
-                   for i in range(b)]
+        prompts = [
+            torch.randint(0, model.cfg.vocab_size, (prompt_lengths[i % len(prompt_lengths)],), generator=g)
+            for i in range(b)
+        ]
         ids, mask = (t.to(device) for t in left_pad(prompts))
         states[b] = prefill(model, ids, ids.shape[1] + new_tokens, attention_mask=mask)
-    times = interleaved_times({b: (lambda s=s: decode_steps(model, s, new_tokens - 1)) for b, s in states.items()},
-                              repeats=repeats, warmup=1, device=device)
+    times = interleaved_times(
+        {b: (lambda s=s: decode_steps(model, s, new_tokens - 1)) for b, s in states.items()},
+        repeats=repeats,
+        warmup=1,
+        device=device,
+    )
     rows = []
     for b, state in states.items():
         cost = decode_step_cost(model.cfg, b, state.past + new_tokens - 1, model.tok_emb.weight.element_size())
         seconds = statistics.median(times[b])
-        rows.append({"batch": b, "tok_per_s": b * (new_tokens - 1) / seconds, "decode_seconds": seconds,
-                     "decode_times": times[b], "context": state.past + new_tokens - 1, **cost})
+        rows.append(
+            {
+                "batch": b,
+                "tok_per_s": b * (new_tokens - 1) / seconds,
+                "decode_seconds": seconds,
+                "decode_times": times[b],
+                "context": state.past + new_tokens - 1,
+                **cost,
+            }
+        )
     return rows

@@ -8,6 +8,7 @@ measures every loss and sample again.
 
 Used in chapters 05 and 06.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,8 @@ def future_sensitivity(model: GPT, idx: torch.Tensor, position: int, seed: int =
         raise ValueError(f"need idx (B, T) and 0 <= position < T - 1, got idx {tuple(idx.shape)}, position={position}")
     gen = torch.Generator().manual_seed(seed)
     changed = idx.clone()
-    future = torch.randint(0, model.cfg.vocab_size, changed[:, position + 1:].shape, generator=gen)
-    changed[:, position + 1:] = future.to(idx.device)
+    future = torch.randint(0, model.cfg.vocab_size, changed[:, position + 1 :].shape, generator=gen)
+    changed[:, position + 1 :] = future.to(idx.device)
     a, b = model(idx)[0].float(), model(changed)[0].float()  # (B, T, V)
     return (a - b).abs().amax(dim=(0, 2)).cpu()  # (T,)
 
@@ -52,6 +53,7 @@ def future_sensitivity(model: GPT, idx: torch.Tensor, position: int, seed: int =
 class CausalConfig:
     """A tiny character GPT for the with/without-mask comparison. Rotary positions (chapter 04) make "read the
     next position" easy to learn, so the unmasked model finds the copying shortcut within the budget."""
+
     n_layers: int = 2
     d_model: int = 64
     n_heads: int = 4
@@ -77,8 +79,16 @@ def causal_val_batches(cfg: CausalConfig) -> list:
 def make_model(causal: bool, cfg: CausalConfig = CausalConfig()) -> GPT:
     """The tiny character GPT of ``cfg``, initialised from ``cfg.seed``, its causal mask on or off."""
     torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(vocab_size=shakespeare_corpus().tokenizer.vocab_size, block_size=cfg.block_size,
-                          n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model, positional=cfg.positional))
+    model = GPT(
+        GPTConfig(
+            vocab_size=shakespeare_corpus().tokenizer.vocab_size,
+            block_size=cfg.block_size,
+            n_layers=cfg.n_layers,
+            n_heads=cfg.n_heads,
+            d_model=cfg.d_model,
+            positional=cfg.positional,
+        )
+    )
     return set_causal(model, causal)
 
 
@@ -92,11 +102,23 @@ def train_char_gpt(causal: bool, cfg: CausalConfig = CausalConfig(), progress: b
     model = make_model(causal, cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
     val = causal_val_batches(cfg)
-    tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=0.0,
-                       eval_every=max(1, cfg.steps // 6), seed=cfg.seed, progress=progress)
+    tcfg = TrainConfig(
+        steps=cfg.steps,
+        lr=cfg.lr,
+        warmup_steps=cfg.warmup_steps,
+        weight_decay=0.0,
+        eval_every=max(1, cfg.steps // 6),
+        seed=cfg.seed,
+        progress=progress,
+    )
     with torch_threads(1):  # a model this small trains as fast on one thread, and far faster on a busy machine
-        hist = train(model, lambda step: get_batch(corpus.train, cfg.block_size, cfg.batch_size, gen), tcfg,
-                     eval_fn=lambda m: evaluate_loss(m, val), device=device)
+        hist = train(
+            model,
+            lambda step: get_batch(corpus.train, cfg.block_size, cfg.batch_size, gen),
+            tcfg,
+            eval_fn=lambda m: evaluate_loss(m, val),
+            device=device,
+        )
     return model, hist
 
 
@@ -106,8 +128,9 @@ def last_position_loss(model: GPT, batches) -> float:
     so no mask or lack of one can help. ``batches``: ``(x, y)`` pairs of ``(B, T)``."""
     device = next(model.parameters()).device
     with eval_mode(model):
-        losses = [F.cross_entropy(model(x.to(device))[0][:, -1].float(), y[:, -1].to(device)).item()
-                  for x, y in batches]
+        losses = [
+            F.cross_entropy(model(x.to(device))[0][:, -1].float(), y[:, -1].to(device)).item() for x, y in batches
+        ]
     return sum(losses) / len(losses)
 
 
@@ -125,15 +148,16 @@ def known_word_share(text: str, vocabulary: set[str]) -> float:
 
 
 @torch.no_grad()
-def sample_texts(model: GPT, tokenizer, prompt: str, max_new_tokens: int = 160, seeds=(0,),
-                 temperature: float = 0.8) -> list[str]:
+def sample_texts(
+    model: GPT, tokenizer, prompt: str, max_new_tokens: int = 160, seeds=(0,), temperature: float = 0.8
+) -> list[str]:
     """One sampled continuation of ``prompt`` per seed (the new text only, without the prompt), generated without
     a cache (an unmasked model cannot use one) on one CPU thread (``threads.torch_threads``)."""
     device = next(model.parameters()).device
     ids = torch.tensor([tokenizer.encode(prompt)], device=device)  # (1, T)
     with torch_threads(1):
         outs = [generate(model, ids, max_new_tokens, temperature=temperature, use_cache=False, seed=s) for s in seeds]
-    return [tokenizer.decode(o[0, ids.shape[1]:].tolist()) for o in outs]
+    return [tokenizer.decode(o[0, ids.shape[1] :].tolist()) for o in outs]
 
 
 def train_runs(cfg: CausalConfig = CausalConfig(), progress: bool = True, device=None) -> dict:
@@ -152,11 +176,19 @@ def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
     tensors = {}
     for causal, name in NAMES.items():
         model, tied = runs["models"][name], tied_names(runs["models"][name])
-        tensors.update({f"{'causal' if causal else 'unmasked'}.{k}": v.detach().contiguous().cpu()
-                        for k, v in model.state_dict().items() if k not in tied})
-    record = {"config": asdict(runs["cfg"]), "train_seconds": round(runs["seconds"], 1),
-              "histories": {name: h.to_dict() for name, h in runs["histories"].items()},
-              **provenance(threads=1)}
+        tensors.update(
+            {
+                f"{'causal' if causal else 'unmasked'}.{k}": v.detach().contiguous().cpu()
+                for k, v in model.state_dict().items()
+                if k not in tied
+            }
+        )
+    record = {
+        "config": asdict(runs["cfg"]),
+        "train_seconds": round(runs["seconds"], 1),
+        "histories": {name: h.to_dict() for name, h in runs["histories"].items()},
+        **provenance(threads=1),
+    }
     save_tensors_and_record(stem, tensors, record)
 
 
@@ -170,8 +202,8 @@ def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:
     for causal, name in NAMES.items():
         prefix = f"{'causal' if causal else 'unmasked'}."
         model = make_model(causal, cfg)
-        load_weights(model, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
-                     device or default_device())
+        load_weights(
+            model, {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}, device or default_device()
+        )
         models[name], histories[name] = model.eval(), History(**record["histories"][name])
-    return {"models": models, "histories": histories, "cfg": cfg, "seconds": record["train_seconds"],
-            "record": record}
+    return {"models": models, "histories": histories, "cfg": cfg, "seconds": record["train_seconds"], "record": record}

@@ -3,6 +3,7 @@
 
 Used in chapter 05.
 """
+
 from __future__ import annotations
 
 import torch

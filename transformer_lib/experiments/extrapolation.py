@@ -11,6 +11,7 @@ go past the positions it was trained on.
 We train the same tiny ``GPT`` with each positional scheme on sequences of ``train_len`` tokens
 and measure accuracy on sequences of ``train_len``, ``2 * train_len`` and ``4 * train_len`` (by default).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ SEEDS = (0, 1, 2)
 CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "extrapolation_models"
 
 
-def lookback_batch(batch_size: int, length: int, vocab_size: int, offset: int,
-                   generator: torch.Generator | None = None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def lookback_batch(
+    batch_size: int, length: int, vocab_size: int, offset: int, generator: torch.Generator | None = None, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random tokens and their "look back ``offset``" targets.
 
     Returns ``idx: (B, T)`` uniform in ``[0, vocab_size)`` and ``targets: (B, T)`` with
@@ -57,6 +59,7 @@ def lookback_batch(batch_size: int, length: int, vocab_size: int, offset: int,
 @dataclass
 class ExtrapolationConfig:
     """The experiment's settings: task, model size, training budget."""
+
     vocab_size: int = 16
     offset: int = 1  # k in "look back k" (k = 1: repeat the previous token)
     train_len: int = 32  # T_train: every training sequence has this length
@@ -92,8 +95,15 @@ def make_model(positional: str, cfg: ExtrapolationConfig, device=None) -> GPT:
     multiplied by ``cfg.sinusoidal_scale`` (see ``ExtrapolationConfig``).
     """
     torch.manual_seed(cfg.seed)
-    gpt_cfg = GPTConfig(vocab_size=cfg.vocab_size, block_size=max(cfg.eval_lens), n_layers=cfg.n_layers,
-                        n_heads=cfg.n_heads, d_model=cfg.d_model, dropout=0.0, positional=positional)
+    gpt_cfg = GPTConfig(
+        vocab_size=cfg.vocab_size,
+        block_size=max(cfg.eval_lens),
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        d_model=cfg.d_model,
+        dropout=0.0,
+        positional=positional,
+    )
     model = GPT(gpt_cfg)
     if positional == "sinusoidal":
         model.pos.pe.mul_(cfg.sinusoidal_scale)  # a buffer, not a parameter: it stays fixed
@@ -106,11 +116,21 @@ def train(model: GPT, cfg: ExtrapolationConfig, progress: bool = True, desc: str
     Returns the loss of every step."""
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(cfg.seed)
-    tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=max(1, cfg.steps // 10), min_lr_ratio=0.0,
-                       weight_decay=0.0, betas=(0.9, 0.999), grad_clip=None, seed=cfg.seed, progress=progress,
-                       optimizer="adam")
+    tcfg = TrainConfig(
+        steps=cfg.steps,
+        lr=cfg.lr,
+        warmup_steps=max(1, cfg.steps // 10),
+        min_lr_ratio=0.0,
+        weight_decay=0.0,
+        betas=(0.9, 0.999),
+        grad_clip=None,
+        seed=cfg.seed,
+        progress=progress,
+        optimizer="adam",
+    )
     batch_fn = lambda step: lookback_batch(  # noqa: E731: a fresh batch from the seeded generator
-        cfg.batch_size, cfg.train_len, cfg.vocab_size, cfg.offset, gen)
+        cfg.batch_size, cfg.train_len, cfg.vocab_size, cfg.offset, gen
+    )
     return train_loop(model, batch_fn, tcfg, gpt_loss, device=device, desc=desc).train_loss
 
 
@@ -142,15 +162,22 @@ def evaluate(model: GPT, length: int, cfg: ExtrapolationConfig, seed: int = 1234
             losses.append(loss.item())
             by_pos.append(accuracy_by_position(logits, targets).cpu())
     by_position = torch.stack(by_pos).mean(0)  # (T,), equal-sized batches
-    scored = by_position[cfg.offset:]
-    beyond = by_position[cfg.train_len:]
-    return {"loss": sum(losses) / len(losses), "accuracy": scored.mean().item(),
-            "accuracy_beyond_train": beyond.mean().item() if beyond.numel() else float("nan"),
-            "by_position": by_position}
+    scored = by_position[cfg.offset :]
+    beyond = by_position[cfg.train_len :]
+    return {
+        "loss": sum(losses) / len(losses),
+        "accuracy": scored.mean().item(),
+        "accuracy_beyond_train": beyond.mean().item() if beyond.numel() else float("nan"),
+        "by_position": by_position,
+    }
 
 
-def run_experiment(positionals=("none", "learned", "sinusoidal", "rope", "alibi"),
-                   cfg: ExtrapolationConfig | None = None, device=None, progress: bool = True) -> dict:
+def run_experiment(
+    positionals=("none", "learned", "sinusoidal", "rope", "alibi"),
+    cfg: ExtrapolationConfig | None = None,
+    device=None,
+    progress: bool = True,
+) -> dict:
     """Train one model per positional scheme and evaluate each at every length in ``cfg.eval_lens``.
 
     Returns ``{positional: {"model": GPT, "losses": [...], "eval": {length: evaluate(...)}}}``.
@@ -161,13 +188,21 @@ def run_experiment(positionals=("none", "learned", "sinusoidal", "rope", "alibi"
         for name in positionals:
             model = make_model(name, cfg, device)
             losses = train(model, cfg, progress, desc=f"positional={name}")
-            results[name] = {"model": model, "losses": losses,
-                             "eval": {n: evaluate(model, n, cfg) for n in cfg.eval_lens}}
+            results[name] = {
+                "model": model,
+                "losses": losses,
+                "eval": {n: evaluate(model, n, cfg) for n in cfg.eval_lens},
+            }
     return results
 
 
-def run_seeds(positionals=("none", "learned", "sinusoidal", "rope", "alibi"), cfg: ExtrapolationConfig | None = None,
-              seeds=(0, 1, 2), device=None, progress: bool = True) -> dict:
+def run_seeds(
+    positionals=("none", "learned", "sinusoidal", "rope", "alibi"),
+    cfg: ExtrapolationConfig | None = None,
+    seeds=(0, 1, 2),
+    device=None,
+    progress: bool = True,
+) -> dict:
     """``run_experiment`` once per seed (``cfg`` with ``seed`` replaced). Returns ``{seed: run_experiment(...)}``."""
     cfg = cfg or ExtrapolationConfig()
     if not seeds:
@@ -186,8 +221,13 @@ def seed_summary(by_seed: dict, length: int, key: str = "accuracy") -> dict:
     for name in first:
         values = torch.tensor([runs[name]["eval"][length][key] for runs in by_seed.values()], dtype=torch.float64)
         std = values.std().item() if len(values) > 1 else 0.0
-        out[name] = {"mean": values.mean().item(), "std": std, "min": values.min().item(),
-                     "max": values.max().item(), "values": values.tolist()}
+        out[name] = {
+            "mean": values.mean().item(),
+            "std": std,
+            "min": values.min().item(),
+            "max": values.max().item(),
+            "values": values.tolist(),
+        }
     return out
 
 
@@ -218,10 +258,15 @@ def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
             tensors.update(_state(r["model"], f"seed{seed}.{name}."))
         init = make_model("learned", replace(cfg, seed=seed), device="cpu").pos.weight  # same seed, same draw
         tensors[f"seed{seed}.learned_init"] = init.detach().contiguous()
-    record = {"config": asdict(cfg), "seeds": list(by_seed), "positionals": list(next(iter(by_seed.values()))),
-              "losses": {f"{seed}/{name}": r["losses"] for seed, res in by_seed.items() for name, r in res.items()},
-              "unscaled_losses": runs["unscaled"]["losses"], "train_seconds": round(runs["seconds"], 1),
-              **provenance(threads=1)}
+    record = {
+        "config": asdict(cfg),
+        "seeds": list(by_seed),
+        "positionals": list(next(iter(by_seed.values()))),
+        "losses": {f"{seed}/{name}": r["losses"] for seed, res in by_seed.items() for name, r in res.items()},
+        "unscaled_losses": runs["unscaled"]["losses"],
+        "train_seconds": round(runs["seconds"], 1),
+        **provenance(threads=1),
+    }
     save_tensors_and_record(stem, tensors, record)
 
 
@@ -238,11 +283,17 @@ def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:
         for name in record["positionals"]:
             prefix = f"seed{seed}.{name}."
             model = make_model(name, scfg, device="cpu")
-            load_weights(model, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
-                         device or default_device())
+            load_weights(
+                model,
+                {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)},
+                device or default_device(),
+            )
             model.eval()
-            results[name] = {"model": model, "losses": record["losses"][f"{seed}/{name}"],
-                             "eval": {n: evaluate(model, n, scfg) for n in scfg.eval_lens}}
+            results[name] = {
+                "model": model,
+                "losses": record["losses"][f"{seed}/{name}"],
+                "eval": {n: evaluate(model, n, scfg) for n in scfg.eval_lens},
+            }
         results["learned"]["initial_table"] = tensors[f"seed{seed}.learned_init"]
         by_seed[seed] = results
     return {"by_seed": by_seed, "unscaled": {"losses": record["unscaled_losses"]}, "config": cfg, "record": record}

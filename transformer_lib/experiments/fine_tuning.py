@@ -31,6 +31,7 @@ every run, the two language models, and seed 0's probe head and LoRA and QLoRA a
 layers, 14 MB: the record keeps their numbers and the slow test retrains them). The page loads them (``load_runs``)
 and measures again.
 """
+
 from __future__ import annotations
 
 import copy
@@ -70,6 +71,7 @@ TARGETS = ("qkv", "out", "up", "down")  # every linear of every encoder layer
 @dataclass
 class ObjectiveConfig:
     """The tiny character Transformer both objectives train (chapter 06's shape) and their shared budget."""
+
     n_layers: int = 2
     d_model: int = 64
     n_heads: int = 4
@@ -94,8 +96,16 @@ def make_lm(objective: str, cfg: ObjectiveConfig = ObjectiveConfig()) -> GPT:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(vocab_size=mask_id() + 1, block_size=cfg.block_size, n_layers=cfg.n_layers,
-                          n_heads=cfg.n_heads, d_model=cfg.d_model, positional=cfg.positional))
+    model = GPT(
+        GPTConfig(
+            vocab_size=mask_id() + 1,
+            block_size=cfg.block_size,
+            n_layers=cfg.n_layers,
+            n_heads=cfg.n_heads,
+            d_model=cfg.d_model,
+            positional=cfg.positional,
+        )
+    )
     return set_causal(model, objective == "next-token")
 
 
@@ -116,11 +126,24 @@ def train_objective(objective: str, cfg: ObjectiveConfig = ObjectiveConfig(), pr
     gen = torch.Generator().manual_seed(cfg.seed)
     vgen = torch.Generator().manual_seed(1234)
     val = [objective_batch(objective, corpus.val, cfg, vgen) for _ in range(cfg.eval_batches)]
-    tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=0.0,
-                       eval_every=max(1, cfg.steps // 4), seed=cfg.seed, progress=progress)
+    tcfg = TrainConfig(
+        steps=cfg.steps,
+        lr=cfg.lr,
+        warmup_steps=cfg.warmup_steps,
+        weight_decay=0.0,
+        eval_every=max(1, cfg.steps // 4),
+        seed=cfg.seed,
+        progress=progress,
+    )
     with torch_threads(1):
-        hist = train(model, lambda step: objective_batch(objective, corpus.train, cfg, gen), tcfg,
-                     eval_fn=lambda m: evaluate_loss(m, val), device=device, desc=objective)
+        hist = train(
+            model,
+            lambda step: objective_batch(objective, corpus.train, cfg, gen),
+            tcfg,
+            eval_fn=lambda m: evaluate_loss(m, val),
+            device=device,
+            desc=objective,
+        )
     return model, hist
 
 
@@ -165,6 +188,7 @@ def next_accuracy(model: GPT, objective: str, windows: torch.Tensor) -> float:
 @dataclass
 class FineTuneConfig:
     """One run's settings (``train_method``)."""
+
     steps: int = 100
     batch_size: int = 16
     lr_head: float = 3e-3
@@ -206,8 +230,13 @@ class SentenceClassifier(nn.Module):
         return self.head(self.features(enc))  # (B, n_classes)
 
 
-def build_model(method: str, seed: int = 0, cfg: FineTuneConfig = FineTuneConfig(), r: int | None = None,
-                n_classes: int = len(DEFAULT_PLAYS)) -> SentenceClassifier:
+def build_model(
+    method: str,
+    seed: int = 0,
+    cfg: FineTuneConfig = FineTuneConfig(),
+    r: int | None = None,
+    n_classes: int = len(DEFAULT_PLAYS),
+) -> SentenceClassifier:
     """A fresh copy of MiniLM with the method's trainable parts (``requires_grad``) and a fresh head, from
     ``seed``."""
     if method not in METHODS:
@@ -215,10 +244,11 @@ def build_model(method: str, seed: int = 0, cfg: FineTuneConfig = FineTuneConfig
     encoder = copy.deepcopy(load_minilm(device="cpu")[0])
     encoder.requires_grad_(False)
     gen = torch.Generator().manual_seed(seed)
-    lcfg = LoRAConfig(r=cfg.r if r is None else r, alpha=cfg.alpha * (cfg.r if r is None else r) / cfg.r,
-                      target_modules=TARGETS)
+    lcfg = LoRAConfig(
+        r=cfg.r if r is None else r, alpha=cfg.alpha * (cfg.r if r is None else r) / cfg.r, target_modules=TARGETS
+    )
     if method == "full":
-        for layer in encoder.layers[-cfg.top_layers:]:
+        for layer in encoder.layers[-cfg.top_layers :]:
             layer.requires_grad_(True)
     elif method == "lora":
         apply_lora(encoder, lcfg, generator=gen)
@@ -256,11 +286,19 @@ def training_step(model: SentenceClassifier, optimizer, enc: dict, labels: torch
 def frozen_features(texts: list[str], batch_size: int = 64) -> torch.Tensor:
     """The original MiniLM's features (``SentenceClassifier.features``) of ``texts``: ``(N, 384)``."""
     clf = SentenceClassifier(load_minilm(device="cpu")[0], 2)
-    return torch.cat([clf.features(encode(texts[i:i + batch_size])) for i in range(0, len(texts), batch_size)])
+    return torch.cat([clf.features(encode(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)])
 
 
-def train_method(method: str, seed: int = 0, cfg: FineTuneConfig = FineTuneConfig(), data=None, r: int | None = None,
-                 steps: int | None = None, progress: bool = True, train_features=None):
+def train_method(
+    method: str,
+    seed: int = 0,
+    cfg: FineTuneConfig = FineTuneConfig(),
+    data=None,
+    r: int | None = None,
+    steps: int | None = None,
+    progress: bool = True,
+    train_features=None,
+):
     """Train one method; returns ``(model, losses, seconds)``. ``"probe"`` trains the head on ``train_features``
     (``frozen_features`` of the training lines, computed when not given), full batch."""
     data = task() if data is None else data
@@ -268,10 +306,15 @@ def train_method(method: str, seed: int = 0, cfg: FineTuneConfig = FineTuneConfi
     opt = optimizer_for(model, method, cfg)
     losses, start = [], time.perf_counter()
     from tqdm.auto import tqdm
+
     if method == "probe":
         feats = frozen_features(data.train_texts) if train_features is None else train_features
-        for step in tqdm(range(cfg.probe_steps if steps is None else steps), disable=not progress, leave=False,
-                         desc=f"probe seed {seed}"):
+        for step in tqdm(
+            range(cfg.probe_steps if steps is None else steps),
+            disable=not progress,
+            leave=False,
+            desc=f"probe seed {seed}",
+        ):
             loss = F.cross_entropy(model.head(feats), data.train_labels)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -280,13 +323,16 @@ def train_method(method: str, seed: int = 0, cfg: FineTuneConfig = FineTuneConfi
     else:
         gen = torch.Generator().manual_seed(1000 + seed)
         n = len(data.train_texts)
-        for step in tqdm(range(cfg.steps if steps is None else steps), disable=not progress, leave=False,
-                         desc=f"{method} seed {seed}"):
+        for step in tqdm(
+            range(cfg.steps if steps is None else steps),
+            disable=not progress,
+            leave=False,
+            desc=f"{method} seed {seed}",
+        ):
             idx = torch.randint(n, (cfg.batch_size,), generator=gen).tolist()
             for g in opt.param_groups:  # linear warm-up, then constant
                 g["lr"] = g.setdefault("peak_lr", g["lr"]) * min(1.0, (step + 1) / max(1, cfg.warmup_steps))
-            losses.append(training_step(model, opt, encode([data.train_texts[i] for i in idx]),
-                                        data.train_labels[idx]))
+            losses.append(training_step(model, opt, encode([data.train_texts[i] for i in idx]), data.train_labels[idx]))
     model.eval()
     return model, losses, time.perf_counter() - start
 
@@ -295,7 +341,9 @@ def train_method(method: str, seed: int = 0, cfg: FineTuneConfig = FineTuneConfi
 def predict(model: SentenceClassifier, texts: list[str], batch_size: int = 100) -> torch.Tensor:
     """Predicted labels ``(N,)``."""
     with eval_mode(model):
-        return torch.cat([model(encode(texts[i:i + batch_size])).argmax(-1) for i in range(0, len(texts), batch_size)])
+        return torch.cat(
+            [model(encode(texts[i : i + batch_size])).argmax(-1) for i in range(0, len(texts), batch_size)]
+        )
 
 
 def accuracy(model: SentenceClassifier, data: TextClassificationData) -> float:
@@ -306,6 +354,7 @@ def accuracy(model: SentenceClassifier, data: TextClassificationData) -> float:
 def forgetting_lines(n: int = 96, seed: int = 5) -> list[str]:
     """``n`` lines (6+ words) of plays the task does not use, for chapter 08's agreement."""
     from .minilm_pruning import corpus_lines
+
     task_plays = {" ".join(t.split()) for p in DEFAULT_PLAYS for t in shakespeare_works()[p].splitlines()}
     lines = [s for s in corpus_lines() if " ".join(s.split()) not in task_plays]
     pick = torch.randperm(len(lines), generator=torch.Generator().manual_seed(seed))[:n].tolist()
@@ -336,18 +385,26 @@ class RunsConfig:
     fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig)
 
 
-def run_one(method: str, seed: int, cfg: FineTuneConfig, data, lines, original, r=None, progress=True,
-            train_features=None) -> tuple[dict, SentenceClassifier]:
+def run_one(
+    method: str, seed: int, cfg: FineTuneConfig, data, lines, original, r=None, progress=True, train_features=None
+) -> tuple[dict, SentenceClassifier]:
     """Train one method and measure it: ``({"accuracy", "agreement", "trainable", "final_loss", "seconds"},
     model)``."""
     with torch_threads(1):
-        model, losses, seconds = train_method(method, seed, cfg, data, r=r, progress=progress,
-                                              train_features=train_features)
+        model, losses, seconds = train_method(
+            method, seed, cfg, data, r=r, progress=progress, train_features=train_features
+        )
         acc = accuracy(model, data)
         agree = forgetting(model.encoder, lines, original)
     trainable, total = count_parameters(model, trainable=True), count_parameters(model)
-    return {"accuracy": acc, "agreement": agree, "trainable": trainable, "total": total,
-            "final_loss": sum(losses[-10:]) / len(losses[-10:]), "seconds": round(seconds, 1)}, model
+    return {
+        "accuracy": acc,
+        "agreement": agree,
+        "trainable": trainable,
+        "total": total,
+        "final_loss": sum(losses[-10:]) / len(losses[-10:]),
+        "seconds": round(seconds, 1),
+    }, model
 
 
 def train_runs(cfg: RunsConfig = RunsConfig(), progress: bool = True, device=None) -> dict:
@@ -366,13 +423,23 @@ def train_runs(cfg: RunsConfig = RunsConfig(), progress: bool = True, device=Non
     results, kept = {m: {} for m in METHODS}, {}
     for method in METHODS:
         for seed in cfg.seeds:
-            results[method][str(seed)], model = run_one(method, seed, cfg.fine_tune, data, lines, original,
-                                                        progress=progress, train_features=feats)
+            results[method][str(seed)], model = run_one(
+                method, seed, cfg.fine_tune, data, lines, original, progress=progress, train_features=feats
+            )
             if seed == cfg.seeds[0] and method != "full":
-                kept[method] = {k: v.detach().clone() for k, v in model.state_dict().items()  # adapters, head
-                                if "lora_" in k or k.startswith("head.")}
-    return {"lms": lms, "lm_histories": lm_hist, "results": results, "kept": kept, "cfg": cfg,
-            "seconds": time.perf_counter() - start}
+                kept[method] = {
+                    k: v.detach().clone()
+                    for k, v in model.state_dict().items()  # adapters, head
+                    if "lora_" in k or k.startswith("head.")
+                }
+    return {
+        "lms": lms,
+        "lm_histories": lm_hist,
+        "results": results,
+        "kept": kept,
+        "cfg": cfg,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
@@ -381,15 +448,25 @@ def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
     tensors = {}
     for objective, model in runs["lms"].items():
         tied = tied_names(model)
-        tensors.update({f"lm.{objective}.{k}": v.detach().contiguous().cpu()
-                        for k, v in model.state_dict().items() if k not in tied})
+        tensors.update(
+            {
+                f"lm.{objective}.{k}": v.detach().contiguous().cpu()
+                for k, v in model.state_dict().items()
+                if k not in tied
+            }
+        )
     for method, state in runs["kept"].items():
         tensors.update({f"{method}.{k}": v.contiguous() for k, v in state.items()})
     cfg = runs["cfg"]
-    record = {"objective": asdict(cfg.objective), "fine_tune": asdict(cfg.fine_tune), "seeds": list(cfg.seeds),
-              "train_seconds": round(runs["seconds"], 1),
-              "lm_histories": {k: h.to_dict() for k, h in runs["lm_histories"].items()},
-              "results": runs["results"], **provenance(threads=1)}
+    record = {
+        "objective": asdict(cfg.objective),
+        "fine_tune": asdict(cfg.fine_tune),
+        "seeds": list(cfg.seeds),
+        "train_seconds": round(runs["seconds"], 1),
+        "lm_histories": {k: h.to_dict() for k, h in runs["lm_histories"].items()},
+        "results": runs["results"],
+        **provenance(threads=1),
+    }
     save_tensors_and_record(stem, tensors, record)
 
 
@@ -403,13 +480,13 @@ def load_runs(stem: Path = CHECKPOINT) -> dict:
     for objective in OBJECTIVES:
         prefix = f"lm.{objective}."
         model = make_lm(objective, ocfg)
-        load_weights(model, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}, "cpu")
+        load_weights(model, {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}, "cpu")
         lms[objective] = model.eval()
     models = {}
     for method in ("probe", "lora", "qlora"):
         prefix = f"{method}."
         model = build_model(method, record["seeds"][0], fcfg)
-        state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
         missing = [k for k in state if k not in model.state_dict()]
         if missing:
             raise ValueError(f"the checkpoint's {method} tensors do not fit the model: {missing[:3]}")

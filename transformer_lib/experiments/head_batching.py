@@ -9,6 +9,7 @@ on CUDA from the allocator's own counter (``torch.cuda.max_memory_allocated``), 
 tensor that a PyTorch operation returns (a ``TorchDispatchMode``) until it is freed. The CPU count sees the
 tensors operations return, not the scratch space a fused kernel uses inside itself.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -27,8 +28,10 @@ def batched_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
 
 def looped_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """One head at a time, then concatenated: the same result as ``batched_heads``."""
-    return torch.cat([F.scaled_dot_product_attention(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1])
-                      for i in range(q.shape[1])], dim=1)  # H tensors of (B, 1, Tq, D) -> (B, H, Tq, D)
+    return torch.cat(
+        [F.scaled_dot_product_attention(q[:, i : i + 1], k[:, i : i + 1], v[:, i : i + 1]) for i in range(q.shape[1])],
+        dim=1,
+    )  # H tensors of (B, 1, Tq, D) -> (B, H, Tq, D)
 
 
 class _LiveBytes(TorchDispatchMode):
@@ -92,5 +95,9 @@ def compare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, repeats: int = 9)
         diff = (batched_heads(q, k, v) - looped_heads(q, k, v)).abs().max().item()
         times = interleaved_times(fns, repeats=repeats, warmup=1, device=q.device)
         memory = {name: peak_memory_bytes(fn, q.device) for name, fn in fns.items()}
-    return {"times": times, "ratio": ratio_from_times(times["loop"], times["batched"]), "memory": memory,
-            "max_abs_diff": diff}
+    return {
+        "times": times,
+        "ratio": ratio_from_times(times["loop"], times["batched"]),
+        "memory": memory,
+        "max_abs_diff": diff,
+    }

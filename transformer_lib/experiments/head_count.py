@@ -20,6 +20,7 @@ changes.
 Knowing the two values but not their order, the best guess scores ``order_blind_accuracy(V)`` (right whenever
 the two values are equal, half the time otherwise); guessing blindly scores ``1 / V**2``.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,9 @@ HEAD_COUNTS, SEEDS = (1, 2, 4), (0, 1, 2)  # the chapter's comparison
 CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "head_count_models"
 
 
-def flagged_pair_batch(batch_size: int, length: int, vocab_size: int, generator: torch.Generator | None = None,
-                       device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def flagged_pair_batch(
+    batch_size: int, length: int, vocab_size: int, generator: torch.Generator | None = None, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences with two flagged values and their ordered-pair targets.
 
     Returns ``idx: (B, T)`` in ``[0, 2V)`` (``value + V`` at the two flagged positions, which lie in
@@ -77,6 +79,7 @@ def order_blind_accuracy(vocab_size: int) -> float:
 @dataclass
 class HeadCountConfig:
     """The experiment's settings: task, model size, training budget (a few seconds per model on a CPU)."""
+
     vocab_size: int = 8  # V values; the input has 2V token ids (flagged or not), the output V**2 classes
     length: int = 16
     d_model: int = 32
@@ -126,8 +129,9 @@ def pair_loss(model: nn.Module, batch) -> torch.Tensor:
 def accuracy(model: nn.Module, cfg: HeadCountConfig, seed: int = 1234) -> float:
     """Fraction of scored positions whose argmax class is the right ordered pair, on one fixed fresh batch."""
     device = next(model.parameters()).device
-    idx, targets = flagged_pair_batch(cfg.eval_size, cfg.length, cfg.vocab_size,
-                                      torch.Generator().manual_seed(seed), device)
+    idx, targets = flagged_pair_batch(
+        cfg.eval_size, cfg.length, cfg.vocab_size, torch.Generator().manual_seed(seed), device
+    )
     valid = targets != IGNORE  # (B, T)
     with eval_mode(model):
         correct = (model(idx).argmax(-1) == targets) & valid
@@ -135,22 +139,28 @@ def accuracy(model: nn.Module, cfg: HeadCountConfig, seed: int = 1234) -> float:
 
 
 @torch.no_grad()
-def flag_weights(model: PairReader, cfg: HeadCountConfig, seed: int = 1234,
-                 n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def flag_weights(
+    model: PairReader, cfg: HeadCountConfig, seed: int = 1234, n: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each head's attention weight on the first and on the second flagged position, at every scored position of
     a fixed fresh batch of ``n`` sequences (default ``cfg.eval_size``: then the batch ``accuracy`` scores with the
     same ``seed``): ``(first, second)``, each ``(N, H)`` for the ``N`` scored positions (query after the second
     flag) and ``H`` heads."""
     device = next(model.parameters()).device
-    idx, targets = flagged_pair_batch(cfg.eval_size if n is None else n, cfg.length, cfg.vocab_size,
-                                      torch.Generator().manual_seed(seed), device)
+    idx, targets = flagged_pair_batch(
+        cfg.eval_size if n is None else n, cfg.length, cfg.vocab_size, torch.Generator().manual_seed(seed), device
+    )
     B, T = idx.shape
     with eval_mode(model):
         w = model.attention_weights(idx)  # (B, H, T, T)
     places = (idx >= cfg.vocab_size).nonzero()[:, 1].view(B, 2)  # (B, 2): the two flagged positions, in order
     scored = targets != IGNORE  # (B, T)
-    on = [w.gather(-1, places[:, k].view(B, 1, 1, 1).expand(B, w.shape[1], T, 1)).squeeze(-1)  # (B, H, T)
-          .transpose(1, 2)[scored] for k in (0, 1)]  # (N, H)
+    on = [
+        w.gather(-1, places[:, k].view(B, 1, 1, 1).expand(B, w.shape[1], T, 1))
+        .squeeze(-1)  # (B, H, T)
+        .transpose(1, 2)[scored]
+        for k in (0, 1)
+    ]  # (N, H)
     return on[0], on[1]
 
 
@@ -161,8 +171,12 @@ def flag_summary(first: torch.Tensor, second: torch.Tensor) -> dict:
     (share of positions where the two heads favour different flags; ``None`` for other head counts)."""
     diff = first - second  # (N, H): > 0 where a head favours the earlier flag
     opposite = (diff[:, 0] * diff[:, 1] < 0).float().mean().item() if first.shape[1] == 2 else None
-    return {"on_flags": (first + second).mean().item(), "one_sided": diff.abs().mean().item(),
-            "earlier": first.mean(0), "opposite": opposite}
+    return {
+        "on_flags": (first + second).mean().item(),
+        "one_sided": diff.abs().mean().item(),
+        "earlier": first.mean(0),
+        "opposite": opposite,
+    }
 
 
 def train_one(n_heads: int, cfg: HeadCountConfig, device=None) -> dict:
@@ -171,16 +185,26 @@ def train_one(n_heads: int, cfg: HeadCountConfig, device=None) -> dict:
     torch.manual_seed(cfg.seed)
     model = PairReader(cfg, n_heads)
     gen = torch.Generator().manual_seed(cfg.seed)
-    tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.steps // 10, weight_decay=0.0, seed=cfg.seed,
-                       progress=False, optimizer="adam")
+    tcfg = TrainConfig(
+        steps=cfg.steps,
+        lr=cfg.lr,
+        warmup_steps=cfg.steps // 10,
+        weight_decay=0.0,
+        seed=cfg.seed,
+        progress=False,
+        optimizer="adam",
+    )
     batch_fn = lambda step: flagged_pair_batch(cfg.batch_size, cfg.length, cfg.vocab_size, gen)  # noqa: E731
     hist = train_loop(model, batch_fn, tcfg, pair_loss, device=device, desc=f"{n_heads} head(s)")
-    return {"model": model.eval(), "losses": hist.train_loss, "accuracy": accuracy(model, cfg),
-            "params": sum(p.numel() for p in model.parameters())}
+    return {
+        "model": model.eval(),
+        "losses": hist.train_loss,
+        "accuracy": accuracy(model, cfg),
+        "params": sum(p.numel() for p in model.parameters()),
+    }
 
 
-def run_experiment(head_counts=HEAD_COUNTS, seeds=SEEDS, cfg: HeadCountConfig | None = None,
-                   device=None) -> dict:
+def run_experiment(head_counts=HEAD_COUNTS, seeds=SEEDS, cfg: HeadCountConfig | None = None, device=None) -> dict:
     """Train one model per (head count, seed). Returns ``{n_heads: [train_one(...) for each seed]}``."""
     cfg = cfg or HeadCountConfig()
     bad = [h for h in head_counts if h < 1 or cfg.d_model % h]
@@ -196,8 +220,13 @@ def train_runs(head_counts=HEAD_COUNTS, seeds=SEEDS, cfg: HeadCountConfig | None
     cfg = cfg or HeadCountConfig()
     start = time.perf_counter()
     runs = run_experiment(head_counts, seeds, cfg, device)
-    return {"runs": runs, "cfg": cfg, "head_counts": list(head_counts), "seeds": list(seeds),
-            "seconds": time.perf_counter() - start}
+    return {
+        "runs": runs,
+        "cfg": cfg,
+        "head_counts": list(head_counts),
+        "seeds": list(seeds),
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def save_runs(trained: dict, stem: Path = CHECKPOINT) -> None:
@@ -207,12 +236,19 @@ def save_runs(trained: dict, stem: Path = CHECKPOINT) -> None:
     tensors, losses, accuracies = {}, {}, {}
     for h, results in trained["runs"].items():
         for s, r in zip(trained["seeds"], results):
-            tensors.update({f"heads{h}.seed{s}.{k}": v.detach().contiguous().cpu()
-                            for k, v in r["model"].state_dict().items()})
+            tensors.update(
+                {f"heads{h}.seed{s}.{k}": v.detach().contiguous().cpu() for k, v in r["model"].state_dict().items()}
+            )
             losses[f"{h}/{s}"], accuracies[f"{h}/{s}"] = r["losses"], r["accuracy"]
-    record = {"config": asdict(trained["cfg"]), "head_counts": trained["head_counts"], "seeds": trained["seeds"],
-              "train_seconds": round(trained["seconds"], 1), "losses": losses, "accuracy_after_training": accuracies,
-              **provenance(threads=1)}
+    record = {
+        "config": asdict(trained["cfg"]),
+        "head_counts": trained["head_counts"],
+        "seeds": trained["seeds"],
+        "train_seconds": round(trained["seconds"], 1),
+        "losses": losses,
+        "accuracy_after_training": accuracies,
+        **provenance(threads=1),
+    }
     save_tensors_and_record(stem, tensors, record)
 
 
@@ -228,10 +264,24 @@ def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:
         for s in record["seeds"]:
             prefix = f"heads{h}.seed{s}."
             model = PairReader(replace(cfg, seed=s), h)
-            load_weights(model, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
-                         device or default_device())
-            runs[h].append({"model": model.eval(), "losses": record["losses"][f"{h}/{s}"],
-                            "accuracy": record["accuracy_after_training"][f"{h}/{s}"],
-                            "params": sum(p.numel() for p in model.parameters())})
-    return {"runs": runs, "cfg": cfg, "head_counts": record["head_counts"], "seeds": record["seeds"],
-            "seconds": record["train_seconds"], "record": record}
+            load_weights(
+                model,
+                {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)},
+                device or default_device(),
+            )
+            runs[h].append(
+                {
+                    "model": model.eval(),
+                    "losses": record["losses"][f"{h}/{s}"],
+                    "accuracy": record["accuracy_after_training"][f"{h}/{s}"],
+                    "params": sum(p.numel() for p in model.parameters()),
+                }
+            )
+    return {
+        "runs": runs,
+        "cfg": cfg,
+        "head_counts": record["head_counts"],
+        "seeds": record["seeds"],
+        "seconds": record["train_seconds"],
+        "record": record,
+    }

@@ -9,6 +9,7 @@ Used in chapter 11.
 a torch deprecation; ``import_transformers`` silences those two loggers during the import (not ours to fix, and not
 the reader's concern here).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,6 +68,7 @@ def random_mixtral_block(seed: int = 0, std: float = 0.2, **config):
     starts from uninitialised memory). Its experts run the plain ("eager") loop."""
     transformers = import_transformers()
     from transformers.models.mixtral import modeling_mixtral
+
     cfg = transformers.MixtralConfig(**config)
     cfg._experts_implementation = "eager"  # a standalone block has no model to set it (else a warning)
     return randomize(modeling_mixtral.MixtralSparseMoeBlock(cfg), std=std, seed=seed).eval()
@@ -77,20 +79,45 @@ def hf_gpt2(model, device=None):
     """``transformers.GPT2LMHeadModel`` of a learned-position ``models.GPT``'s shape holding a copy of its weights
     (HF's Conv1D stores each weight as (in, out)), in eval mode on ``device`` (default: the model's)."""
     from transformers import GPT2Config, GPT2LMHeadModel
+
     c = model.cfg
     if c.positional != "learned" or c.n_kv_heads not in (None, c.n_heads):
-        raise ValueError(f"GPT-2 has learned positions and one kv head per head, got positional={c.positional!r}, "
-                         f"n_kv_heads={c.n_kv_heads}")
-    hf = GPT2LMHeadModel(GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.d_model,
-                                    n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.d_ff, activation_function="gelu",
-                                    layer_norm_epsilon=1e-5, bos_token_id=None, eos_token_id=None, pad_token_id=0,
-                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
-    ours = {"transformer.wte.weight": model.tok_emb.weight, "transformer.wpe.weight": model.pos.weight,
-            "transformer.ln_f.weight": model.norm.weight, "transformer.ln_f.bias": model.norm.bias}
+        raise ValueError(
+            f"GPT-2 has learned positions and one kv head per head, got positional={c.positional!r}, "
+            f"n_kv_heads={c.n_kv_heads}"
+        )
+    hf = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=c.vocab_size,
+            n_positions=c.block_size,
+            n_embd=c.d_model,
+            n_layer=c.n_layers,
+            n_head=c.n_heads,
+            n_inner=c.d_ff,
+            activation_function="gelu",
+            layer_norm_epsilon=1e-5,
+            bos_token_id=None,
+            eos_token_id=None,
+            pad_token_id=0,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+    )
+    ours = {
+        "transformer.wte.weight": model.tok_emb.weight,
+        "transformer.wpe.weight": model.pos.weight,
+        "transformer.ln_f.weight": model.norm.weight,
+        "transformer.ln_f.bias": model.norm.bias,
+    }
     for i, b in enumerate(model.blocks):
         h = f"transformer.h.{i}."
-        for hf_name, lin in (("attn.c_attn", b.self_attn.qkv), ("attn.c_proj", b.self_attn.out),
-                             ("mlp.c_fc", b.ffn.up), ("mlp.c_proj", b.ffn.down)):
+        for hf_name, lin in (
+            ("attn.c_attn", b.self_attn.qkv),
+            ("attn.c_proj", b.self_attn.out),
+            ("mlp.c_fc", b.ffn.up),
+            ("mlp.c_proj", b.ffn.down),
+        ):
             ours[h + hf_name + ".weight"], ours[h + hf_name + ".bias"] = lin.weight.T, lin.bias
         for hf_name, norm in (("ln_1", b.res_self.norm), ("ln_2", b.res_ffn.norm)):
             ours[h + hf_name + ".weight"], ours[h + hf_name + ".bias"] = norm.weight, norm.bias

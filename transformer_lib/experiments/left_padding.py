@@ -7,6 +7,7 @@ Used in chapter 06.
 ``generate_batched_and_alone`` runs ``generation.generate`` on the batch and on each prompt alone, so the chapter
 can check that padding changes nothing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,20 +21,28 @@ def left_pad(prompts, pad_id: int = 0, device=None) -> tuple[torch.Tensor, torch
     """``prompts``: token ids of different lengths (lists of ints or 1-D tensors) -> ``(ids, attention_mask)``,
     both ``(B, T_max)``; ``ids`` holds ``pad_id`` on the left of the shorter prompts, ``attention_mask`` is False
     there (each row's last token is real, as ``generate`` needs). ``device``: default, the first tensor's."""
-    rows = [p.tolist() if isinstance(p, torch.Tensor) and p.dim() == 1 else p for p in prompts] \
-        if isinstance(prompts, (list, tuple)) else None
+    rows = (
+        [p.tolist() if isinstance(p, torch.Tensor) and p.dim() == 1 else p for p in prompts]
+        if isinstance(prompts, (list, tuple))
+        else None
+    )
     if not rows or any(not isinstance(p, (list, tuple)) or len(p) == 0 for p in rows):
-        got = [tuple(p.shape) if isinstance(p, torch.Tensor) else p for p in prompts] \
-            if isinstance(prompts, (list, tuple)) else type(prompts).__name__
-        raise ValueError(f"prompts must be a non-empty list of non-empty token-id lists or 1-D tensors, got {got!r:.80}")
+        got = (
+            [tuple(p.shape) if isinstance(p, torch.Tensor) else p for p in prompts]
+            if isinstance(prompts, (list, tuple))
+            else type(prompts).__name__
+        )
+        raise ValueError(
+            f"prompts must be a non-empty list of non-empty token-id lists or 1-D tensors, got {got!r:.80}"
+        )
     if device is None and isinstance(prompts[0], torch.Tensor):
         device = prompts[0].device
     T = max(len(p) for p in rows)
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros(len(rows), T, dtype=torch.bool, device=device)
     for b, p in enumerate(rows):
-        ids[b, T - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[b, T - len(p):] = True
+        ids[b, T - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[b, T - len(p) :] = True
     return ids, mask
 
 
@@ -47,8 +56,9 @@ class BatchedGeneration:
 
 
 @torch.no_grad()
-def generate_batched_and_alone(model, prompts: list[list[int]], max_new_tokens: int,
-                               pad_id: int = 0) -> BatchedGeneration:
+def generate_batched_and_alone(
+    model, prompts: list[list[int]], max_new_tokens: int, pad_id: int = 0
+) -> BatchedGeneration:
     """Greedy generation of the left-padded batch with its ``attention_mask``, and of each prompt alone; returns
     both and how far their logits ever differ. (Greedy, because a sampler draws for the whole batch at once, so
     seeded samples of a batch and of one prompt differ even when the probabilities agree.)"""
@@ -58,6 +68,6 @@ def generate_batched_and_alone(model, prompts: list[list[int]], max_new_tokens: 
     alone, diff = [], 0.0
     for b, p in enumerate(prompts):
         one, one_logits = generate(model, torch.tensor([p], device=device), max_new_tokens, return_logits=True)
-        alone.append(one[0, len(p):].tolist())
+        alone.append(one[0, len(p) :].tolist())
         diff = max(diff, float((one_logits[0] - logits[b]).abs().max()))
-    return BatchedGeneration(ids, mask, out[:, ids.shape[1]:].tolist(), alone, diff)
+    return BatchedGeneration(ids, mask, out[:, ids.shape[1] :].tolist(), alone, diff)

@@ -11,6 +11,7 @@ Used in chapter 06.
 ``convention_outputs`` runs the batch through all three with each library's own mask, so the chapter can check
 that they agree.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,10 @@ def torch_mha_from(attn: MultiHeadAttention) -> nn.MultiheadAttention:
     Both stack ``[W_Q; W_K; W_V]`` in one ``(3 d_model, d_model)`` matrix (``attn.qkv``, ``in_proj_weight``), so
     the copy is one line per tensor. Needs plain multi-head attention (as many key/value heads as query heads)."""
     if attn.q_dim != attn.kv_dim or attn.qkv.bias is None:
-        raise ValueError(f"need plain multi-head attention with biases (q_dim == kv_dim), got q_dim={attn.q_dim}, "
-                         f"kv_dim={attn.kv_dim}, bias={attn.qkv.bias is not None}")
+        raise ValueError(
+            f"need plain multi-head attention with biases (q_dim == kv_dim), got q_dim={attn.q_dim}, "
+            f"kv_dim={attn.kv_dim}, bias={attn.qkv.bias is not None}"
+        )
     w = attn.qkv.weight
     mha = nn.MultiheadAttention(attn.d_model, attn.n_heads, batch_first=True, device=w.device, dtype=w.dtype)
     with torch.no_grad():
@@ -66,6 +69,7 @@ def hf_minilm(device=None):
         from transformers.utils import logging as hf_logging
 
     from ..pretrained import minilm_dir
+
     hf_logging.disable_progress_bar()  # no "Loading weights" bar in the chapter's output
     try:
         model = BertModel.from_pretrained(str(minilm_dir()), attn_implementation="eager")
@@ -77,6 +81,7 @@ def hf_minilm(device=None):
 @dataclass
 class ConventionOutputs:
     """The mask each library was given and what it computed, for a batch ``(B, T)``."""
+
     keep: torch.Tensor  # (B, T) bool, ours: True = may attend
     key_padding_mask: torch.Tensor  # (B, T) bool, nn.MultiheadAttention: True = ignore
     attention_mask: torch.Tensor  # (B, T) int64, Hugging Face: 1 = keep
@@ -86,8 +91,9 @@ class ConventionOutputs:
 
 
 @torch.no_grad()
-def convention_outputs(model: BertEncoder, hf_model, input_ids: torch.Tensor,
-                       attention_mask: torch.Tensor) -> ConventionOutputs:
+def convention_outputs(
+    model: BertEncoder, hf_model, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> ConventionOutputs:
     """Run the padded batch ``input_ids: (B, T)`` (``attention_mask: (B, T)``, 1 on real tokens, the tokenizer's
     output) through our MiniLM (``keep``: True = may attend), an ``nn.MultiheadAttention`` holding its layer-0
     weights (``key_padding_mask = ~keep``: True = ignore) and Hugging Face's ``BertModel`` (``attention_mask``:
@@ -102,10 +108,13 @@ def convention_outputs(model: BertEncoder, hf_model, input_ids: torch.Tensor,
     torch_out, torch_w = mha(x, x, x, key_padding_mask=ignore, need_weights=True, average_attn_weights=False)
     hf = hf_model(input_ids=input_ids, attention_mask=attention_mask.long(), output_attentions=True)
     return ConventionOutputs(
-        keep, ignore, attention_mask.long(),
+        keep,
+        ignore,
+        attention_mask.long(),
         weights={"library": lib_w, "torch": torch_w, "hugging face": hf.attentions[0]},
         attn_out={"library": lib_out, "torch": torch_out},
-        hidden={"library": ours.last_hidden_state, "hugging face": hf.last_hidden_state})
+        hidden={"library": ours.last_hidden_state, "hugging face": hf.last_hidden_state},
+    )
 
 
 def max_difference(values: dict, rows: torch.Tensor | None = None) -> float:

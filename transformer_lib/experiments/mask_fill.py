@@ -7,6 +7,7 @@ Used in chapter 06.
 The library itself never fills masks with ``-1e9`` or ``-1e4`` (see ``masking.py``); those constants appear here
 only as the pitfalls being measured.
 """
+
 from __future__ import annotations
 
 import torch
@@ -54,24 +55,34 @@ def _describe_row(w: torch.Tensor) -> str:
     return "[" + ", ".join(f"{v:.3g}" for v in w.tolist()) + "]"
 
 
-def mask_fill_outcome(dtype: torch.dtype, fill: str, how: str, scores: torch.Tensor = TABLE_SCORES,
-                      keep: torch.Tensor = TABLE_KEEP) -> dict:
+def mask_fill_outcome(
+    dtype: torch.dtype, fill: str, how: str, scores: torch.Tensor = TABLE_SCORES, keep: torch.Tensor = TABLE_KEEP
+) -> dict:
     """One row of ``mask_fill_table``: what the blocked scores became, the weight left on the blocked keys of
     the partly masked row 0, and the softmax of the fully masked row 1 (softmax in the scores' dtype)."""
     row = {"dtype": str(dtype).replace("torch.", ""), "fill": fill, "how": how}
     try:
         filled = apply_fill(scores.to(dtype), keep, fill, how)
     except RuntimeError as err:
-        return {**row, "blocked score": f"error: {str(err).splitlines()[0][:60]}", "weight on blocked keys": "-",
-                "fully masked row": "-"}
+        return {
+            **row,
+            "blocked score": f"error: {str(err).splitlines()[0][:60]}",
+            "weight on blocked keys": "-",
+            "fully masked row": "-",
+        }
     w = torch.softmax(filled, dim=-1).float()
     blocked = sorted({f"{v:.4g}" for v in filled[~keep].float().tolist()})
-    return {**row, "blocked score": ", ".join(blocked), "weight on blocked keys": f"{w[0][~keep[0]].sum().item():.3g}",
-            "fully masked row": _describe_row(w[1])}
+    return {
+        **row,
+        "blocked score": ", ".join(blocked),
+        "weight on blocked keys": f"{w[0][~keep[0]].sum().item():.3g}",
+        "fully masked row": _describe_row(w[1]),
+    }
 
 
-def mask_fill_table(dtypes=(torch.float32, torch.float16, torch.bfloat16), fills=FILLS,
-                    hows=("replace", "add")) -> list[dict]:
+def mask_fill_table(
+    dtypes=(torch.float32, torch.float16, torch.bfloat16), fills=FILLS, hows=("replace", "add")
+) -> list[dict]:
     """Every (dtype, fill, how) combination on the same scores (``TABLE_SCORES``, ``TABLE_KEEP``)."""
     return [mask_fill_outcome(d, f, h) for d in dtypes for h in hows for f in fills]
 
@@ -83,8 +94,9 @@ def library_softmax(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return attention_weights(q, scores[..., :, None], keep[..., None, :])[..., 0, :]  # (R, T)
 
 
-def masked_weight(allowed_scores: torch.Tensor, n_masked: int, fill: float | None,
-                  dtype: torch.dtype = torch.float32) -> float:
+def masked_weight(
+    allowed_scores: torch.Tensor, n_masked: int, fill: float | None, dtype: torch.dtype = torch.float32
+) -> float:
     """Total weight that ``n_masked`` blocked keys receive when their scores are **replaced** by ``fill`` (as
     GPT-2 code did with ``-1e4``), next to real keys with ``allowed_scores: (n,)``; softmax in ``dtype``.
 

@@ -21,6 +21,7 @@ model's, on held-out Shakespeare lines (``corpus_lines``, ``sentence_sets``: dis
   page): ``python -m transformer_lib.experiments.minilm_pruning`` writes it to ``checkpoints/minilm_pruning.json``
   (``STUDY_PATH``), the chapter reads it with ``committed_study``, and a slow test recomputes it and compares.
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,8 +38,15 @@ import torch.nn.functional as F
 
 from ..corpus import shakespeare_works
 from ..pretrained import mean_pool
-from ..pruning import (head_counts, head_importance, head_mask, heads_to_prune, magnitude_importance, mask_from_heads,
-                       random_importance)
+from ..pruning import (
+    head_counts,
+    head_importance,
+    head_mask,
+    heads_to_prune,
+    magnitude_importance,
+    mask_from_heads,
+    random_importance,
+)
 from ..timing import interleaved_medians, interleaved_times
 
 MAX_TOKENS = 32  # sentences are cut to 32 word pieces ([CLS] and [SEP] included)
@@ -66,7 +74,7 @@ def sentence_sets(n_sets: int, size: int, seed: int = 0, lines: Sequence[str] | 
     if n_sets * size > len(pool):
         raise ValueError(f"n_sets * size = {n_sets * size} lines needed, only {len(pool)} distinct lines given")
     random.Random(seed).shuffle(pool)
-    return [pool[i * size:(i + 1) * size] for i in range(n_sets)]
+    return [pool[i * size : (i + 1) * size] for i in range(n_sets)]
 
 
 # ----------------------------------------------------------------------------- embeddings and losses
@@ -93,8 +101,9 @@ def probe_loss(model: nn.Module, batch) -> torch.Tensor:
     return (embed(model, {"input_ids": ids, "attention_mask": am}) * r).sum(-1).mean()
 
 
-def sensitivity_importance(model: nn.Module, enc: dict[str, torch.Tensor], probes: int = 4,
-                           seed: int = 0) -> torch.Tensor:
+def sensitivity_importance(
+    model: nn.Module, enc: dict[str, torch.Tensor], probes: int = 4, seed: int = 0
+) -> torch.Tensor:
     """Michel et al.'s ``E |dL / d xi[l, h]|`` at ``xi = 1`` with ``L = probe_loss``: ``(n_layers, n_heads)``.
 
     Each sentence of ``enc`` is seen along ``probes`` independent standard-normal directions (seeded), in one
@@ -141,18 +150,31 @@ def ablation(model: nn.Module, enc: dict[str, torch.Tensor], target: torch.Tenso
     return cost
 
 
-def agreement_curve(model: nn.Module, enc: dict[str, torch.Tensor], target: torch.Tensor, scores: torch.Tensor,
-                    ns: Sequence[int]) -> list[float]:
+def agreement_curve(
+    model: nn.Module, enc: dict[str, torch.Tensor], target: torch.Tensor, scores: torch.Tensor, ns: Sequence[int]
+) -> list[float]:
     """Mean agreement with the ``n`` lowest-``scores`` heads masked (``pruning.heads_to_prune``), for each ``n``
     of ``ns``. Masking equals removing the heads (``pruning.prune_heads``), and is cheaper to set up."""
     counts = head_counts(model)
-    return [float(agreement(model, enc, target, mask_from_heads(counts, heads_to_prune(scores, n))
-                            .to(target.device)).mean()) for n in ns]
+    return [
+        float(
+            agreement(model, enc, target, mask_from_heads(counts, heads_to_prune(scores, n)).to(target.device)).mean()
+        )
+        for n in ns
+    ]
 
 
 # ----------------------------------------------------------------------------- the study
-def pruning_study(model: nn.Module, tokenizer, n_sets: int = 4, size: int = 32, ns: Sequence[int] = (0, 36),
-                  probes: int = 4, seed: int = 0, magnitude: torch.Tensor | None = None) -> dict:
+def pruning_study(
+    model: nn.Module,
+    tokenizer,
+    n_sets: int = 4,
+    size: int = 32,
+    ns: Sequence[int] = (0, 36),
+    probes: int = 4,
+    seed: int = 0,
+    magnitude: torch.Tensor | None = None,
+) -> dict:
     """The three pruning orders on ``n_sets`` pairs of disjoint sentence sets: for set ``s``, the heads are scored
     on one set of ``size`` lines and the pruned models judged on another.
 
@@ -176,8 +198,13 @@ def pruning_study(model: nn.Module, tokenizer, n_sets: int = 4, size: int = 32, 
         scores["random"].append(random_importance(model, seed=s))
         for m in curves:
             curves[m][s] = torch.tensor(agreement_curve(model, eval_enc, target, scores[m][s], ns))
-    return {"ns": list(ns), "curves": curves, "scores": scores, "eval": evals,
-            "sets": [(lines[2 * s], lines[2 * s + 1]) for s in range(n_sets)]}
+    return {
+        "ns": list(ns),
+        "curves": curves,
+        "scores": scores,
+        "eval": evals,
+        "sets": [(lines[2 * s], lines[2 * s + 1]) for s in range(n_sets)],
+    }
 
 
 # ----------------------------------------------------------------------------- confidence intervals
@@ -188,6 +215,7 @@ def t_cdf(x: float, df: int, steps: int = 2000) -> float:
 
     def pdf(t):
         return c * (1 + t * t / df) ** (-(df + 1) / 2)
+
     h = x / steps  # steps is even
     inner = sum((4 if i % 2 else 2) * pdf(i * h) for i in range(1, steps))
     return 0.5 + h / 3 * (pdf(0.0) + inner + pdf(x))
@@ -222,24 +250,38 @@ def t_interval(values, level: float = 0.95) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- speed, and the article's code
-def encoder_speeds(variants: dict[str, tuple[nn.Module, torch.Tensor | None]], enc: dict[str, torch.Tensor],
-                   repeats: int = 5, device=None) -> dict[str, float]:
+def encoder_speeds(
+    variants: dict[str, tuple[nn.Module, torch.Tensor | None]],
+    enc: dict[str, torch.Tensor],
+    repeats: int = 5,
+    device=None,
+) -> dict[str, float]:
     """Median seconds of one forward pass over ``enc`` for ``variants: {name: (model, head mask or None)}``,
     timed round-robin (``timing.interleaved_medians``)."""
+
     def call(model, mask):
         return lambda: masked_embed(model, enc, mask)
-    return interleaved_medians({name: call(m, mask) for name, (m, mask) in variants.items()}, repeats=repeats,
-                               warmup=1, device=device)
+
+    return interleaved_medians(
+        {name: call(m, mask) for name, (m, mask) in variants.items()}, repeats=repeats, warmup=1, device=device
+    )
 
 
-def encoder_times(variants: dict[str, tuple[nn.Module, torch.Tensor | None]], enc: dict[str, torch.Tensor],
-                  repeats: int = 9, device=None) -> dict[str, list[float]]:
+def encoder_times(
+    variants: dict[str, tuple[nn.Module, torch.Tensor | None]],
+    enc: dict[str, torch.Tensor],
+    repeats: int = 9,
+    device=None,
+) -> dict[str, list[float]]:
     """Every round's seconds of one forward pass over ``enc`` per variant (``timing.interleaved_times``; round
     ``r`` of every list timed in the same pass): ``encoder_speeds`` with the rounds kept, for intervals."""
+
     def call(model, mask):
         return lambda: masked_embed(model, enc, mask)
-    return interleaved_times({name: call(m, mask) for name, (m, mask) in variants.items()}, repeats=repeats,
-                             warmup=1, device=device)
+
+    return interleaved_times(
+        {name: call(m, mask) for name, (m, mask) in variants.items()}, repeats=repeats, warmup=1, device=device
+    )
 
 
 def keep_top_k_scores(scores: torch.Tensor, k: int = 2) -> torch.Tensor:
@@ -252,19 +294,36 @@ def keep_top_k_scores(scores: torch.Tensor, k: int = 2) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- chapter 08's committed run
-def chapter_study(model: nn.Module, tokenizer, n_sets: int = 4, size: int = 24, ns: Sequence[int] = (9, 18, 27, 36),
-                  probes: int = 2, seed: int = 0, ablation_lines: int = 8) -> dict:
+def chapter_study(
+    model: nn.Module,
+    tokenizer,
+    n_sets: int = 4,
+    size: int = 24,
+    ns: Sequence[int] = (9, 18, 27, 36),
+    probes: int = 2,
+    seed: int = 0,
+    ablation_lines: int = 8,
+) -> dict:
     """Chapter 08's MiniLM study as plain lists: ``pruning_study``'s curves (``{method: n_sets x len(ns)}``), the
     gradient scores of every scoring set and the weight norms (``(n_layers, n_heads)`` each), and the ``ablation``
     of each head on the first ``ablation_lines`` lines of the first evaluation set."""
     study = pruning_study(model, tokenizer, n_sets, size, ns, probes=probes, seed=seed)
     abl_enc = tokenizer.encode(study["sets"][0][1][:ablation_lines], max_length=MAX_TOKENS)
     abl = ablation(model, abl_enc, masked_embed(model, abl_enc))
-    return {"params": {"n_sets": n_sets, "size": size, "ns": list(ns), "probes": probes, "seed": seed,
-                       "ablation_lines": ablation_lines},
-            "curves": {m: c.tolist() for m, c in study["curves"].items()},
-            "gradient": [g.tolist() for g in study["scores"]["gradient"]],
-            "magnitude": study["scores"]["magnitude"][0].tolist(), "ablation": abl.tolist()}
+    return {
+        "params": {
+            "n_sets": n_sets,
+            "size": size,
+            "ns": list(ns),
+            "probes": probes,
+            "seed": seed,
+            "ablation_lines": ablation_lines,
+        },
+        "curves": {m: c.tolist() for m, c in study["curves"].items()},
+        "gradient": [g.tolist() for g in study["scores"]["gradient"]],
+        "magnitude": study["scores"]["magnitude"][0].tolist(),
+        "ablation": abl.tolist(),
+    }
 
 
 def committed_study(path: Path | str = STUDY_PATH) -> dict:
@@ -280,13 +339,18 @@ def committed_study(path: Path | str = STUDY_PATH) -> dict:
 
 def _write_study(path: Path | str = STUDY_PATH) -> dict:
     from ..pretrained import load_minilm
+
     model, tokenizer = load_minilm("cpu")
     t0 = time.process_time()
     study = chapter_study(model, tokenizer, **CHAPTER)
-    study["produced"] = {"by": "python -m transformer_lib.experiments.minilm_pruning",
-                         "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                         "threads": torch.get_num_threads(), "cpu_seconds": round(time.process_time() - t0, 1)}
+    study["produced"] = {
+        "by": "python -m transformer_lib.experiments.minilm_pruning",
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "cpu_seconds": round(time.process_time() - t0, 1),
+    }
     Path(path).write_text(json.dumps(study) + "\n")
     return study
 

@@ -7,14 +7,26 @@ models we can load: MiniLM, the book's GPT), so a deployment table's "memory" co
 parameters x bits per weight / 8. ``FORMATS`` gives the bits per weight of the usual formats, int4 with its share
 of a float16 scale per group (``quant.storage.bits_per_weight``).
 """
+
 from __future__ import annotations
 
 from ..quant.storage import bits_per_weight
 
 
-def transformer_params(n_layers: int, d_model: int, d_ff: int, vocab_size: int, positions: int = 0,
-                       token_types: int = 0, bias: bool = True, norm_params: int = 2, gated_ffn: bool = False,
-                       tied_head: bool = True, pooler: bool = False, kv_dim: int | None = None) -> int:
+def transformer_params(
+    n_layers: int,
+    d_model: int,
+    d_ff: int,
+    vocab_size: int,
+    positions: int = 0,
+    token_types: int = 0,
+    bias: bool = True,
+    norm_params: int = 2,
+    gated_ffn: bool = False,
+    tied_head: bool = True,
+    pooler: bool = False,
+    kv_dim: int | None = None,
+) -> int:
     """Parameters of an encoder or decoder stack.
 
     Per layer: attention projections ``q`` (``d_model x d_model``), ``k`` and ``v`` (``d_model x kv_dim``, default

@@ -7,6 +7,7 @@ The mixture replaces each block's SwiGLU of hidden size ``d_ff`` by ``n_experts`
 a token runs ``top_k`` of them, so it is multiplied by as many feed-forward weights as in the dense model (plus the
 router's ``n_experts x d_model``), while the mixture holds ``n_experts / top_k`` times the feed-forward weights.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,21 +22,43 @@ from ..train import TrainConfig, evaluate_loss, train
 
 BLOCK, BATCH = 64, 16  # characters per window, windows per step
 VAL_BATCHES, VAL_SEED = 8, 4321
-RECIPE = TrainConfig(steps=300, lr=4e-3, warmup_steps=30, min_lr_ratio=0.1, weight_decay=0.1, grad_clip=1.0,
-                     eval_every=10 ** 9, progress=True)
+RECIPE = TrainConfig(
+    steps=300,
+    lr=4e-3,
+    warmup_steps=30,
+    min_lr_ratio=0.1,
+    weight_decay=0.1,
+    grad_clip=1.0,
+    eval_every=10**9,
+    progress=True,
+)
 BALANCE_COEF = 0.01  # Switch Transformer's alpha
 
 
-def pair_configs(vocab_size: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 4, n_kv_heads: int = 2,
-                 d_ff: int = 192, n_experts: int = 4, top_k: int = 2) -> dict[str, LlamaConfig]:
+def pair_configs(
+    vocab_size: int,
+    d_model: int = 64,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    d_ff: int = 192,
+    n_experts: int = 4,
+    top_k: int = 2,
+) -> dict[str, LlamaConfig]:
     """``{"dense", "moe", "moe, no balancing"}``: the same decoder with a SwiGLU of ``d_ff`` or ``n_experts`` experts
     of ``d_ff // top_k``; the first mixture adds Switch's balancing loss (alpha = 0.01), the second none."""
     if d_ff % top_k:
         raise ValueError(f"d_ff={d_ff} must be a multiple of top_k={top_k} (experts of d_ff / top_k)")
-    dense = LlamaConfig(vocab_size=vocab_size, block_size=BLOCK, n_layers=n_layers, n_heads=n_heads,
-                        n_kv_heads=n_kv_heads, d_model=d_model, d_ff=d_ff)
-    moe = dataclasses.replace(dense, d_ff=d_ff // top_k, n_experts=n_experts, top_k=top_k,
-                              aux_loss_coef=BALANCE_COEF)
+    dense = LlamaConfig(
+        vocab_size=vocab_size,
+        block_size=BLOCK,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        d_model=d_model,
+        d_ff=d_ff,
+    )
+    moe = dataclasses.replace(dense, d_ff=d_ff // top_k, n_experts=n_experts, top_k=top_k, aux_loss_coef=BALANCE_COEF)
     return {"dense": dense, "moe": moe, "moe, no balancing": dataclasses.replace(moe, aux_loss_coef=0.0)}
 
 
@@ -101,6 +124,7 @@ RECORD_NAME = "moe_vs_dense"  # checkpoints/<name>.json: every seed's results; <
 
 def _checkpoint_dir():
     from pathlib import Path
+
     return Path(__file__).resolve().parent.parent / "checkpoints"
 
 
@@ -116,9 +140,15 @@ def run_seeds(seeds=(0, 1, 2, 3, 4), steps: int | None = None, device=None, prog
     for the chapter's curves)."""
     vocab = shakespeare_corpus().tokenizer.vocab_size
     configs = pair_configs(vocab)
-    record = {"seeds": list(seeds), "steps": steps or RECIPE.steps, "block": BLOCK, "batch": BATCH,
-              "provenance": provenance(), "configs": {n: dataclasses.asdict(c) for n, c in configs.items()},
-              "runs": {}}
+    record = {
+        "seeds": list(seeds),
+        "steps": steps or RECIPE.steps,
+        "block": BLOCK,
+        "batch": BATCH,
+        "provenance": provenance(),
+        "configs": {n: dataclasses.asdict(c) for n, c in configs.items()},
+        "runs": {},
+    }
     kept = {}
     for name, cfg in configs.items():
         runs = {"val_loss": [], "expert_load": [], "num_params": None}
@@ -140,14 +170,19 @@ def run_seeds(seeds=(0, 1, 2, 3, 4), steps: int | None = None, device=None, prog
 def save_record(record: dict, models: dict[str, Llama]) -> None:
     """Write ``checkpoints/moe_vs_dense.json`` and the first seed's three models as ``moe_vs_dense.safetensors``."""
     from ..checkpoint_io import save_tensors_and_record, tied_names
-    tensors = {_prefix(name) + k: v.detach().cpu().contiguous()
-               for name, model in models.items() for k, v in model.state_dict().items()
-               if k not in tied_names(model)}  # tied copies are re-tied on loading
+
+    tensors = {
+        _prefix(name) + k: v.detach().cpu().contiguous()
+        for name, model in models.items()
+        for k, v in model.state_dict().items()
+        if k not in tied_names(model)
+    }  # tied copies are re-tied on loading
     save_tensors_and_record(_checkpoint_dir() / RECORD_NAME, tensors, record)
 
 
 def load_record() -> dict:
     import json
+
     return json.loads((_checkpoint_dir() / f"{RECORD_NAME}.json").read_text())
 
 
@@ -155,10 +190,11 @@ def load_trained(name: str = "moe", device=None) -> Llama:
     """The record's first seed's trained model of config ``name`` ("dense", "moe", "moe, no balancing"), eval mode."""
     from safetensors.torch import load_file
     from ..checkpoint_io import load_weights
+
     configs = load_record()["configs"]
     if name not in configs:
         raise ValueError(f"name must be one of {sorted(configs)}, got {name!r}")
     weights = load_file(str(_checkpoint_dir() / f"{RECORD_NAME}.safetensors"), device="cpu")
     prefix = _prefix(name)
-    own = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+    own = {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
     return load_weights(Llama(LlamaConfig(**configs[name])), own, device or "cpu").eval()

@@ -6,6 +6,7 @@ Used in chapter 05.
 
 The models are rewired by ``variants.set_norm_placement``; training is ``train.train``.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ RECORD = Path(__file__).resolve().parent.parent / "checkpoints" / "norm_placemen
 @dataclass
 class NormConfig:
     """A deep, thin character GPT at a high learning rate with no warm-up: where placement matters."""
+
     n_layers: int = 8
     d_model: int = 32
     n_heads: int = 4
@@ -61,8 +63,15 @@ def make_norm_model(placement: str, cfg: NormConfig, seed: int, device=None) -> 
     """The experiment's GPT: same initial weights for a given seed, whatever the placement."""
     corpus = shakespeare_corpus()
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=cfg.block_size,
-                          n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model))
+    model = GPT(
+        GPTConfig(
+            vocab_size=corpus.tokenizer.vocab_size,
+            block_size=cfg.block_size,
+            n_layers=cfg.n_layers,
+            n_heads=cfg.n_heads,
+            d_model=cfg.d_model,
+        )
+    )
     return set_norm_placement(model, placement).to(device or default_device())
 
 
@@ -79,11 +88,26 @@ def run_norm_placement(placement: str, seed: int, cfg: NormConfig, progress: boo
     model = make_norm_model(placement, cfg, seed, device)
     device = next(model.parameters()).device
     gen, data = torch.Generator().manual_seed(seed), shakespeare_corpus().train
-    tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, warmup_steps=cfg.warmup_steps, schedule="constant",
-                       weight_decay=0.0, grad_clip=None, seed=seed, progress=progress, on_nonfinite="stop")
+    tcfg = TrainConfig(
+        steps=cfg.steps,
+        lr=cfg.lr,
+        warmup_steps=cfg.warmup_steps,
+        schedule="constant",
+        weight_decay=0.0,
+        grad_clip=None,
+        seed=seed,
+        progress=progress,
+        on_nonfinite="stop",
+    )
     with torch_threads(1):  # a model this small trains as fast on one thread, and far faster on a busy machine
-        hist = train(model, lambda step: get_batch(data, cfg.block_size, cfg.batch_size, gen), tcfg, gpt_loss,
-                     device=device, desc=f"{placement}-norm, seed {seed}")
+        hist = train(
+            model,
+            lambda step: get_batch(data, cfg.block_size, cfg.batch_size, gen),
+            tcfg,
+            gpt_loss,
+            device=device,
+            desc=f"{placement}-norm, seed {seed}",
+        )
     diverged, val = hist.stopped_by == "nonfinite", float("nan")
     if not diverged:
         val = evaluate_loss(model, _val_batches(cfg, device))
@@ -91,8 +115,9 @@ def run_norm_placement(placement: str, seed: int, cfg: NormConfig, progress: boo
     return NormRun(placement, seed, hist.train_loss, val, diverged)
 
 
-def norm_placement_experiment(cfg: NormConfig = NormConfig(), placements=PLACEMENTS, progress: bool = True,
-                              device=None) -> dict[str, list[NormRun]]:
+def norm_placement_experiment(
+    cfg: NormConfig = NormConfig(), placements=PLACEMENTS, progress: bool = True, device=None
+) -> dict[str, list[NormRun]]:
     """Every placement, every seed in ``cfg.seeds``: ``{placement: [NormRun per seed]}``."""
     return {p: [run_norm_placement(p, s, cfg, progress, device) for s in cfg.seeds] for p in placements}
 
@@ -100,8 +125,12 @@ def norm_placement_experiment(cfg: NormConfig = NormConfig(), placements=PLACEME
 def save_runs(runs: dict[str, list[NormRun]], cfg: NormConfig, seconds: float, path: Path = RECORD) -> None:
     """Write every run of ``norm_placement_experiment`` (its loss at every step, validation loss, divergence) and the
     configuration to a json record."""
-    record = {"config": asdict(cfg), "train_seconds": round(seconds, 1),
-              "runs": [asdict(r) for rs in runs.values() for r in rs], **provenance(threads=1)}
+    record = {
+        "config": asdict(cfg),
+        "train_seconds": round(seconds, 1),
+        "runs": [asdict(r) for rs in runs.values() for r in rs],
+        **provenance(threads=1),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, json.dumps(record, indent=1).encode())
 
@@ -155,9 +184,14 @@ def summarize_runs(runs: list[NormRun], window: int = 20, level: float | None = 
         if len(values) == 0:
             return float("nan"), float("nan")
         return float(t.mean()), float(t.std()) if len(values) > 1 else 0.0
-    out = {"final_loss": mean_std([r.final_loss(window) for r in ok]), "val_loss": mean_std([r.val_loss for r in ok]),
-           "largest_rise": mean_std([largest_rise(r.losses) for r in ok]), "diverged": len(runs) - len(ok),
-           "runs": len(runs)}
+
+    out = {
+        "final_loss": mean_std([r.final_loss(window) for r in ok]),
+        "val_loss": mean_std([r.val_loss for r in ok]),
+        "largest_rise": mean_std([largest_rise(r.losses) for r in ok]),
+        "diverged": len(runs) - len(ok),
+        "runs": len(runs),
+    }
     if level is not None:
         out["steps_below"] = [None if r.diverged else steps_below(r.losses, level) for r in runs]
     return out
@@ -171,8 +205,9 @@ def gradient_norms_by_layer(model: GPT, x: torch.Tensor, y: torch.Tensor) -> tor
     """
     model.zero_grad(set_to_none=True)
     model(x, y)[1].backward()
-    norms = [torch.sqrt(sum((p.grad.float() ** 2).sum() for p in b.parameters() if p.grad is not None))
-             for b in model.blocks]
+    norms = [
+        torch.sqrt(sum((p.grad.float() ** 2).sum() for p in b.parameters() if p.grad is not None)) for b in model.blocks
+    ]
     model.zero_grad(set_to_none=True)
     return torch.stack(norms).cpu()
 

@@ -4,6 +4,7 @@ queries, filled with ``-inf``, ``finfo.min`` or the library's boolean mask.
 
 Used in chapter 06.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ def _naive_attention(q, k, v, keep, fill):
     return torch.softmax(apply_fill(scores, keep, fill, "replace"), dim=-1) @ v
 
 
-def padded_rows_experiment(lengths=(6, 4), d: int = 16, vocab: int = 11, n_layers: int = 2,
-                           seed: int = 0) -> list[PaddedRowsResult]:
+def padded_rows_experiment(
+    lengths=(6, 4), d: int = 16, vocab: int = 11, n_layers: int = 2, seed: int = 0
+) -> list[PaddedRowsResult]:
     """A padded batch through ``n_layers`` of residual self-attention ``h = h + attn(h)`` and a linear read-out.
 
     Variants: the padding mask on keys only (the Annotated Transformer's ``src_mask``; library path); keys and
@@ -60,8 +62,12 @@ def padded_rows_experiment(lengths=(6, 4), d: int = 16, vocab: int = 11, n_layer
             first = h if first is None else first
         return h, first
 
-    variants = [("keys only (library)", keys_only, None), ("keys + queries, -inf", both, "-inf"),
-                ("keys + queries, finfo.min", both, "finfo.min"), ("keys + queries (library)", both, None)]
+    variants = [
+        ("keys only (library)", keys_only, None),
+        ("keys + queries, -inf", both, "-inf"),
+        ("keys + queries, finfo.min", both, "finfo.min"),
+        ("keys + queries (library)", both, None),
+    ]
     results = []
     for name, keep, fill in variants:
         w = w_qkv.clone().requires_grad_(True)
@@ -71,10 +77,17 @@ def padded_rows_experiment(lengths=(6, 4), d: int = 16, vocab: int = 11, n_layer
         with torch.no_grad():  # each sequence alone, without padding
             diffs = []
             for b, n in enumerate(lengths):
-                alone, _ = forward(x0[b:b + 1, :n], torch.ones(1, n, n, dtype=torch.bool), fill, w)
+                alone, _ = forward(x0[b : b + 1, :n], torch.ones(1, n, n, dtype=torch.bool), fill, w)
                 diffs.append((alone[0] - h[b, :n]).abs().max())
             diff = torch.stack(diffs).max().item()
-        results.append(PaddedRowsResult(name, int(torch.isnan(first).any(-1)[~real].sum()),
-                                        bool(torch.isnan(h[real]).any()), loss.item(), bool(torch.isnan(w.grad).any()),
-                                        diff))
+        results.append(
+            PaddedRowsResult(
+                name,
+                int(torch.isnan(first).any(-1)[~real].sum()),
+                bool(torch.isnan(h[real]).any()),
+                loss.item(),
+                bool(torch.isnan(w.grad).any()),
+                diff,
+            )
+        )
     return results

@@ -4,6 +4,7 @@ only, no memory), so the paper's base model costs nothing to count.
 
 Used in chapter 05.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,12 @@ def _count(module: nn.Module | None) -> int:
 def layer_parameter_counts(layer: nn.Module) -> dict[str, int]:
     """``{kind: parameters}`` of one ``EncoderLayer`` or ``DecoderLayer`` (``KINDS``; 0 for a kind it lacks)."""
     norms = sum(_count(m) for m in layer.modules() if isinstance(m, (LayerNorm, nn.LayerNorm)))
-    return {"self-attention": _count(layer.self_attn), "cross-attention": _count(getattr(layer, "cross_attn", None)),
-            "feed-forward": _count(layer.ffn), "LayerNorm": norms}
+    return {
+        "self-attention": _count(layer.self_attn),
+        "cross-attention": _count(getattr(layer, "cross_attn", None)),
+        "feed-forward": _count(layer.ffn),
+        "LayerNorm": norms,
+    }
 
 
 def parameter_shares(d_model: int, n_heads: int, d_ff: int) -> dict[str, dict[str, int]]:

@@ -18,6 +18,7 @@ with ``timing.ratio_from_times``.
 A decoding measurement starts each repetition from the same prefilled ``StaticCache`` (its ``lengths`` are set
 back after the steps), so no prefill is inside a decoding time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ def prefill_flops(cfg, prompt_len: int, batch_size: int = 1) -> int:
     counted (the scores and the weighted sum of the values; a causal kernel may skip the masked half)."""
     check_int("prompt_len", prompt_len, min=1)
     check_int("batch_size", batch_size, min=1)
-    return batch_size * (2 * matrix_weights(cfg) * prompt_len + 4 * cfg.n_layers * cfg.d_model * prompt_len ** 2)
+    return batch_size * (2 * matrix_weights(cfg) * prompt_len + 4 * cfg.n_layers * cfg.d_model * prompt_len**2)
 
 
 def matmul_flops_per_s(n: int = 2048, repeats: int = 5, device=None, dtype=torch.float32) -> float:
@@ -58,11 +59,10 @@ def matmul_flops_per_s(n: int = 2048, repeats: int = 5, device=None, dtype=torch
     a = torch.ones(n, n, device=device, dtype=dtype)
     b = torch.ones(n, n, device=device, dtype=dtype)
     seconds = interleaved_medians({"gemm": lambda: a @ b}, repeats=repeats, warmup=1, device=device)["gemm"]
-    return 2 * n ** 3 / seconds
+    return 2 * n**3 / seconds
 
 
-def matvec_bandwidth(n_bytes: int, in_features: int = 768, repeats: int = 5, device=None,
-                     dtype=torch.float32) -> float:
+def matvec_bandwidth(n_bytes: int, in_features: int = 768, repeats: int = 5, device=None, dtype=torch.float32) -> float:
     """Measured bytes/s that ``x (1, in) @ W (in, out)`` streams from ``W`` of about ``n_bytes``: the memory ceiling
     a decoding step meets. Size ``W`` like the model's weights, so it is read from where they are (a matrix that
     fits in a CPU's caches reads faster than one that streams from memory); ``in_features``: the model's width."""
@@ -82,6 +82,7 @@ def matvec_bandwidth(n_bytes: int, in_features: int = 768, repeats: int = 5, dev
 class Prefilled:
     """What a prefill leaves for decoding: the cache, each row's first new token ``(B, 1)``, the prompt length,
     and for left-padded prompts the key mask ``(B, max_len)`` and each row's last position ``(B, 1)``."""
+
     cache: StaticCache
     token: torch.Tensor
     past: int
@@ -106,8 +107,9 @@ def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor
         positions = (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)  # (B, T)
         position = positions[:, -1:]
     cache = StaticCache.for_model(model, B, max_len)
-    logits = model(ids, cache=cache, attention_mask=None if mask is None else mask[:, :T],
-                   position_ids=positions)[0][:, -1]  # (B, V)
+    logits = model(ids, cache=cache, attention_mask=None if mask is None else mask[:, :T], position_ids=positions)[0][
+        :, -1
+    ]  # (B, V)
     return Prefilled(cache, logits.argmax(-1, keepdim=True), T, mask, position)
 
 
@@ -118,8 +120,9 @@ def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
     transposed weight copies ``generate`` makes on CPU, which took as long here for one row.)"""
     check_int("n", n, min=1)
     if state.past + n > state.cache.max_len:
-        raise ValueError(f"n={n} steps after {state.past} positions do not fit the cache's max_len="
-                         f"{state.cache.max_len}")
+        raise ValueError(
+            f"n={n} steps after {state.past} positions do not fit the cache's max_len={state.cache.max_len}"
+        )
     token, out = state.token, []
     for i in range(n):
         t = state.past + i + 1  # keys after this step
@@ -133,8 +136,9 @@ def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- timings
-def time_to_first_token_and_per_token(model, prompt_lens, n_new: int = 8, repeats: int = 3,
-                                      seed: int = 0, prefill_repeats: int | None = None) -> list[dict]:
+def time_to_first_token_and_per_token(
+    model, prompt_lens, n_new: int = 8, repeats: int = 3, seed: int = 0, prefill_repeats: int | None = None
+) -> list[dict]:
     """TTFT and TPOT of one sequence for each prompt length, all interleaved (``timing.interleaved_times``).
 
     A random prompt ``(1, T)`` per length (speed does not depend on which tokens). ``ttft_s``: the median of the
@@ -166,16 +170,28 @@ def time_to_first_token_and_per_token(model, prompt_lens, n_new: int = 8, repeat
             fn()
     times = interleaved_times(fns, repeats=prefill_repeats, warmup=0, device=device)
     if repeats > prefill_repeats:  # the decoding steps alone, for the remaining rounds
-        more = interleaved_times({key: fn for key, fn in fns.items() if key[0] == "decode"},
-                                 repeats=repeats - prefill_repeats, warmup=0, device=device)
+        more = interleaved_times(
+            {key: fn for key, fn in fns.items() if key[0] == "decode"},
+            repeats=repeats - prefill_repeats,
+            warmup=0,
+            device=device,
+        )
         for key, ts in more.items():
             times[key] = times[key] + ts
     rows = []
     for T in prompt_lens:
         ttft, tpot = times[("prefill", T)], [t / n_new for t in times[("decode", T)]]
-        rows.append({"prompt_len": T, "ttft_s": statistics.median(ttft), "tpot_s": statistics.median(tpot),
-                     "ttft_times": ttft, "tpot_times": tpot,
-                     "context": T + (n_new + 1) // 2, "prefill_flops": prefill_flops(model.cfg, T)})
+        rows.append(
+            {
+                "prompt_len": T,
+                "ttft_s": statistics.median(ttft),
+                "tpot_s": statistics.median(tpot),
+                "ttft_times": ttft,
+                "tpot_times": tpot,
+                "context": T + (n_new + 1) // 2,
+                "prefill_flops": prefill_flops(model.cfg, T),
+            }
+        )
     return rows
 
 
@@ -198,7 +214,7 @@ def cached_forward_times(model, past: int, ks=(1, 4), repeats: int = 5, seed: in
 
     @torch.inference_mode()
     def forward(k):
-        model(ids[:, past:past + k], cache=state.cache)
+        model(ids[:, past : past + k], cache=state.cache)
         state.cache.crop(past)  # forget the k positions: every round checks the same ones
 
     return interleaved_times({k: (lambda k=k: forward(k)) for k in ks}, repeats=repeats, warmup=1, device=device)

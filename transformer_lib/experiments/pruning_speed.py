@@ -11,6 +11,7 @@ Used in chapter 08.
   and ``speed_verdict`` can say whether it was faster, slower, or within the run's noise.
 Compare ratios measured in the same call, never absolute times from different runs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,11 +29,14 @@ from ..timing import Ratio, interleaved_medians, interleaved_times, ratio_from_t
 def _timed_calls(variants, prompt, batch, new_tokens):
     """``{(name, "fwd"|"dec"): zero-argument callable}``: a forward pass of ``batch`` and a greedy decode of
     ``new_tokens`` after ``prompt``, each under the variant's head mask (if any), without autograd."""
+
     def timed(model, mask, fn):
         def call():
-            with torch.inference_mode(), (head_mask(model, mask) if mask is not None else contextlib.nullcontext()):
+            with torch.inference_mode(), head_mask(model, mask) if mask is not None else contextlib.nullcontext():
                 return fn(model)
+
         return call
+
     fns = {}
     for name, (model, mask) in variants.items():
         fns[name, "fwd"] = timed(model, mask, lambda m: m(batch))
@@ -40,14 +44,18 @@ def _timed_calls(variants, prompt, batch, new_tokens):
     return fns
 
 
-def pruned_times(variants: dict[str, tuple[nn.Module, torch.Tensor | None]], prompt: torch.Tensor,
-                 batch: torch.Tensor, new_tokens: int = 32, repeats: int = 9,
-                 device=None) -> dict[str, dict[str, list[float]]]:
+def pruned_times(
+    variants: dict[str, tuple[nn.Module, torch.Tensor | None]],
+    prompt: torch.Tensor,
+    batch: torch.Tensor,
+    new_tokens: int = 32,
+    repeats: int = 9,
+    device=None,
+) -> dict[str, dict[str, list[float]]]:
     """``{name: {"fwd": [seconds per round], "dec": [...]}}``: the measurement of ``pruned_speeds`` with every
     round kept (``timing.interleaved_times``: round ``r`` of every list was timed in the same pass), for
     ``speed_ratio``. ``batch: (B, T)`` ids for the forward pass; ``prompt: (1, T0)`` for greedy decoding."""
-    t = interleaved_times(_timed_calls(variants, prompt, batch, new_tokens), repeats=repeats, warmup=1,
-                          device=device)
+    t = interleaved_times(_timed_calls(variants, prompt, batch, new_tokens), repeats=repeats, warmup=1, device=device)
     return {name: {"fwd": t[name, "fwd"], "dec": t[name, "dec"]} for name in variants}
 
 
@@ -63,21 +71,26 @@ def speed_verdict(speed: Ratio) -> str:
     return "faster" if speed.low > 1.0 else "slower" if speed.high < 1.0 else "within_noise"
 
 
-def pruned_speeds(variants: dict[str, tuple[nn.Module, torch.Tensor | None]], prompt: torch.Tensor,
-                  batch: torch.Tensor, new_tokens: int = 64, repeats: int = 5,
-                  device=None) -> dict[str, tuple[float, float]]:
+def pruned_speeds(
+    variants: dict[str, tuple[nn.Module, torch.Tensor | None]],
+    prompt: torch.Tensor,
+    batch: torch.Tensor,
+    new_tokens: int = 64,
+    repeats: int = 5,
+    device=None,
+) -> dict[str, tuple[float, float]]:
     """``{name: (forward tokens/s, decode tokens/s)}`` for ``variants: {name: (model, mask or None)}``.
 
     ``batch: (B, T)`` token ids for the forward pass; ``prompt: (1, T0)`` for greedy decoding of ``new_tokens``
     tokens (``generate``'s default static KV cache). ``mask: (n_layers, n_heads)`` gates heads while timing.
     """
-    t = interleaved_medians(_timed_calls(variants, prompt, batch, new_tokens), repeats=repeats, warmup=1,
-                            device=device)
+    t = interleaved_medians(_timed_calls(variants, prompt, batch, new_tokens), repeats=repeats, warmup=1, device=device)
     return {name: (batch.numel() / t[name, "fwd"], new_tokens / t[name, "dec"]) for name in variants}
 
 
-def csr_vs_dense(w: torch.Tensor, x: torch.Tensor, sparsities: Sequence[float] = (0.5, 0.9, 0.99),
-                 repeats: int = 15, device=None) -> list[tuple[float, float, float]]:
+def csr_vs_dense(
+    w: torch.Tensor, x: torch.Tensor, sparsities: Sequence[float] = (0.5, 0.9, 0.99), repeats: int = 15, device=None
+) -> list[tuple[float, float, float]]:
     """``[(sparsity, dense seconds, CSR seconds)]`` for ``w' @ x``, where ``w'`` is ``w: (out, in)`` with its
     smallest ``sparsity`` share of entries set to zero; ``x: (in, tokens)``."""
     rows = []
@@ -92,8 +105,14 @@ def csr_vs_dense(w: torch.Tensor, x: torch.Tensor, sparsities: Sequence[float] =
     return rows
 
 
-def csr_dense_times(w: torch.Tensor, x: torch.Tensor, sparsities: Sequence[float] = (0.5, 0.9, 0.99),
-                    repeats: int = 15, calls: int = 1, device=None) -> list[tuple[float, list[float], list[float]]]:
+def csr_dense_times(
+    w: torch.Tensor,
+    x: torch.Tensor,
+    sparsities: Sequence[float] = (0.5, 0.9, 0.99),
+    repeats: int = 15,
+    calls: int = 1,
+    device=None,
+) -> list[tuple[float, list[float], list[float]]]:
     """``[(sparsity, dense seconds per round, CSR seconds per round)]``: ``csr_vs_dense`` with every round kept
     (paired, for ``speed_ratio``); each timing runs the product ``calls`` times (a product of about a millisecond
     alone is at the mercy of the scheduler on a busy machine)."""
@@ -104,7 +123,10 @@ def csr_dense_times(w: torch.Tensor, x: torch.Tensor, sparsities: Sequence[float
             warnings.simplefilter("ignore", UserWarning)
             csr = ws.to_sparse_csr()
         with torch.inference_mode():
-            t = interleaved_times({"dense": lambda: [ws @ x for _ in range(calls)],
-                                   "csr": lambda: [csr @ x for _ in range(calls)]}, repeats=repeats, device=device)
+            t = interleaved_times(
+                {"dense": lambda: [ws @ x for _ in range(calls)], "csr": lambda: [csr @ x for _ in range(calls)]},
+                repeats=repeats,
+                device=device,
+            )
         rows.append((s, t["dense"], t["csr"]))
     return rows

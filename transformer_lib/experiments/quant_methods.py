@@ -19,6 +19,7 @@ calibration): about half a minute of CPU, too long for the page, so ``python -m
 transformer_lib.experiments.quant_methods`` writes it to ``checkpoints/quant_methods.json`` (``STUDY_PATH``), the
 chapter reads it with ``committed_study``, and a slow test recomputes it and compares.
 """
+
 from __future__ import annotations
 
 import copy
@@ -62,15 +63,16 @@ def shakespeare_lines(split: str, n: int, seed: int = 0, min_chars: int = 30, ma
     return [lines[i] for i in order.tolist()]
 
 
-def gpt_calibration_batches(tokenizer, block_size: int, n_batches: int = 4, batch_size: int = 8, seed: int = 0,
-                            chars: int = 300_000) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def gpt_calibration_batches(
+    tokenizer, block_size: int, n_batches: int = 4, batch_size: int = 8, seed: int = 0, chars: int = 300_000
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Random windows ``(x, y)``, each ``(batch_size, block_size)``, of a ``chars``-long stretch of the training
     plays starting at a seeded offset (encoding all of them takes seconds; calibration needs a few thousand
     tokens)."""
     train = shakespeare_split()[0]
     gen = torch.Generator().manual_seed(seed)
     start = int(torch.randint(0, max(1, len(train) - chars), (1,), generator=gen))
-    ids = tokenizer.encode_tensor(train[start:start + chars])  # (N,)
+    ids = tokenizer.encode_tensor(train[start : start + chars])  # (N,)
     return [get_batch(ids, block_size, batch_size, gen) for _ in range(n_batches)]
 
 
@@ -92,14 +94,23 @@ def embedding_agreement(model: nn.Module, tokenizer, sentences: Sequence[str], r
     model's, unit rows): 1.0 when nothing moved."""
     emb = sentence_embeddings(model, tokenizer, list(sentences))  # (n, d), unit rows
     if reference.shape != emb.shape:
-        raise ValueError(f"reference must be ({len(sentences)}, {emb.shape[1]}) embeddings of the sentences, "
-                         f"got {tuple(reference.shape)}")
+        raise ValueError(
+            f"reference must be ({len(sentences)}, {emb.shape[1]}) embeddings of the sentences, "
+            f"got {tuple(reference.shape)}"
+        )
     return (emb * reference.to(emb)).sum(-1).mean().item()
 
 
 # ----------------------------------------------------------------------------- RTN vs GPTQ vs AWQ
-def quantize_copy(model: nn.Module, method: str, calib_batches, bits: int = 4, group_size: int | None = None,
-                  skip: tuple[str, ...] = (), awq_grid: int = 10) -> nn.Module:
+def quantize_copy(
+    model: nn.Module,
+    method: str,
+    calib_batches,
+    bits: int = 4,
+    group_size: int | None = None,
+    skip: tuple[str, ...] = (),
+    awq_grid: int = 10,
+) -> nn.Module:
     """A quantized copy of ``model`` (the original is untouched): ``method`` one of ``METHODS``; GPTQ and AWQ
     read the calibration batches, round-to-nearest ignores them. ``awq_grid``: alphas tried by AWQ."""
     if method not in METHODS:
@@ -112,9 +123,15 @@ def quantize_copy(model: nn.Module, method: str, calib_batches, bits: int = 4, g
     return awq_quantize_model(m, calib_batches, bits, group_size, awq_grid, skip=skip)
 
 
-def compare_methods(model: nn.Module, calib_batches, score: Callable[[nn.Module], float],
-                    methods: Sequence[str] = METHODS, group_sizes: Sequence[int | None] = (None, 128, 32),
-                    bits: int = 4, skip: tuple[str, ...] = ()) -> dict:
+def compare_methods(
+    model: nn.Module,
+    calib_batches,
+    score: Callable[[nn.Module], float],
+    methods: Sequence[str] = METHODS,
+    group_sizes: Sequence[int | None] = (None, 128, 32),
+    bits: int = 4,
+    skip: tuple[str, ...] = (),
+) -> dict:
     """Every ``(method, group_size)`` on a fresh copy of ``model``: ``{"float": score(model), "rows": [{"method",
     "group_size", "score", "seconds", "cpu_seconds"}]}``; ``seconds`` is the wall-clock time quantization took
     (calibration included), ``cpu_seconds`` this process's CPU time for it (what a busy machine does not inflate).
@@ -130,13 +147,27 @@ def compare_methods(model: nn.Module, calib_batches, score: Callable[[nn.Module]
             t0, c0 = time.perf_counter(), time.process_time()
             q = quantize_copy(model, method, calib_batches, bits, g, skip)
             seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-            rows.append({"method": method, "group_size": g, "score": float(score(q)), "seconds": seconds,
-                         "cpu_seconds": cpu_seconds})
+            rows.append(
+                {
+                    "method": method,
+                    "group_size": g,
+                    "score": float(score(q)),
+                    "seconds": seconds,
+                    "cpu_seconds": cpu_seconds,
+                }
+            )
     return {"float": float(score(model)), "rows": rows}
 
 
-def method_study(gpt: nn.Module, tokenizer, minilm: nn.Module, mtok, group_sizes: Sequence[int | None] = (None, 32),
-                 gpt_cal_batches: int = 8, n_lines: int = 32) -> dict:
+def method_study(
+    gpt: nn.Module,
+    tokenizer,
+    minilm: nn.Module,
+    mtok,
+    group_sizes: Sequence[int | None] = (None, 32),
+    gpt_cal_batches: int = 8,
+    n_lines: int = 32,
+) -> dict:
     """Chapter 09's comparison of round-to-nearest, GPTQ and AWQ at int4 (``compare_methods`` on both models).
 
     The GPT: calibrated on ``gpt_cal_batches`` windows of 8 x 128 tokens of the training plays
@@ -149,15 +180,21 @@ def method_study(gpt: nn.Module, tokenizer, minilm: nn.Module, mtok, group_sizes
     calib = gpt_calibration_batches(tokenizer, gpt.cfg.block_size, n_batches=gpt_cal_batches, batch_size=8)
     held_out = shakespeare_val_batches(gpt.cfg.block_size, n_batches=4)  # the chapter's val_batches[:4]
     gpt_res = compare_methods(gpt, calib, lambda m: gpt_perplexity(m, held_out), group_sizes=group_sizes)
-    half = calib[:gpt_cal_batches // 2]  # the same seeded windows as gpt_calibration_batches(n_batches=half)
-    gpt_res["gptq_half"] = {"score": gpt_perplexity(quantize_copy(gpt, "gptq", half), held_out),
-                            "calibration_tokens": sum(x.numel() for x, _ in half)}
+    half = calib[: gpt_cal_batches // 2]  # the same seeded windows as gpt_calibration_batches(n_batches=half)
+    gpt_res["gptq_half"] = {
+        "score": gpt_perplexity(quantize_copy(gpt, "gptq", half), held_out),
+        "calibration_tokens": sum(x.numel() for x, _ in half),
+    }
     gpt_res["calibration_tokens"] = sum(x.numel() for x, _ in calib)
     gpt_res["held_out_tokens"] = sum(y.numel() for _, y in held_out)
     cal_lines, eval_lines = shakespeare_lines("train", n_lines, seed=0), shakespeare_lines("val", n_lines, seed=1)
     ref = sentence_embeddings(minilm, mtok, eval_lines)
-    mini_res = compare_methods(minilm, sentence_batches(mtok, cal_lines),
-                               lambda m: embedding_agreement(m, mtok, eval_lines, ref), group_sizes=group_sizes)
+    mini_res = compare_methods(
+        minilm,
+        sentence_batches(mtok, cal_lines),
+        lambda m: embedding_agreement(m, mtok, eval_lines, ref),
+        group_sizes=group_sizes,
+    )
     mini_res.update(calibration_lines=len(cal_lines), eval_lines=len(eval_lines))
     return {"gpt": gpt_res, "minilm": mini_res}
 
@@ -173,10 +210,14 @@ def _write_study(path: Path | str = STUDY_PATH) -> dict:
     gpt, tokenizer = load_shakespeare_gpt("cpu")
     minilm, mtok = load_minilm("cpu")
     study = method_study(gpt, tokenizer, minilm, mtok)
-    study["produced"] = {"by": "python -m transformer_lib.experiments.quant_methods",
-                         "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                         "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
-                         "threads": torch.get_num_threads()}
+    study["produced"] = {
+        "by": "python -m transformer_lib.experiments.quant_methods",
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+    }
     Path(path).write_text(json.dumps(study, indent=1) + "\n")
     return study
 
@@ -190,15 +231,18 @@ def score_of(results: dict, method: str, group_size: int | None) -> float:
 
 
 # ----------------------------------------------------------------------------- SmoothQuant (W8A8)
-def smoothquant_agreement(model: nn.Module, tokenizer, calib_batches, sentences: Sequence[str],
-                          alphas: Sequence[float] = (0.25, 0.5, 0.75)) -> dict:
+def smoothquant_agreement(
+    model: nn.Module, tokenizer, calib_batches, sentences: Sequence[str], alphas: Sequence[float] = (0.25, 0.5, 0.75)
+) -> dict:
     """MiniLM's embedding agreement with int8 weights only, with W8A8 (per-token int8 activations) as is, and
     with W8A8 after SmoothQuant at each ``alpha``: ``{"int8 weights": a, "W8A8": a, "smooth": {alpha: a}}``."""
     reference = sentence_embeddings(model, tokenizer, list(sentences))
     agree = lambda m: embedding_agreement(m, tokenizer, sentences, reference)  # noqa: E731
-    return {"int8 weights": agree(quantize_model(copy.deepcopy(model), 8)),
-            "W8A8": agree(quantize_model(copy.deepcopy(model), 8, act_bits=8)),
-            "smooth": {a: agree(smoothquant_model(copy.deepcopy(model), calib_batches, a)) for a in alphas}}
+    return {
+        "int8 weights": agree(quantize_model(copy.deepcopy(model), 8)),
+        "W8A8": agree(quantize_model(copy.deepcopy(model), 8, act_bits=8)),
+        "smooth": {a: agree(smoothquant_model(copy.deepcopy(model), calib_batches, a)) for a in alphas},
+    }
 
 
 @torch.no_grad()
@@ -218,10 +262,17 @@ def outlier_migration(x: torch.Tensor, weight: torch.Tensor, alpha: float = 0.5)
         xq, sx = quantize_per_token(xs)  # (n, K) int8, (n, 1)
         return (((xq.float() * sx) @ rtn_weight(ws, 8, None).T - ref).norm() / ref.norm()).item()
 
-    return {"channel": j, "x_max_before": col_x[j].item(), "x_max_after": (col_x[j] / s[j]).item(),
-            "x_median_before": col_x.median().item(), "x_median_after": (col_x / s).median().item(),
-            "w_max_before": col_w[j].item(), "w_max_after": (col_w[j] * s[j]).item(),
-            "error_before": w8a8_error(x, w), "error_after": w8a8_error(x / s, w * s)}
+    return {
+        "channel": j,
+        "x_max_before": col_x[j].item(),
+        "x_max_after": (col_x[j] / s[j]).item(),
+        "x_median_before": col_x.median().item(),
+        "x_median_after": (col_x / s).median().item(),
+        "w_max_before": col_w[j].item(),
+        "w_max_after": (col_w[j] * s[j]).item(),
+        "error_before": w8a8_error(x, w),
+        "error_after": w8a8_error(x / s, w * s),
+    }
 
 
 def layer_inputs(model: nn.Module, calib_batches, name: str) -> torch.Tensor:

@@ -7,6 +7,7 @@ trains either with ``train.train``; ``recall_accuracy`` scores it on fresh seque
 chapter's ten models (both contestants at every gap in ``GAPS``); ``save_runs`` / ``load_runs`` write and read them
 (``scripts/train_recall.py``, ``checkpoints/recall_models.*``).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ from ..modes import eval_mode
 from ..train import TrainConfig, train
 
 
-def recall_batch(batch_size: int, gap: int, n_symbols: int = 8, generator: torch.Generator | None = None,
-                 device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def recall_batch(
+    batch_size: int, gap: int, n_symbols: int = 8, generator: torch.Generator | None = None, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences ``[key, d_1, ..., d_gap, QUERY]`` and their targets ``key``.
 
     ``key`` and the ``gap`` distractors are drawn uniformly from ``0 .. n_symbols-1``; ``QUERY = n_symbols``
@@ -61,8 +63,15 @@ class RecallLSTM(nn.Module):
 
 def recall_gpt(gap: int, n_symbols: int = 8, d_model: int = 64, n_heads: int = 1, d_ff: int = 64) -> GPT:
     """A one-layer ``GPT`` with learned positions, sized for ``recall_batch(..., gap, n_symbols)``."""
-    cfg = GPTConfig(vocab_size=n_symbols + 1, block_size=gap + 2, n_layers=1, n_heads=n_heads, d_model=d_model,
-                    d_ff=d_ff, positional="learned")
+    cfg = GPTConfig(
+        vocab_size=n_symbols + 1,
+        block_size=gap + 2,
+        n_layers=1,
+        n_heads=n_heads,
+        d_model=d_model,
+        d_ff=d_ff,
+        positional="learned",
+    )
     return GPT(cfg)
 
 
@@ -77,15 +86,40 @@ def recall_loss(model: nn.Module, batch) -> torch.Tensor:
     return F.cross_entropy(_last_logits(model, x).float(), y)
 
 
-def train_recall(model: nn.Module, gap: int, steps: int = 150, batch_size: int = 32, lr: float = 3e-3,
-                 n_symbols: int = 8, seed: int = 0, progress: bool = True, desc: str = "") -> list[float]:
+def train_recall(
+    model: nn.Module,
+    gap: int,
+    steps: int = 150,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    n_symbols: int = 8,
+    seed: int = 0,
+    progress: bool = True,
+    desc: str = "",
+) -> list[float]:
     """Train ``model`` (``RecallLSTM`` or ``recall_gpt``) with ``train.train``: Adam at a constant ``lr``, no
     warm-up, no clipping, on fresh batches; returns the losses."""
     gen = torch.Generator().manual_seed(seed)
-    cfg = TrainConfig(steps=steps, lr=lr, warmup_steps=0, schedule="constant", weight_decay=0.0, betas=(0.9, 0.999),
-                      grad_clip=None, seed=seed, progress=progress, optimizer="adam")
-    hist = train(model, lambda step: recall_batch(batch_size, gap, n_symbols, gen), cfg, recall_loss,
-                 device=next(model.parameters()).device, desc=desc or f"gap {gap}")
+    cfg = TrainConfig(
+        steps=steps,
+        lr=lr,
+        warmup_steps=0,
+        schedule="constant",
+        weight_decay=0.0,
+        betas=(0.9, 0.999),
+        grad_clip=None,
+        seed=seed,
+        progress=progress,
+        optimizer="adam",
+    )
+    hist = train(
+        model,
+        lambda step: recall_batch(batch_size, gap, n_symbols, gen),
+        cfg,
+        recall_loss,
+        device=next(model.parameters()).device,
+        desc=desc or f"gap {gap}",
+    )
     return hist.train_loss
 
 
@@ -123,8 +157,13 @@ def train_runs(gaps=GAPS, recipe: dict | None = None, device=None, progress: boo
             model = make_contestant(name, gap, recipe["n_symbols"], recipe["seed"]).to(device or default_device())
             losses[name, gap] = train_recall(model, gap, progress=progress, desc=f"{name}, gap {gap}", **recipe)
             models[name, gap] = model.eval()
-    return {"models": models, "losses": losses, "recipe": recipe, "gaps": list(gaps),
-            "seconds": time.perf_counter() - start}
+    return {
+        "models": models,
+        "losses": losses,
+        "recipe": recipe,
+        "gaps": list(gaps),
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
@@ -133,10 +172,20 @@ def save_runs(runs: dict, stem: Path = CHECKPOINT) -> None:
     tensors = {}
     for (name, gap), model in runs["models"].items():
         tied = tied_names(model)
-        tensors.update({f"{name}.gap{gap}.{k}": v.detach().contiguous().cpu()
-                        for k, v in model.state_dict().items() if k not in tied})
-    record = {"recipe": runs["recipe"], "gaps": runs["gaps"], "train_seconds": round(runs["seconds"], 1),
-              "losses": {f"{name}/{gap}": v for (name, gap), v in runs["losses"].items()}, **provenance()}
+        tensors.update(
+            {
+                f"{name}.gap{gap}.{k}": v.detach().contiguous().cpu()
+                for k, v in model.state_dict().items()
+                if k not in tied
+            }
+        )
+    record = {
+        "recipe": runs["recipe"],
+        "gaps": runs["gaps"],
+        "train_seconds": round(runs["seconds"], 1),
+        "losses": {f"{name}/{gap}": v for (name, gap), v in runs["losses"].items()},
+        **provenance(),
+    }
     save_tensors_and_record(stem, tensors, record)
 
 
@@ -149,8 +198,17 @@ def load_runs(device=None, stem: Path = CHECKPOINT) -> dict:
         for name in CONTESTANTS:
             prefix = f"{name}.gap{gap}."
             model = make_contestant(name, gap, recipe["n_symbols"], recipe["seed"])
-            load_weights(model, {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
-                         device or default_device())
+            load_weights(
+                model,
+                {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)},
+                device or default_device(),
+            )
             models[name, gap], losses[name, gap] = model.eval(), record["losses"][f"{name}/{gap}"]
-    return {"models": models, "losses": losses, "recipe": recipe, "gaps": record["gaps"],
-            "seconds": record["train_seconds"], "record": record}
+    return {
+        "models": models,
+        "losses": losses,
+        "recipe": recipe,
+        "gaps": record["gaps"],
+        "seconds": record["train_seconds"],
+        "record": record,
+    }

@@ -7,6 +7,7 @@ Used in chapter 02.
 * ``score_stats``: measured on a layer's own projections for given token vectors.
 * ``init_score_variance``: the closed form for ``nn.Linear``'s default initialisation and unit-variance inputs.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,6 +21,7 @@ from ..multihead import MultiHeadAttention
 @dataclass
 class ScoreStats:
     """Scores of every head and query row, unscaled (``q.k``) and scaled (``q.k / sqrt(d_head)``)."""
+
     d_head: int
     q_var: float  # variance of the query entries
     raw_var: float  # variance of q.k
@@ -44,11 +46,17 @@ def score_stats(mha: MultiHeadAttention, x: torch.Tensor, threshold: float = 0.9
     scaled = raw / math.sqrt(mha.d_head)
     top_raw = torch.softmax(raw, -1).amax(-1)  # (B, H, T): the largest weight in each row
     top_scaled = torch.softmax(scaled, -1).amax(-1)
-    return ScoreStats(d_head=mha.d_head, q_var=q.float().var().item(), raw_var=raw.var().item(),
-                      scaled_var=scaled.var().item(), one_hot_raw=(top_raw > threshold).float().mean().item(),
-                      one_hot_scaled=(top_scaled > threshold).float().mean().item(),
-                      max_weight_raw=top_raw.mean().item(), max_weight_scaled=top_scaled.mean().item(),
-                      n_rows=top_raw.numel())
+    return ScoreStats(
+        d_head=mha.d_head,
+        q_var=q.float().var().item(),
+        raw_var=raw.var().item(),
+        scaled_var=scaled.var().item(),
+        one_hot_raw=(top_raw > threshold).float().mean().item(),
+        one_hot_scaled=(top_scaled > threshold).float().mean().item(),
+        max_weight_raw=top_raw.mean().item(),
+        max_weight_scaled=top_scaled.mean().item(),
+        n_rows=top_raw.numel(),
+    )
 
 
 def init_score_variance(d_model: int, d_head: int, bias: bool = True) -> float:
@@ -60,4 +68,4 @@ def init_score_variance(d_model: int, d_head: int, bias: bool = True) -> float:
     """
     b2 = 1.0 / d_model
     var_q = d_model * b2 / 3 + (b2 / 3 if bias else 0.0)
-    return d_head * var_q ** 2
+    return d_head * var_q**2

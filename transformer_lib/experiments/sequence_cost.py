@@ -6,6 +6,7 @@ Used in chapters 01 and 07.
 * ``count_op_calls``, ``count_flops``: operator calls and matrix-product FLOPs of one call.
 * timing a training step over a range of lengths: ``experiments/training_step_cost.py``.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -13,7 +14,6 @@ from typing import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
-
 
 
 class _OpCounter(TorchDispatchMode):

@@ -7,6 +7,7 @@ busy machine it can cost a lot: every operation waits at a barrier for both thre
 put aside stalls the other. Measured on the book's shared 2-core machine under load, 60 training steps of
 chapter 06's character GPT took 87 s with 2 threads and 6 s with 1, with the same losses.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager

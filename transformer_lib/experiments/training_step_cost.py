@@ -13,6 +13,7 @@ Used in chapter 01.
 The timings use whatever threads PyTorch has (``torch.get_num_threads()``): attention's advantage *is* its
 parallel work, so timing it on one thread would measure something else.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -38,11 +39,19 @@ def _training_step(model: nn.Module, x: torch.Tensor):
         out.float().square().mean().backward()  # a stand-in loss: every output feeds the gradient
         for p in params:
             p.grad = None
+
     return step
 
 
-def training_step_rounds(models: dict[str, nn.Module], lengths: Sequence[int], width: int, device=None,
-                         seed: int = 0, repeats: int = 9, warmup: int = 2) -> dict[str, list[list[float]]]:
+def training_step_rounds(
+    models: dict[str, nn.Module],
+    lengths: Sequence[int],
+    width: int,
+    device=None,
+    seed: int = 0,
+    repeats: int = 9,
+    warmup: int = 2,
+) -> dict[str, list[list[float]]]:
     """``{name: [[seconds of each timed round] for each length]}`` for ``models`` (name -> module mapping
     ``x: (1, T, width)`` to a tensor or a tuple whose first element is the output).
 
@@ -60,15 +69,23 @@ def training_step_rounds(models: dict[str, nn.Module], lengths: Sequence[int], w
     rounds = {name: [] for name in models}
     for T in lengths:
         x = torch.randn(1, T, width, generator=gen).to(device)  # (B=1, T, width)
-        times = interleaved_times({name: _training_step(m, x) for name, m in models.items()},
-                                  repeats=repeats, warmup=warmup, device=device)
+        times = interleaved_times(
+            {name: _training_step(m, x) for name, m in models.items()}, repeats=repeats, warmup=warmup, device=device
+        )
         for name, seconds in times.items():
             rounds[name].append(seconds)
     return rounds
 
 
-def training_step_times(models: dict[str, nn.Module], lengths: Sequence[int], width: int, device=None,
-                        seed: int = 0, repeats: int = 5, warmup: int = 1) -> dict[str, list[float]]:
+def training_step_times(
+    models: dict[str, nn.Module],
+    lengths: Sequence[int],
+    width: int,
+    device=None,
+    seed: int = 0,
+    repeats: int = 5,
+    warmup: int = 1,
+) -> dict[str, list[float]]:
     """``{name: [median seconds of one training step at each length]}``: the medians of
     ``training_step_rounds`` (same arguments)."""
     rounds = training_step_rounds(models, lengths, width, device, seed, repeats, warmup)
@@ -93,8 +110,10 @@ def training_step_flops(fn, x: torch.Tensor) -> int:
 def _check_points(lengths: Sequence[float], seconds: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     T, t = np.asarray(lengths, dtype=float), np.asarray(seconds, dtype=float)
     if T.shape != t.shape or T.ndim != 1 or len(T) < 2:
-        raise ValueError(f"lengths and seconds must be two equal-length lists of at least 2 points, "
-                         f"got {len(T)} lengths and {len(t)} times")
+        raise ValueError(
+            f"lengths and seconds must be two equal-length lists of at least 2 points, "
+            f"got {len(T)} lengths and {len(t)} times"
+        )
     if (T <= 0).any() or (t <= 0).any():
         raise ValueError("lengths and seconds must all be positive (a log-log fit needs logs)")
     return T, t
@@ -108,11 +127,11 @@ def loglog_slope(lengths: Sequence[float], seconds: Sequence[float]) -> float:
     T, t = _check_points(lengths, seconds)
     x, y = np.log(T), np.log(t)
     x_c = x - x.mean()
-    return float((x_c * (y - y.mean())).sum() / (x_c ** 2).sum())
+    return float((x_c * (y - y.mean())).sum() / (x_c**2).sum())
 
 
 def per_token_seconds(lengths: Sequence[float], seconds: Sequence[float]) -> float:
     """The least-squares slope of seconds against T: the time one more token adds (seconds per token)."""
     T, t = _check_points(lengths, seconds)
     T_c = T - T.mean()
-    return float((T_c * (t - t.mean())).sum() / (T_c ** 2).sum())
+    return float((T_c * (t - t.mean())).sum() / (T_c**2).sum())

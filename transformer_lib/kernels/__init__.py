@@ -10,6 +10,7 @@ whether ``@triton.jit`` compiles or interprets)::
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the import below; only where there is no GPU
     from transformer_lib.kernels.flash_triton import flash_attention_triton
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -8,6 +8,7 @@ registers (on a GPU; in NumPy arrays under the interpreter), and writes its outp
 leave the program. The same source compiles for CUDA and runs in Triton's interpreter on the CPU
 (``TRITON_INTERPRET=1`` set before this module is imported; see ``transformer_lib.kernels``).
 """
+
 from __future__ import annotations
 
 import math
@@ -20,18 +21,44 @@ from . import interpreter_requested
 
 
 @triton.jit
-def flash_forward_kernel(Q, K, V, O, stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
-                   stride_vb, stride_vh, stride_vt, stride_ob, stride_oh, stride_ot,
-                   n_heads, t_q, t_k, d_head, scale,
-                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                   PRECISION: tl.constexpr):
+def flash_forward_kernel(
+    Q,
+    K,
+    V,
+    O,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_kb,
+    stride_kh,
+    stride_kt,
+    stride_vb,
+    stride_vh,
+    stride_vt,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    n_heads,
+    t_q,
+    t_k,
+    d_head,
+    scale,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     block = tl.program_id(0)  # which block of queries
     bh = tl.program_id(1)  # which (batch, head)
     b, h = bh // n_heads, bh % n_heads
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query positions
     dims = tl.arange(0, BLOCK_D)  # (BLOCK_D,) head dimensions, padded to a power of two
-    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qt + dims[None, :],
-                mask=(rows[:, None] < t_q) & (dims[None, :] < d_head), other=0.0)  # (BLOCK_M, BLOCK_D)
+    q = tl.load(
+        Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qt + dims[None, :],
+        mask=(rows[:, None] < t_q) & (dims[None, :] < d_head),
+        other=0.0,
+    )  # (BLOCK_M, BLOCK_D)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running maximum of each query's scores
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp(score - m_i)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # running unnormalised output
@@ -41,8 +68,11 @@ def flash_forward_kernel(Q, K, V, O, stride_qb, stride_qh, stride_qt, stride_kb,
         end = tl.minimum(t_k, (block + 1) * BLOCK_M + offset)  # later key blocks are all masked: skip them
     for start in range(0, end, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
-        k = tl.load(K + b * stride_kb + h * stride_kh + cols[None, :] * stride_kt + dims[:, None],
-                    mask=(cols[None, :] < t_k) & (dims[:, None] < d_head), other=0.0)  # (BLOCK_D, BLOCK_N): K^T
+        k = tl.load(
+            K + b * stride_kb + h * stride_kh + cols[None, :] * stride_kt + dims[:, None],
+            mask=(cols[None, :] < t_k) & (dims[:, None] < d_head),
+            other=0.0,
+        )  # (BLOCK_D, BLOCK_N): K^T
         s = tl.dot(q, k, input_precision=PRECISION) * scale  # (BLOCK_M, BLOCK_N) scores, fp32
         visible = (cols[None, :] < t_k) & (rows[:, None] >= 0)
         if CAUSAL:
@@ -53,13 +83,19 @@ def flash_forward_kernel(Q, K, V, O, stride_qb, stride_qh, stride_qt, stride_kb,
         p = tl.exp(s - m_safe[:, None])  # this tile's weights, before normalising
         alpha = tl.exp(m_i - m_safe)  # rescales the old sum and output to the new maximum
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + b * stride_vb + h * stride_vh + cols[:, None] * stride_vt + dims[None, :],
-                    mask=(cols[:, None] < t_k) & (dims[None, :] < d_head), other=0.0)  # (BLOCK_N, BLOCK_D)
+        v = tl.load(
+            V + b * stride_vb + h * stride_vh + cols[:, None] * stride_vt + dims[None, :],
+            mask=(cols[:, None] < t_k) & (dims[None, :] < d_head),
+            other=0.0,
+        )  # (BLOCK_N, BLOCK_D)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # divide once, at the end; no visible key: zeros
-    tl.store(O + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + dims[None, :],
-             out.to(O.dtype.element_ty), mask=(rows[:, None] < t_q) & (dims[None, :] < d_head))
+    tl.store(
+        O + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + dims[None, :],
+        out.to(O.dtype.element_ty),
+        mask=(rows[:, None] < t_q) & (dims[None, :] < d_head),
+    )
 
 
 INTERPRETED = all(type(f).__name__ == "InterpretedFunction" for f in (flash_forward_kernel, tl.zeros))
@@ -72,24 +108,32 @@ def _is_power_of_two_at_least_16(n) -> bool:
     return isinstance(n, int) and not isinstance(n, bool) and n >= 16 and n & (n - 1) == 0
 
 
-def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                           block_m: int = 16, block_n: int = 16) -> torch.Tensor:
+def flash_attention_triton(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, block_m: int = 16, block_n: int = 16
+) -> torch.Tensor:
     """``softmax(q k^T / sqrt(D)) v`` by the Triton kernel: ``q: (B, H, Tq, D)``, ``k, v: (B, H, Tk, D)`` ->
     ``(B, H, Tq, D)`` in q's dtype (fp32 accumulation inside). ``causal`` aligns queries to the end of the keys.
 
     CUDA tensors run compiled; CPU tensors need the interpreter (``TRITON_INTERPRET=1`` before the import).
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.dtype not in (torch.float16, torch.bfloat16,
-                                                                                  torch.float32):
+        if (
+            not isinstance(x, torch.Tensor)
+            or x.dim() != 4
+            or x.dtype not in (torch.float16, torch.bfloat16, torch.float32)
+        ):
             got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"{name} must be a 4-D float16/bfloat16/float32 tensor (B, H, T, D), got {got}")
     if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must share a dtype and device, got {q.dtype}/{q.device}, {k.dtype}/{k.device}, "
-                         f"{v.dtype}/{v.device}")
+        raise ValueError(
+            f"q, k, v must share a dtype and device, got {q.dtype}/{q.device}, {k.dtype}/{k.device}, "
+            f"{v.dtype}/{v.device}"
+        )
     if q.shape[:2] != k.shape[:2] or k.shape != v.shape or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"expected q (B, H, Tq, D) and k, v (B, H, Tk, D), got q{tuple(q.shape)}, "
-                         f"k{tuple(k.shape)}, v{tuple(v.shape)}")
+        raise ValueError(
+            f"expected q (B, H, Tq, D) and k, v (B, H, Tk, D), got q{tuple(q.shape)}, "
+            f"k{tuple(k.shape)}, v{tuple(v.shape)}"
+        )
     if causal and k.shape[2] < q.shape[2]:
         raise ValueError(f"causal attention needs Tk >= Tq, got Tq={q.shape[2]}, Tk={k.shape[2]}")
     if q.shape[-1] > 256:
@@ -98,16 +142,34 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         if not _is_power_of_two_at_least_16(b):
             raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's smallest tile), got {b!r}")
     if q.device.type == "cpu" and not INTERPRETED:
-        raise RuntimeError("CPU tensors run only in Triton's interpreter: set TRITON_INTERPRET=1 at the start of a "
-                           "fresh Python process, before triton is first imported (PyTorch may import it itself); "
-                           f"now TRITON_INTERPRET={'1' if interpreter_requested() else 'unset'}. Or move q, k, v "
-                           "to a CUDA device")
+        raise RuntimeError(
+            "CPU tensors run only in Triton's interpreter: set TRITON_INTERPRET=1 at the start of a "
+            "fresh Python process, before triton is first imported (PyTorch may import it itself); "
+            f"now TRITON_INTERPRET={'1' if interpreter_requested() else 'unset'}. Or move q, k, v "
+            "to a CUDA device"
+        )
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
     B, H, t_q, d_head = q.shape
     grid = (triton.cdiv(t_q, block_m), B * H)
-    flash_forward_kernel[grid](q, k, v, out, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-                         H, t_q, k.shape[2], d_head, 1.0 / math.sqrt(d_head), CAUSAL=bool(causal),
-                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(d_head)),
-                         PRECISION="ieee" if q.dtype == torch.float32 else None)  # fp32: exact products, no TF32
+    flash_forward_kernel[grid](
+        q,
+        k,
+        v,
+        out,
+        *q.stride()[:3],
+        *k.stride()[:3],
+        *v.stride()[:3],
+        *out.stride()[:3],
+        H,
+        t_q,
+        k.shape[2],
+        d_head,
+        1.0 / math.sqrt(d_head),
+        CAUSAL=bool(causal),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_D=max(16, triton.next_power_of_2(d_head)),
+        PRECISION="ieee" if q.dtype == torch.float32 else None,
+    )  # fp32: exact products, no TF32
     return out

@@ -20,25 +20,75 @@ The modules' argument checks (``check_bits``, ``check_finite``, ``check_channel_
 guard the functions above rather than being tools of their own (``tests/test_structure.py`` checks that every other
 public name is).
 """
+
 from __future__ import annotations
 
 from .awq import AWQScales, awq_linear, awq_quantize_model, awq_scales
 from .calibration import calibration_inputs, capture_linear_inputs, lm_quality, replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
 from .gptq import gptq_linear, gptq_quantize, gptq_quantize_model, layer_hessian
-from .grids import (BITS, GRANULARITIES, QuantizedTensor, fake_quantize, grouped, int_range, pack_int4, quantize,
-                    unpack_int4)
+from .grids import (
+    BITS,
+    GRANULARITIES,
+    QuantizedTensor,
+    fake_quantize,
+    grouped,
+    int_range,
+    pack_int4,
+    quantize,
+    unpack_int4,
+)
 from .int8_ops import int8_matmul, keep_outliers, padded_int_mm, quantize_per_token
 from .linear import QuantEmbedding, QuantLinear, linears_to_replace, quantize_model, rtn_weight, set_module
 from .nf4 import NF4_OFFSET, NF4Tensor, compare_nf4_int4, nf4_code_book, nf4_dequantize, nf4_quantize
 from .smoothquant import smooth_linear, smoothing_factors, smoothquant_model
 from .storage import bits_per_weight, saved_size, state_dict_bytes, weights_per_scale
 
-__all__ = ["AWQScales", "BITS", "GRANULARITIES", "NF4_OFFSET", "NF4Tensor", "QuantEmbedding", "QuantLinear",
-           "QuantizedTensor", "ScaledInput", "awq_linear", "awq_quantize_model", "awq_scales", "bits_per_weight",
-           "calibration_inputs", "capture_linear_inputs", "compare_nf4_int4", "fake_quantize", "gptq_linear",
-           "gptq_quantize", "gptq_quantize_model", "grouped", "int8_matmul", "int_range", "keep_outliers",
-           "layer_hessian", "linears_to_replace", "lm_quality", "nf4_code_book", "nf4_dequantize", "nf4_quantize",
-           "pack_int4", "padded_int_mm", "quantize", "quantize_model", "quantize_per_token",
-           "replace_linears_calibrated", "rtn_weight", "saved_size", "scale_columns", "set_module", "smooth_linear", "smoothing_factors",
-           "smoothquant_model", "state_dict_bytes", "unpack_int4", "weights_per_scale"]
+__all__ = [
+    "AWQScales",
+    "BITS",
+    "GRANULARITIES",
+    "NF4_OFFSET",
+    "NF4Tensor",
+    "QuantEmbedding",
+    "QuantLinear",
+    "QuantizedTensor",
+    "ScaledInput",
+    "awq_linear",
+    "awq_quantize_model",
+    "awq_scales",
+    "bits_per_weight",
+    "calibration_inputs",
+    "capture_linear_inputs",
+    "compare_nf4_int4",
+    "fake_quantize",
+    "gptq_linear",
+    "gptq_quantize",
+    "gptq_quantize_model",
+    "grouped",
+    "int8_matmul",
+    "int_range",
+    "keep_outliers",
+    "layer_hessian",
+    "linears_to_replace",
+    "lm_quality",
+    "nf4_code_book",
+    "nf4_dequantize",
+    "nf4_quantize",
+    "pack_int4",
+    "padded_int_mm",
+    "quantize",
+    "quantize_model",
+    "quantize_per_token",
+    "replace_linears_calibrated",
+    "rtn_weight",
+    "saved_size",
+    "scale_columns",
+    "set_module",
+    "smooth_linear",
+    "smoothing_factors",
+    "smoothquant_model",
+    "state_dict_bytes",
+    "unpack_int4",
+    "weights_per_scale",
+]

@@ -8,6 +8,7 @@ ordinary ``QuantLinear`` (absmax, float16 scales) behind ``ScaledInput``, which 
 
 Used in chapter 09.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from .linear import QuantLinear, rtn_weight
 class AWQScales:
     """The search's result: ``scale: (K,)`` the chosen ``s``, ``alpha`` its exponent, and the output MSE on the
     calibration inputs for every ``alphas[i]`` tried (``errors[i]``; ``errors[0]`` is round-to-nearest's)."""
+
     scale: torch.Tensor
     alpha: float
     alphas: torch.Tensor
@@ -40,8 +42,9 @@ def _check_finite(weight: torch.Tensor, x: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def awq_scales(weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size: int | None = None,
-               n_grid: int = 20) -> AWQScales:
+def awq_scales(
+    weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size: int | None = None, n_grid: int = 20
+) -> AWQScales:
     """Search ``s = mean|x|^alpha`` for ``alpha`` in ``0, 1/n_grid, ..., 1``: ``weight: (N, K)``, calibration
     inputs ``x: (n, K)``; the error is ``mean((x / s) Q(W s)^T - x W^T)^2`` with ``Q`` round-to-nearest."""
     check_bits(bits)
@@ -69,8 +72,9 @@ def awq_scales(weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size:
     return AWQScales(candidates[best], alphas[best].item(), alphas, torch.tensor(errors))
 
 
-def awq_linear(linear: nn.Linear, x: torch.Tensor, bits: int = 4, group_size: int | None = None,
-               n_grid: int = 20) -> ScaledInput:
+def awq_linear(
+    linear: nn.Linear, x: torch.Tensor, bits: int = 4, group_size: int | None = None, n_grid: int = 20
+) -> ScaledInput:
     """``ScaledInput(QuantLinear of W diag(s), s)`` with AWQ's ``s`` for ``linear`` on its inputs ``x: (n, K)``."""
     if not isinstance(linear, nn.Linear):
         raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
@@ -78,11 +82,23 @@ def awq_linear(linear: nn.Linear, x: torch.Tensor, bits: int = 4, group_size: in
     return ScaledInput(QuantLinear.from_linear(scale_columns(linear, found.scale), bits, group_size), found.scale)
 
 
-def awq_quantize_model(model: nn.Module, batches, bits: int = 4, group_size: int | None = None, n_grid: int = 20,
-                       skip: tuple[str, ...] = ()) -> nn.Module:
+def awq_quantize_model(
+    model: nn.Module,
+    batches,
+    bits: int = 4,
+    group_size: int | None = None,
+    n_grid: int = 20,
+    skip: tuple[str, ...] = (),
+) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (in place) by ``awq_linear`` calibrated on the inputs each layer
     sees while the float model runs ``batches``. A layer whose weight is tied to an embedding (GPT's ``lm_head``)
     keeps ``s = 1`` (round-to-nearest), so the embedding can read the same codes (``QuantEmbedding``)."""
     check_bits(bits)
-    return replace_linears_calibrated(model, batches, lambda lin, x: awq_linear(lin, x, bits, group_size, n_grid),
-                                      lambda lin: QuantLinear.from_linear(lin, bits, group_size), skip, group_size)
+    return replace_linears_calibrated(
+        model,
+        batches,
+        lambda lin, x: awq_linear(lin, x, bits, group_size, n_grid),
+        lambda lin: QuantLinear.from_linear(lin, bits, group_size),
+        skip,
+        group_size,
+    )

@@ -4,6 +4,7 @@ and the calibration inputs of its linear layers (``capture_linear_inputs``), whi
 
 Used in chapter 09.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,8 +26,9 @@ def lm_quality(model: nn.Module, batches, reference_top1: torch.Tensor | None = 
     with eval_mode(model):
         for x, y in batches:
             logits, _ = model(x.to(device))  # (B, T, V)
-            total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), ignore_index=-100,
-                                     reduction="sum").item()
+            total += F.cross_entropy(
+                logits.flatten(0, 1).float(), y.to(device).flatten(), ignore_index=-100, reduction="sum"
+            ).item()
             count += int((y != -100).sum())
             top1.append(logits.argmax(-1).cpu())
     if count == 0:
@@ -47,8 +49,10 @@ def capture_linear_inputs(model: nn.Module, run) -> dict[str, torch.Tensor]:
     captured, hooks = {}, []
     for name, m in model.named_modules():
         if isinstance(m, nn.Linear):
+
             def hook(module, inputs, output, name=name):
                 captured.setdefault(name, []).append(inputs[0].detach().reshape(-1, inputs[0].shape[-1]).cpu())
+
             hooks.append(m.register_forward_hook(hook))
     try:
         run(model)
@@ -76,8 +80,9 @@ def calibration_inputs(model: nn.Module, batches) -> dict[str, torch.Tensor]:
     return capture_linear_inputs(model, run)
 
 
-def replace_linears_calibrated(model: nn.Module, batches, convert, tied_convert=None, skip: tuple[str, ...] = (),
-                               group_size: int | None = None) -> nn.Module:
+def replace_linears_calibrated(
+    model: nn.Module, batches, convert, tied_convert=None, skip: tuple[str, ...] = (), group_size: int | None = None
+) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (in place) by ``convert(linear, inputs)``, where ``inputs:
     (tokens, in_features)`` is what that layer saw while the float model ran the calibration ``batches``.
 
@@ -93,8 +98,9 @@ def replace_linears_calibrated(model: nn.Module, batches, convert, tied_convert=
         if tied is not None and tied_convert is not None:
             new = tied_convert(lin)
         elif name not in inputs:
-            raise ValueError(f"layer {name!r} saw no input while the calibration batches ran; skip it, e.g. "
-                             f"skip=({name!r},)")
+            raise ValueError(
+                f"layer {name!r} saw no input while the calibration batches ran; skip it, e.g. skip=({name!r},)"
+            )
         else:
             new = convert(lin, inputs[name])
         set_module(model, name, new)

@@ -5,6 +5,7 @@ in float the product is the same, but the quantization grids see different numbe
 division at run time (one elementwise op); a deployment folds it into the operation before the layer (a
 LayerNorm's weight and bias, or the previous linear's rows) where one exists, so it costs nothing.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,9 @@ def scale_columns(linear: nn.Linear, s: torch.Tensor) -> nn.Linear:
         raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
     check_channel_scale(s, linear.in_features)
     w = linear.weight
-    out = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None,
-                    device=w.device, dtype=w.dtype)
+    out = nn.Linear(
+        linear.in_features, linear.out_features, bias=linear.bias is not None, device=w.device, dtype=w.dtype
+    )
     out.weight.copy_(w * s.to(w)[None, :])  # (N, K)
     if linear.bias is not None:
         out.bias.copy_(linear.bias)

@@ -15,6 +15,7 @@ column, and onto the columns after it in one matrix product, the same result wit
 "act order" refinement is left out for readability.
 The codes land in a ``QuantLinear`` (absmax, float16 scales) like round-to-nearest's.
 """
+
 from __future__ import annotations
 
 import torch
@@ -52,13 +53,21 @@ def _inverse_hessian_factor(h: torch.Tensor, damp: float) -> torch.Tensor:
         h_inv = torch.cholesky_inverse(torch.linalg.cholesky(h))
         return torch.linalg.cholesky(h_inv, upper=True)
     except torch.linalg.LinAlgError as e:
-        raise ValueError("hessian must be symmetric positive semi-definite (2 X^T X / n, as layer_hessian makes it); "
-                         f"with damp={damp} x its mean diagonal added, the Cholesky factorization failed: {e}") from None
+        raise ValueError(
+            "hessian must be symmetric positive semi-definite (2 X^T X / n, as layer_hessian makes it); "
+            f"with damp={damp} x its mean diagonal added, the Cholesky factorization failed: {e}"
+        ) from None
 
 
 @torch.no_grad()
-def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, bits: int = 4, group_size: int | None = None,
-                  damp: float = 0.01, block: int = 128) -> QuantizedTensor:
+def gptq_quantize(
+    weight: torch.Tensor,
+    hessian: torch.Tensor,
+    bits: int = 4,
+    group_size: int | None = None,
+    damp: float = 0.01,
+    block: int = 128,
+) -> QuantizedTensor:
     """GPTQ codes for ``weight: (N, K)`` given ``hessian: (K, K)`` (``layer_hessian``): absmax, one float16 scale
     per row (``group_size=None``) or per ``group_size`` columns of a row. Returns a ``QuantizedTensor`` whose
     ``dequantize()`` is the chosen weight. ``block``: columns per lazy update (rounded to whole groups; any value
@@ -92,20 +101,24 @@ def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, bits: int = 4, gr
         errs = torch.zeros(N, b1 - b0, dtype=W.dtype, device=W.device)  # (N, block): the scaled errors
         for i in range(b0, b1):
             if i % G == 0:  # a new group: its scale from the weights as they are now
-                s = quantize(W[:, i:i + G].float(), bits, True, "channel", scale_dtype=torch.float16).scale  # (N, 1)
+                s = quantize(W[:, i : i + G].float(), bits, True, "channel", scale_dtype=torch.float16).scale  # (N, 1)
                 scales.append(s)
                 sd = s[:, 0].double()  # (N,)
             col = torch.round(W[:, i] / sd).clamp(-qmax, qmax)  # (N,)
             q[:, i] = col.to(torch.int8)
             err = errs[:, i - b0] = (W[:, i] - col * sd) / U[i, i]  # (N,)
-            W[:, i + 1:b1] -= err[:, None] * U[i, i + 1:b1][None, :]  # spread the error over the block's later columns
+            W[:, i + 1 : b1] -= (
+                err[:, None] * U[i, i + 1 : b1][None, :]
+            )  # spread the error over the block's later columns
         W[:, b1:] -= errs @ U[b0:b1, b1:]  # and, in one product, over every column after the block
-    return QuantizedTensor(q, torch.cat(scales, dim=1), None, bits, "channel" if group_size is None else "group",
-                           group_size)
+    return QuantizedTensor(
+        q, torch.cat(scales, dim=1), None, bits, "channel" if group_size is None else "group", group_size
+    )
 
 
-def gptq_linear(linear: nn.Linear, x: torch.Tensor, bits: int = 4, group_size: int | None = None,
-                damp: float = 0.01) -> QuantLinear:
+def gptq_linear(
+    linear: nn.Linear, x: torch.Tensor, bits: int = 4, group_size: int | None = None, damp: float = 0.01
+) -> QuantLinear:
     """A ``QuantLinear`` holding GPTQ's codes for ``linear``, calibrated on its inputs ``x: (n, in_features)``."""
     if not isinstance(linear, nn.Linear):
         raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
@@ -116,13 +129,20 @@ def gptq_linear(linear: nn.Linear, x: torch.Tensor, bits: int = 4, group_size: i
     return QuantLinear.from_codes(qt.q, qt.scale, linear.bias, group_size, bits)
 
 
-def gptq_quantize_model(model: nn.Module, batches, bits: int = 4, group_size: int | None = None,
-                        damp: float = 0.01, skip: tuple[str, ...] = ()) -> nn.Module:
+def gptq_quantize_model(
+    model: nn.Module,
+    batches,
+    bits: int = 4,
+    group_size: int | None = None,
+    damp: float = 0.01,
+    skip: tuple[str, ...] = (),
+) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (in place) by GPTQ's ``QuantLinear``, calibrated on the inputs
     each layer sees while the float model runs ``batches`` (``calibration_inputs``). Names in ``skip`` stay
     float; an embedding tied to a quantized layer reads its codes (``QuantEmbedding``), as in ``quantize_model``.
     Every layer is calibrated on the float model's inputs (the paper feeds each layer the already-quantized
     previous layers' outputs, a small further gain)."""
     check_bits(bits)
-    return replace_linears_calibrated(model, batches, lambda lin, x: gptq_linear(lin, x, bits, group_size, damp),
-                                      skip=skip, group_size=group_size)
+    return replace_linears_calibrated(
+        model, batches, lambda lin, x: gptq_linear(lin, x, bits, group_size, damp), skip=skip, group_size=group_size
+    )

@@ -10,6 +10,7 @@ One scale can serve the whole tensor (**per-tensor**), each output row of a weig
 ``group_size`` consecutive weights in a row (**group-wise**). Rounding moves each value by at most ``scale / 2``, so
 a smaller scale (finer granularity) means a smaller error. Int4 codes are stored two per byte (``pack_int4``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ def check_finite(x: torch.Tensor, name: str) -> None:
     bad = ~torch.isfinite(x.detach())
     if bad.any():
         first = tuple(int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"{name} must hold only finite values to be quantized, got {int(bad.sum())} inf/NaN "
-                         f"value(s), the first {x[first].item()} at index {first}")
+        raise ValueError(
+            f"{name} must hold only finite values to be quantized, got {int(bad.sum())} inf/NaN "
+            f"value(s), the first {x[first].item()} at index {first}"
+        )
 
 
 def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
@@ -41,7 +44,7 @@ def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     The symmetric grid drops ``-2^(b-1)`` (e.g. -128) so that ``-x`` is stored as ``-q``, as LLM.int8() does.
     """
     check_bits(bits)
-    return (-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1) if symmetric else (0, 2 ** bits - 1)
+    return (-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1) if symmetric else (0, 2**bits - 1)
 
 
 def grouped(x: torch.Tensor, granularity: str, group_size: int | None) -> torch.Tensor:
@@ -64,6 +67,7 @@ def grouped(x: torch.Tensor, granularity: str, group_size: int | None) -> torch.
 class QuantizedTensor:
     """Integer codes and the numbers to read them back. ``q`` has the original shape; ``scale`` (and ``zero``,
     asymmetric only) are ``(rows, n_groups)``, one per group of the grouped view (see ``grouped``)."""
+
     q: torch.Tensor  # int8 (symmetric) or uint8 (asymmetric) codes, shape of the original tensor
     scale: torch.Tensor  # (rows, n_groups) float
     zero: torch.Tensor | None  # (rows, n_groups) integer zero points, or None for absmax
@@ -81,8 +85,14 @@ class QuantizedTensor:
         return (q * self.scale.to(dtype)[..., None]).reshape(self.q.shape)
 
 
-def quantize(x: torch.Tensor, bits: int = 8, symmetric: bool = True, granularity: str = "channel",
-             group_size: int | None = None, scale_dtype: torch.dtype | None = None) -> QuantizedTensor:
+def quantize(
+    x: torch.Tensor,
+    bits: int = 8,
+    symmetric: bool = True,
+    granularity: str = "channel",
+    group_size: int | None = None,
+    scale_dtype: torch.dtype | None = None,
+) -> QuantizedTensor:
     """Round ``x: (..., K)`` to ``bits``-bit integers with one scale per tensor, row (channel) or group.
 
     ``symmetric=True`` is absmax, ``False`` zero-point. ``scale_dtype`` (e.g. ``torch.float16``) rounds the scales
@@ -123,8 +133,9 @@ def quantize(x: torch.Tensor, bits: int = 8, symmetric: bool = True, granularity
     return QuantizedTensor(q.reshape(x.shape), scale.to(scale_dtype or x.dtype), zero, bits, granularity, group_size)
 
 
-def fake_quantize(x: torch.Tensor, bits: int = 8, symmetric: bool = True, granularity: str = "channel",
-                  group_size: int | None = None) -> torch.Tensor:
+def fake_quantize(
+    x: torch.Tensor, bits: int = 8, symmetric: bool = True, granularity: str = "channel", group_size: int | None = None
+) -> torch.Tensor:
     """``x`` after a round trip through the integer grid (same shape and dtype): what the model will compute with."""
     return quantize(x, bits, symmetric, granularity, group_size).dequantize(x.dtype)
 

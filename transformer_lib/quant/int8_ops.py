@@ -3,6 +3,7 @@ and LLM.int8()-style outlier columns kept in float (Dettmers et al. 2022).
 
 Used in chapter 09.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,10 +23,11 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _check_int8_pair(xq: torch.Tensor, wq: torch.Tensor) -> None:
-    if xq.dtype != torch.int8 or wq.dtype != torch.int8 or xq.dim() != 2 or wq.dim() != 2 \
-            or xq.shape[1] != wq.shape[1]:
-        raise ValueError(f"xq (M, K) and wq (N, K) must be int8 matrices sharing K, got xq {xq.dtype} "
-                         f"{tuple(xq.shape)} and wq {wq.dtype} {tuple(wq.shape)}")
+    if xq.dtype != torch.int8 or wq.dtype != torch.int8 or xq.dim() != 2 or wq.dim() != 2 or xq.shape[1] != wq.shape[1]:
+        raise ValueError(
+            f"xq (M, K) and wq (N, K) must be int8 matrices sharing K, got xq {xq.dtype} "
+            f"{tuple(xq.shape)} and wq {wq.dtype} {tuple(wq.shape)}"
+        )
     if xq.device != wq.device:
         raise ValueError(f"xq and wq must be on one device, got {xq.device} and {wq.device}")
 

@@ -4,6 +4,7 @@ embedding table, and ``quantize_model``, which swaps them into a model (round-to
 
 Used in chapter 09.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,50 +28,71 @@ class QuantLinear(nn.Module):
     Otherwise (weight-only) the forward pass dequantizes the weight to ``x.dtype`` and calls ``F.linear``.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, bits: int = 8,
-                 group_size: int | None = None, act_bits: int | None = None, device=None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        bits: int = 8,
+        group_size: int | None = None,
+        act_bits: int | None = None,
+        device=None,
+    ):
         super().__init__()
         check_bits(bits)
         for name, value in (("in_features", in_features), ("out_features", out_features)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if group_size is not None and (not isinstance(group_size, int) or group_size < 1
-                                       or in_features % group_size != 0):
-            raise ValueError(f"group_size must be None or a positive int dividing in_features={in_features}, "
-                             f"got {group_size!r}")
+        if group_size is not None and (
+            not isinstance(group_size, int) or group_size < 1 or in_features % group_size != 0
+        ):
+            raise ValueError(
+                f"group_size must be None or a positive int dividing in_features={in_features}, got {group_size!r}"
+            )
         if act_bits not in (None, 8):
             raise ValueError(f"act_bits must be None (weight-only) or 8, got {act_bits!r}")
         if act_bits == 8 and (bits != 8 or group_size is not None):
-            raise ValueError(f"act_bits=8 needs bits=8 and group_size=None (per-channel), got bits={bits}, "
-                             f"group_size={group_size}")
+            raise ValueError(
+                f"act_bits=8 needs bits=8 and group_size=None (per-channel), got bits={bits}, group_size={group_size}"
+            )
         if bits == 4 and in_features % 2 != 0:
             raise ValueError(f"bits=4 packs two weights per byte: in_features must be even, got {in_features}")
         self.in_features, self.out_features = in_features, out_features
         self.bits, self.group_size, self.act_bits = bits, group_size, act_bits
         n_groups = 1 if group_size is None else in_features // group_size
         cols = in_features if bits == 8 else in_features // 2
-        self.register_buffer("qweight", torch.zeros(out_features, cols, dtype=torch.int8 if bits == 8 else torch.uint8,
-                                                    device=device))
+        self.register_buffer(
+            "qweight", torch.zeros(out_features, cols, dtype=torch.int8 if bits == 8 else torch.uint8, device=device)
+        )
         self.register_buffer("scale", torch.ones(out_features, n_groups, dtype=torch.float16, device=device))
         self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
 
     @classmethod
     @torch.no_grad()
-    def from_linear(cls, linear: nn.Linear, bits: int = 8, group_size: int | None = None,
-                    act_bits: int | None = None) -> "QuantLinear":
+    def from_linear(
+        cls, linear: nn.Linear, bits: int = 8, group_size: int | None = None, act_bits: int | None = None
+    ) -> "QuantLinear":
         """Quantize a trained ``nn.Linear`` (absmax, per row or per group, float16 scales)."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
         w = linear.weight
         check_finite(w, "linear.weight")
-        qt = quantize(w.float(), bits, True, "channel" if group_size is None else "group", group_size,
-                      scale_dtype=torch.float16)
+        qt = quantize(
+            w.float(), bits, True, "channel" if group_size is None else "group", group_size, scale_dtype=torch.float16
+        )
         return cls.from_codes(qt.q, qt.scale, linear.bias, group_size, bits, act_bits)
 
     @classmethod
     @torch.no_grad()
-    def from_codes(cls, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
-                   group_size: int | None = None, bits: int = 8, act_bits: int | None = None) -> "QuantLinear":
+    def from_codes(
+        cls,
+        q: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        group_size: int | None = None,
+        bits: int = 8,
+        act_bits: int | None = None,
+    ) -> "QuantLinear":
         """A layer holding codes some algorithm chose (round-to-nearest, GPTQ, AWQ): ``q: (N, K)`` int8 in the
         symmetric ``bits``-bit range, ``scale: (N, K // group_size)`` (or ``(N, 1)``), stored as float16, and
         an optional ``bias: (N,)``. ``dequantized_weight()`` is then ``q * scale`` exactly."""
@@ -81,15 +103,18 @@ class QuantLinear(nn.Module):
         layer = cls(K, N, bias is not None, bits, group_size, act_bits, device=q.device)
         qmin, qmax = int_range(bits)
         if q.numel() and (q.min() < qmin or q.max() > qmax):
-            raise ValueError(f"q must hold {bits}-bit codes in [{qmin}, {qmax}], got values in "
-                             f"[{int(q.min())}, {int(q.max())}]")
+            raise ValueError(
+                f"q must hold {bits}-bit codes in [{qmin}, {qmax}], got values in [{int(q.min())}, {int(q.max())}]"
+            )
         if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != tuple(layer.scale.shape):
             got = tuple(scale.shape) if isinstance(scale, torch.Tensor) else type(scale).__name__
             raise ValueError(f"scale must have shape {tuple(layer.scale.shape)} (N, n_groups), got {got}")
         check_finite(scale, "scale")
         if (scale.to(torch.float16).float() != scale.float()).any():
-            raise ValueError("scale must hold float16 values (it is stored in float16; quantize with "
-                             f"scale_dtype=torch.float16), got {scale.dtype} values float16 cannot hold exactly")
+            raise ValueError(
+                "scale must hold float16 values (it is stored in float16; quantize with "
+                f"scale_dtype=torch.float16), got {scale.dtype} values float16 cannot hold exactly"
+            )
         if bias is not None and tuple(bias.shape) != (N,):
             raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
         layer.qweight.copy_(q if bits == 8 else pack_int4(q))
@@ -136,8 +161,7 @@ class QuantEmbedding(nn.Module):
     def __init__(self, head: QuantLinear):
         super().__init__()
         if head.act_bits is not None:
-            raise ValueError("a tied embedding reads weight-only QuantLinear buffers; got act_bits="
-                             f"{head.act_bits}")
+            raise ValueError(f"a tied embedding reads weight-only QuantLinear buffers; got act_bits={head.act_bits}")
         self.bits, self.n_groups = head.bits, head.scale.shape[1]
         self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
         self.register_buffer("qweight", head.qweight)  # the same tensors as the head's: tied, saved once
@@ -161,8 +185,13 @@ def rtn_weight(weight: torch.Tensor, bits: int, group_size: int | None) -> torch
     return quantize(weight.float(), bits, True, granularity, group_size, scale_dtype=torch.float16).dequantize()
 
 
-def quantize_model(model: nn.Module, bits: int = 8, group_size: int | None = None, act_bits: int | None = None,
-                   skip: tuple[str, ...] = ()) -> nn.Module:
+def quantize_model(
+    model: nn.Module,
+    bits: int = 8,
+    group_size: int | None = None,
+    act_bits: int | None = None,
+    skip: tuple[str, ...] = (),
+) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (in place; ``copy.deepcopy`` first to keep the float model) by a
     ``QuantLinear`` and return ``model``. Names in ``skip`` (e.g. ``"lm_head"``) stay float.
 
@@ -191,10 +220,13 @@ def linears_to_replace(model: nn.Module, skip, group_size) -> list[tuple[str, nn
         raise TypeError(f"skip must be a tuple of module names, e.g. ('lm_head',), got {skip!r}")
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in skip]
     for name, lin in linears:
-        if group_size is not None and (not isinstance(group_size, int) or group_size < 1
-                                       or lin.in_features % group_size != 0):
-            raise ValueError(f"group_size must divide in_features of every layer: {name} has "
-                             f"in_features={lin.in_features}, got group_size={group_size!r}")
+        if group_size is not None and (
+            not isinstance(group_size, int) or group_size < 1 or lin.in_features % group_size != 0
+        ):
+            raise ValueError(
+                f"group_size must divide in_features of every layer: {name} has "
+                f"in_features={lin.in_features}, got group_size={group_size!r}"
+            )
     return linears
 
 

@@ -11,6 +11,7 @@ negative levels likewise from ``1 - offset``, and an exact 0; divided by the lar
 probability 1, whose quantile is infinite: the mean of ``1 - 1/(2*15)`` and ``1 - 1/(2*16)``, half a step of a 15-
 and of a 16-level grid. Zero is exactly representable, so padding and exact zeros stay zero.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,9 @@ def nf4_code_book(dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The 16 NF4 levels, sorted, from -1 to 1 with an exact 0: ``(16,)`` in ``dtype``."""
     probs_pos = torch.linspace(NF4_OFFSET, 0.5, 9, dtype=torch.float64)[:-1]  # 8 probabilities above 0.5
     probs_neg = torch.linspace(NF4_OFFSET, 0.5, 8, dtype=torch.float64)[:-1]  # 7, mirrored below 0.5
-    levels = torch.cat([torch.special.ndtri(probs_pos), torch.zeros(1, dtype=torch.float64),
-                        -torch.special.ndtri(probs_neg)])
+    levels = torch.cat(
+        [torch.special.ndtri(probs_pos), torch.zeros(1, dtype=torch.float64), -torch.special.ndtri(probs_neg)]
+    )
     levels = levels.sort().values
     return (levels / levels.max()).to(dtype)
 
@@ -37,6 +39,7 @@ def nf4_code_book(dtype: torch.dtype = torch.float32) -> torch.Tensor:
 class NF4Tensor:
     """NF4 storage: ``codes`` two 4-bit level indices per byte ``(numel // 2,)`` uint8, ``absmax`` one float32 per
     block ``(numel // block_size,)``, and the original ``shape``."""
+
     codes: torch.Tensor
     absmax: torch.Tensor
     shape: tuple[int, ...]
@@ -87,6 +90,8 @@ def compare_nf4_int4(w: torch.Tensor, block_size: int = 64) -> dict[str, float]:
     t = nf4_quantize(w, block_size)  # checks w and block_size
     blocks = w.detach().float().reshape(-1, block_size)  # (n_blocks, block): one scale per row
     flat = w.detach().float().reshape(-1)
-    return {"nf4": (t.dequantize().reshape(-1) - flat).pow(2).mean().item(),
-            "int4_absmax": (fake_quantize(blocks, 4, True, "channel") - blocks).pow(2).mean().item(),
-            "int4_zero_point": (fake_quantize(blocks, 4, False, "channel") - blocks).pow(2).mean().item()}
+    return {
+        "nf4": (t.dequantize().reshape(-1) - flat).pow(2).mean().item(),
+        "int4_absmax": (fake_quantize(blocks, 4, True, "channel") - blocks).pow(2).mean().item(),
+        "int4_zero_point": (fake_quantize(blocks, 4, False, "channel") - blocks).pow(2).mean().item(),
+    }

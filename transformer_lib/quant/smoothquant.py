@@ -10,6 +10,7 @@ and multiplying the weight's column ``j`` by ``s_j`` leaves the float output unc
 ranges: the activations' outlier channels shrink, the weights' columns grow (weights are quantized per output
 channel, so a grown column costs little). The layer becomes ``ScaledInput(QuantLinear(act_bits=8), s)``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -58,5 +59,6 @@ def smoothquant_model(model: nn.Module, batches, alpha: float = 0.5, skip: tuple
     """W8A8 with smoothing: every ``nn.Linear`` of ``model`` (in place) becomes ``smooth_linear`` calibrated on
     the inputs it sees while the float model runs ``batches``. A layer tied to an embedding stays unsmoothed and
     weight-only int8, as ``quantize_model(act_bits=8)`` leaves it, so the embedding reads the same codes."""
-    return replace_linears_calibrated(model, batches, lambda lin, x: smooth_linear(lin, x, alpha),
-                                      lambda lin: QuantLinear.from_linear(lin, 8), skip)
+    return replace_linears_calibrated(
+        model, batches, lambda lin, x: smooth_linear(lin, x, alpha), lambda lin: QuantLinear.from_linear(lin, 8), skip
+    )

@@ -8,6 +8,7 @@ the whole tensor (``"tensor"``), one output row of ``K`` weights (``"channel"``)
 ``bits + scale_bits / weights_per_scale`` bits each: int4 in groups of 32 with float16 scales is 4.5 bits.
 ``state_dict_bytes`` and ``saved_size`` measure what a whole (quantized) model takes in memory and on disk.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,9 @@ def weights_per_scale(shape: Sequence[int], granularity: str, group_size: int | 
     return group_size
 
 
-def bits_per_weight(bits: int, shape: Sequence[int], granularity: str = "channel", group_size: int | None = None,
-                    scale_bits: int = 16) -> float:
+def bits_per_weight(
+    bits: int, shape: Sequence[int], granularity: str = "channel", group_size: int | None = None, scale_bits: int = 16
+) -> float:
     """Storage per weight in bits: the ``bits``-bit code plus its share of one ``scale_bits``-bit scale.
 
     ``shape``: the weight's shape ``(..., K)`` (``(out, in)`` for a linear layer); ``granularity`` and

@@ -18,19 +18,59 @@ This package's face gathers every public name of its modules (``from transformer
 The module holding ``generate`` is ``generation`` (as in Hugging Face's ``transformers.generation``), so that
 ``transformer_lib.serving.generate`` names one thing: the function.
 """
+
 from __future__ import annotations
 
 from .continuous_batching import Request, serve
-from .generation import (CACHE_IMPLEMENTATIONS, MatvecWeights, cache_refusal, decode_step, fast_path_refusal,
-                         filter_logits, fused_decode_step, generate, sample_next)
+from .generation import (
+    CACHE_IMPLEMENTATIONS,
+    MatvecWeights,
+    cache_refusal,
+    decode_step,
+    fast_path_refusal,
+    filter_logits,
+    fused_decode_step,
+    generate,
+    sample_next,
+)
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, human_bytes, kv_cache_bytes
 from .paged_cache import PagedKVCache, memory_held
-from .quantized_cache import (QMAX, SCALE_BYTES, KVQuantizationEffect, QuantizedCache, dequantize_kv,
-                              kv_quantization_effect, quantize_kv, quantized_kv_cache_bytes)
+from .quantized_cache import (
+    QMAX,
+    SCALE_BYTES,
+    KVQuantizationEffect,
+    QuantizedCache,
+    dequantize_kv,
+    kv_quantization_effect,
+    quantize_kv,
+    quantized_kv_cache_bytes,
+)
 
-__all__ = ["CACHE_IMPLEMENTATIONS", "DynamicCache", "KVQuantizationEffect", "MatvecWeights", "PagedKVCache", "QMAX",
-           "QuantizedCache", "Request", "SCALE_BYTES", "SlidingWindowCache", "StaticCache", "cache_refusal",
-           "decode_step", "dequantize_kv", "fast_path_refusal", "filter_logits", "generate", "human_bytes",
-           "kv_cache_bytes",
-           "kv_quantization_effect", "fused_decode_step", "memory_held", "quantize_kv", "quantized_kv_cache_bytes",
-           "sample_next", "serve"]
+__all__ = [
+    "CACHE_IMPLEMENTATIONS",
+    "DynamicCache",
+    "KVQuantizationEffect",
+    "MatvecWeights",
+    "PagedKVCache",
+    "QMAX",
+    "QuantizedCache",
+    "Request",
+    "SCALE_BYTES",
+    "SlidingWindowCache",
+    "StaticCache",
+    "cache_refusal",
+    "decode_step",
+    "dequantize_kv",
+    "fast_path_refusal",
+    "filter_logits",
+    "generate",
+    "human_bytes",
+    "kv_cache_bytes",
+    "kv_quantization_effect",
+    "fused_decode_step",
+    "memory_held",
+    "quantize_kv",
+    "quantized_kv_cache_bytes",
+    "sample_next",
+    "serve",
+]

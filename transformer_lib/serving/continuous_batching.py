@@ -17,6 +17,7 @@ Toy limits, said plainly: greedy decoding only, one prefill per admitted request
 positions that a learned/sinusoidal table, ALiBi or nothing gives (RoPE rotates every row of a forward pass by one
 offset, the cache's longest length, which is wrong for the shorter rows: ``serve`` refuses it).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from .paged_cache import PagedKVCache
 @dataclass
 class Request:
     """One sequence to serve: ``prompt: (T,)`` token ids, arriving at decoding step ``arrival``."""
+
     prompt: torch.Tensor
     max_new_tokens: int
     arrival: int = 0
@@ -38,8 +40,10 @@ class Request:
 
 def _check_requests(model, requests, cache: PagedKVCache) -> None:
     if model.cfg.positional == "rope":
-        raise ValueError("serve needs each row's own position; positional='rope' rotates a whole batch by one "
-                         "offset. Use a model with positional 'learned', 'sinusoidal', 'alibi' or 'none'")
+        raise ValueError(
+            "serve needs each row's own position; positional='rope' rotates a whole batch by one "
+            "offset. Use a model with positional 'learned', 'sinusoidal', 'alibi' or 'none'"
+        )
     for i, r in enumerate(requests):
         if not isinstance(r, Request):
             raise TypeError(f"requests[{i}] must be a Request, got {type(r).__name__}")
@@ -50,8 +54,10 @@ def _check_requests(model, requests, cache: PagedKVCache) -> None:
         check_int(f"requests[{i}].arrival", r.arrival, min=0, note="a decoding step")
         total = len(r.prompt) + r.max_new_tokens - 1
         if total > model.cfg.block_size or cache.blocks_for(total) > cache.n_blocks:
-            raise ValueError(f"requests[{i}] needs {total} positions: more than block_size={model.cfg.block_size} "
-                             f"or than the pool's n_blocks={cache.n_blocks} x block_size={cache.block_size}")
+            raise ValueError(
+                f"requests[{i}] needs {total} positions: more than block_size={model.cfg.block_size} "
+                f"or than the pool's n_blocks={cache.n_blocks} x block_size={cache.block_size}"
+            )
 
 
 @torch.inference_mode()
@@ -86,9 +92,16 @@ def serve(model, requests: list[Request], cache: PagedKVCache, max_batch: int = 
             if len(out[i]) == requests[i].max_new_tokens:
                 running.remove(i)
                 finished.append(i)
-        trace.append({"step": step, "running": decoding, "admitted": admitted, "finished": finished,
-                      "blocks_in_use": cache.blocks_in_use(),
-                      "block_tables": {i: list(t) for i, t in cache.block_tables.items()}})
+        trace.append(
+            {
+                "step": step,
+                "running": decoding,
+                "admitted": admitted,
+                "finished": finished,
+                "blocks_in_use": cache.blocks_in_use(),
+                "block_tables": {i: list(t) for i, t in cache.block_tables.items()},
+            }
+        )
         for i in finished:
             cache.free_sequence(i)
             del reserved[i]

@@ -18,6 +18,7 @@ Two ways through the model give the same numbers (``tests/serving/test_generate.
 ``FeedForward``, eval mode, no hooks); ``fast_path_refusal(model)`` says why a model is not that, and such a model
 decodes through its own modules. A non-causal model cannot use a cache at all (``cache_refusal``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -57,8 +58,13 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
     return logits
 
 
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Pick one token per row of ``logits: (B, V)`` -> ``(B,)``; ``temperature == 0`` means greedy (argmax).
 
     Any ``temperature > 0`` samples ``softmax(logits / temperature)``, computed as ``(logits - max) / temperature``
@@ -85,8 +91,10 @@ def cache_refusal(model) -> str | None:
     """
     for i, block in enumerate(model.blocks):
         if not getattr(block, "causal", False):
-            return (f"block {i}'s self-attention is not causal (variants.set_causal(model, False)): each past "
-                    "position would have to see the tokens after it, so its cached keys and values go stale")
+            return (
+                f"block {i}'s self-attention is not causal (variants.set_causal(model, False)): each past "
+                "position would have to see the tokens after it, so its cached keys and values go stale"
+            )
     return None
 
 
@@ -101,14 +109,26 @@ def _block_refusal(block) -> str | None:
     for res in (block.res_self, block.res_ffn):
         if type(res) is not Residual or not res.norm_first or type(res.norm) is not LayerNorm:
             norm = type(getattr(res, "norm", None)).__name__
-            return (f"its residuals are not pre-norm with the library LayerNorm (found norm_first="
-                    f"{getattr(res, 'norm_first', None)}, norm {norm})")
+            return (
+                f"its residuals are not pre-norm with the library LayerNorm (found norm_first="
+                f"{getattr(res, 'norm_first', None)}, norm {norm})"
+            )
     if type(block.self_attn) is not MultiHeadAttention or type(block.ffn) is not FeedForward:
         return "its attention or FFN is not the library's MultiHeadAttention / FeedForward"
     if block.self_attn.window is not None:
         return f"its attention has a sliding window ({block.self_attn.window}); decode_step attends to every key"
-    if any(_hooked(m) for m in (block, block.res_self, block.res_ffn, block.res_self.norm, block.res_ffn.norm,
-                                block.self_attn, block.ffn)):
+    if any(
+        _hooked(m)
+        for m in (
+            block,
+            block.res_self,
+            block.res_ffn,
+            block.res_self.norm,
+            block.res_ffn.norm,
+            block.self_attn,
+            block.ffn,
+        )
+    ):
         return "a module has forward hooks (decode_step would skip them)"
     return None
 
@@ -159,11 +179,16 @@ class MatvecWeights:
     """
 
     def __init__(self, model):
-        layers = [model.lm_head] + [lin for b in model.blocks
-                                    for lin in (b.self_attn.qkv, b.self_attn.out, b.ffn.up, b.ffn.down)]
-        self.copies = {lin: lin.weight.detach().t().contiguous() for lin in layers
-                       if type(lin) is nn.Linear and type(lin.weight) in (nn.Parameter, torch.Tensor)
-                       and not (lin._forward_hooks or lin._forward_pre_hooks)}
+        layers = [model.lm_head] + [
+            lin for b in model.blocks for lin in (b.self_attn.qkv, b.self_attn.out, b.ffn.up, b.ffn.down)
+        ]
+        self.copies = {
+            lin: lin.weight.detach().t().contiguous()
+            for lin in layers
+            if type(lin) is nn.Linear
+            and type(lin.weight) in (nn.Parameter, torch.Tensor)
+            and not (lin._forward_hooks or lin._forward_pre_hooks)
+        }
         self._sources = {lin: (lin.weight, _version(lin.weight)) for lin in self.copies}
 
     def get(self, lin):
@@ -181,11 +206,14 @@ class MatvecWeights:
         mine = set(model.modules())
         for lin, (weight, version) in self._sources.items():
             if lin not in mine:
-                raise ValueError("matvec_weights holds layers of another model: build it with "
-                                 "MatvecWeights(model) for the model you decode")
+                raise ValueError(
+                    "matvec_weights holds layers of another model: build it with "
+                    "MatvecWeights(model) for the model you decode"
+                )
             if lin.weight is not weight or _version(weight) != version:
-                raise ValueError("matvec_weights is stale: a weight changed after MatvecWeights(model) copied it; "
-                                 "build a new one")
+                raise ValueError(
+                    "matvec_weights is stale: a weight changed after MatvecWeights(model) copied it; build a new one"
+                )
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -217,8 +245,14 @@ def _attend(attn, h: torch.Tensor, cache, past: int, mask, matvec_weights) -> to
 
 
 @torch.inference_mode()
-def decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, matvec_weights: MatvecWeights | None = None):
+def decode_step(
+    model,
+    token: torch.Tensor,
+    cache,
+    position: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    matvec_weights: MatvecWeights | None = None,
+):
     """One new token through a ``GPT``, reading and extending ``cache``: logits ``(B, V)``, checked.
 
     ``token: (B, 1)`` ids; ``position: (B, 1)`` per-row positions for learned/sinusoidal tables (default: the cache
@@ -232,8 +266,14 @@ def decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None
 
 
 @torch.inference_mode()
-def fused_decode_step(model, token: torch.Tensor, cache, position: torch.Tensor | None = None,
-                      attention_mask: torch.Tensor | None = None, matvec_weights: MatvecWeights | None = None):
+def fused_decode_step(
+    model,
+    token: torch.Tensor,
+    cache,
+    position: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    matvec_weights: MatvecWeights | None = None,
+):
     """``decode_step`` without its checks (``generate`` makes them once before its loop): the pre-norm GPT block
     written out with fewer kernels. Only for a model whose ``cache_refusal`` and ``fast_path_refusal`` are None."""
     past = cache.get_seq_length(0)
@@ -259,8 +299,11 @@ CACHE_IMPLEMENTATIONS = ("static", "dynamic", "sliding")
 
 def _make_cache(kind: str, model, batch: int, max_len: int):
     """A new cache of ``kind``, one of ``CACHE_IMPLEMENTATIONS`` (``_check_generate_inputs`` checked it)."""
-    return {"static": lambda: StaticCache.for_model(model, batch, max_len), "dynamic": DynamicCache,
-            "sliding": lambda: SlidingWindowCache(model.cfg.window)}[kind]()
+    return {
+        "static": lambda: StaticCache.for_model(model, batch, max_len),
+        "dynamic": DynamicCache,
+        "sliding": lambda: SlidingWindowCache(model.cfg.window),
+    }[kind]()
 
 
 def _check_cacheable(model) -> None:
@@ -273,22 +316,32 @@ def _check_sliding(model, attention_mask) -> None:
     """``cache_implementation='sliding'`` needs a windowed model; its cache drops keys that padding masks and ALiBi
     still count."""
     if getattr(model.cfg, "window", None) is None:
-        raise ValueError("cache_implementation='sliding' needs a model with sliding-window attention "
-                         "(GPTConfig.window), got window=None: this model attends to every past key; use "
-                         "cache_implementation='static' or 'dynamic'")
+        raise ValueError(
+            "cache_implementation='sliding' needs a model with sliding-window attention "
+            "(GPTConfig.window), got window=None: this model attends to every past key; use "
+            "cache_implementation='static' or 'dynamic'"
+        )
     if model.cfg.positional == "alibi" or attention_mask is not None:
-        raise ValueError(f"cache_implementation='sliding' takes no attention_mask and no ALiBi (positional="
-                         f"{model.cfg.positional!r}, attention_mask given: {attention_mask is not None}); "
-                         "use cache_implementation='static'")
+        raise ValueError(
+            f"cache_implementation='sliding' takes no attention_mask and no ALiBi (positional="
+            f"{model.cfg.positional!r}, attention_mask given: {attention_mask is not None}); "
+            "use cache_implementation='static'"
+        )
 
 
-def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_implementation,
-                           attention_mask) -> None:
+def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_implementation, attention_mask) -> None:
     block = model.cfg.block_size
-    if not isinstance(prompt_ids, torch.Tensor) or prompt_ids.dim() != 2 or prompt_ids.shape[1] < 1 \
-            or prompt_ids.dtype not in (torch.long, torch.int):
-        got = f"{prompt_ids.dtype} {tuple(prompt_ids.shape)}" if isinstance(prompt_ids, torch.Tensor) else \
-            type(prompt_ids).__name__
+    if (
+        not isinstance(prompt_ids, torch.Tensor)
+        or prompt_ids.dim() != 2
+        or prompt_ids.shape[1] < 1
+        or prompt_ids.dtype not in (torch.long, torch.int)
+    ):
+        got = (
+            f"{prompt_ids.dtype} {tuple(prompt_ids.shape)}"
+            if isinstance(prompt_ids, torch.Tensor)
+            else type(prompt_ids).__name__
+        )
         raise ValueError(f"prompt_ids must be an integer tensor (B, T) with T >= 1, got {got}")
     B, T = prompt_ids.shape
     check_int("max_new_tokens", max_new_tokens, min=0)
@@ -298,12 +351,16 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_i
     if T > block:
         raise ValueError(f"prompt length {T} exceeds the model's context block_size={block}")
     if use_cache and T + max_new_tokens > block:
-        raise ValueError(f"prompt length {T} + max_new_tokens {max_new_tokens} exceeds block_size={block}, "
-                         "which a cache cannot slide past; use fewer tokens or use_cache=False")
+        raise ValueError(
+            f"prompt length {T} + max_new_tokens {max_new_tokens} exceeds block_size={block}, "
+            "which a cache cannot slide past; use fewer tokens or use_cache=False"
+        )
     if use_cache and cache_implementation not in CACHE_IMPLEMENTATIONS:
-        raise ValueError(f"cache_implementation must be 'static' or 'dynamic', got {cache_implementation!r} "
-                         "(or 'sliding' for a model with "
-                         "GPTConfig.window)")
+        raise ValueError(
+            f"cache_implementation must be 'static' or 'dynamic', got {cache_implementation!r} "
+            "(or 'sliding' for a model with "
+            "GPTConfig.window)"
+        )
     if use_cache and cache_implementation == "sliding":
         _check_sliding(model, attention_mask)
     if attention_mask is not None:
@@ -312,16 +369,27 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_i
             raise ValueError(f"attention_mask must be a (B, T) = {(B, T)} tensor, got {got}")
         m = attention_mask.bool()
         if not m[:, -1].all() or (m[:, 1:].int() < m[:, :-1].int()).any():
-            raise ValueError("attention_mask must be left-padded: False only before the first real token of "
-                             "each row, and every row's last token real")
+            raise ValueError(
+                "attention_mask must be left-padded: False only before the first real token of "
+                "each row, and every row's last token real"
+            )
 
 
 @torch.inference_mode()
-def generate(model, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-             top_p: float | None = None, use_cache: bool = True,
-             cache_implementation: str = "static", seed: int | None = None,
-             attention_mask: torch.Tensor | None = None, return_logits: bool = False,
-             matvec_weights: bool | MatvecWeights | None = None):
+def generate(
+    model,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    use_cache: bool = True,
+    cache_implementation: str = "static",
+    seed: int | None = None,
+    attention_mask: torch.Tensor | None = None,
+    return_logits: bool = False,
+    matvec_weights: bool | MatvecWeights | None = None,
+):
     """Continue ``prompt_ids: (B, T)`` by ``max_new_tokens`` tokens; returns ``(B, T + max_new_tokens)`` ids.
 
     Args:
@@ -391,22 +459,32 @@ def _matvec_copies(model, matvec_weights, fast: bool, device) -> MatvecWeights |
     raise ValueError(f"matvec_weights must be a bool, None or MatvecWeights(model), got {matvec_weights!r:.60}")
 
 
-def _prefill(model, prompt_ids: torch.Tensor, N: int, mask, positions, cache_implementation: str, fast: bool,
-             copies: MatvecWeights | None):
+def _prefill(
+    model,
+    prompt_ids: torch.Tensor,
+    N: int,
+    mask,
+    positions,
+    cache_implementation: str,
+    fast: bool,
+    copies: MatvecWeights | None,
+):
     """The prompt once into a new cache: its last logits ``(B, V)`` and ``next_logits(ids, t)`` (decode token t-1)."""
     B, T = prompt_ids.shape
     cache = _make_cache(cache_implementation, model, B, T + N)
-    logits = model(prompt_ids, cache=cache, attention_mask=None if mask is None else mask[:, :T],
-                   position_ids=positions)[0][:, -1]  # (B, V)
+    logits = model(
+        prompt_ids, cache=cache, attention_mask=None if mask is None else mask[:, :T], position_ids=positions
+    )[0][:, -1]  # (B, V)
     position = None if positions is None else positions[:, -1:]  # (B, 1): the last prompt token's
 
     def next_logits(ids: torch.Tensor, t: int) -> torch.Tensor:
         nonlocal position
-        token, step_mask = ids[:, t - 1:t], None if mask is None else mask[:, :t]  # (B, 1), (B, t)
+        token, step_mask = ids[:, t - 1 : t], None if mask is None else mask[:, :t]  # (B, 1), (B, t)
         position = None if position is None else position + 1
         if fast:
             return fused_decode_step(model, token, cache, position, step_mask, copies)
         return model(token, cache=cache, attention_mask=step_mask, position_ids=position)[0][:, -1]
+
     return logits, next_logits
 
 

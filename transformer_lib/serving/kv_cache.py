@@ -17,6 +17,7 @@ Elsewhere: ``paged_cache.PagedKVCache`` (fixed-size blocks shared by many sequen
 Memory: ``2 (K and V) x n_layers x B x n_kv_heads x d_head x T x bytes_per_element`` (``kv_cache_bytes``),
 printed in binary units by ``human_bytes`` (the twin of the chapter's calculator, ``viz/js/kvcache.js``).
 """
+
 from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
@@ -96,8 +97,8 @@ class SlidingWindowCache:
         else:
             raise ValueError(f"layer_idx={layer_idx} skips layers: the cache holds {len(self.keys)} so far")
         # copies, so that no view keeps a long prompt's (or the qkv projection's) storage alive
-        self.keys[layer_idx] = full_k[..., -self.window:, :].clone(memory_format=torch.contiguous_format)
-        self.values[layer_idx] = full_v[..., -self.window:, :].clone(memory_format=torch.contiguous_format)
+        self.keys[layer_idx] = full_k[..., -self.window :, :].clone(memory_format=torch.contiguous_format)
+        self.values[layer_idx] = full_v[..., -self.window :, :].clone(memory_format=torch.contiguous_format)
         self.seen[layer_idx] += k.shape[-2]
         return full_k, full_v
 
@@ -121,8 +122,16 @@ class StaticCache:
     ``n_kv_heads`` and ``d_head`` may be one int or one per layer (a model with pruned heads).
     """
 
-    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int | Sequence[int], max_len: int,
-                 d_head: int | Sequence[int], device=None, dtype=torch.float32):
+    def __init__(
+        self,
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int | Sequence[int],
+        max_len: int,
+        d_head: int | Sequence[int],
+        device=None,
+        dtype=torch.float32,
+    ):
         for name, value in (("n_layers", n_layers), ("batch_size", batch_size), ("max_len", max_len)):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -138,8 +147,15 @@ class StaticCache:
         """A cache sized for a ``GPT``: each block's kv heads and head size, the model's device and dtype."""
         attns = [block.self_attn for block in model.blocks]
         p = model.tok_emb.weight
-        return cls(len(attns), batch_size, [a.n_kv_heads for a in attns], max_len or model.cfg.block_size,
-                   [a.d_head for a in attns], device=p.device, dtype=dtype or p.dtype)
+        return cls(
+            len(attns),
+            batch_size,
+            [a.n_kv_heads for a in attns],
+            max_len or model.cfg.block_size,
+            [a.d_head for a in attns],
+            device=p.device,
+            dtype=dtype or p.dtype,
+        )
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """How many positions layer ``layer_idx`` holds."""
@@ -152,8 +168,10 @@ class StaticCache:
         if start + t > self.max_len:
             raise ValueError(f"StaticCache is full: {start} cached + {t} new > max_len={self.max_len}")
         if k.shape[:2] != buf_k.shape[:2] or k.shape[-1] != buf_k.shape[-1]:
-            raise ValueError(f"k of shape {tuple(k.shape)} does not fit layer {layer_idx}'s cache "
-                             f"(B, H_kv, T, d_head) = {tuple(buf_k.shape[:2])} + (T, {buf_k.shape[-1]})")
+            raise ValueError(
+                f"k of shape {tuple(k.shape)} does not fit layer {layer_idx}'s cache "
+                f"(B, H_kv, T, d_head) = {tuple(buf_k.shape[:2])} + (T, {buf_k.shape[-1]})"
+            )
         buf_k.narrow(2, start, t).copy_(k)  # slots start .. start + t - 1
         buf_v.narrow(2, start, t).copy_(v)
         self.lengths[layer_idx] = start + t
@@ -176,14 +194,21 @@ class StaticCache:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
-def kv_cache_bytes(n_layers: int, n_kv_heads: int, d_head: int, seq_len: int, batch_size: int = 1,
-                   bytes_per_element: int = 2) -> int:
+def kv_cache_bytes(
+    n_layers: int, n_kv_heads: int, d_head: int, seq_len: int, batch_size: int = 1, bytes_per_element: int = 2
+) -> int:
     """Closed form: ``2 x n_layers x B x n_kv_heads x d_head x T x bytes`` (2: one K and one V).
 
     ``bytes_per_element``: 2 for fp16/bf16 (the default, as models are usually served), 4 for fp32.
     """
-    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("d_head", d_head),
-                        ("seq_len", seq_len), ("batch_size", batch_size), ("bytes_per_element", bytes_per_element)):
+    for name, value in (
+        ("n_layers", n_layers),
+        ("n_kv_heads", n_kv_heads),
+        ("d_head", d_head),
+        ("seq_len", seq_len),
+        ("batch_size", batch_size),
+        ("bytes_per_element", bytes_per_element),
+    ):
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     return 2 * n_layers * batch_size * n_kv_heads * d_head * seq_len * bytes_per_element

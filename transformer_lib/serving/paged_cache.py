@@ -22,6 +22,7 @@ Clarity over speed: ``update`` writes and gathers with a Python loop over rows a
 into a contiguous ``(B, H_kv, T, d_head)`` tensor for the ordinary attention. Serving engines instead read the
 blocks inside the attention kernel (no copy), which is what makes paging free at run time.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,10 +42,19 @@ def _check_positive(**values) -> None:
 class PagedKVCache:
     """Per-layer block pools ``(n_blocks, H_kv, block_size, d_head)`` and one block table per sequence."""
 
-    def __init__(self, n_layers: int, n_kv_heads: int, d_head: int, n_blocks: int, block_size: int,
-                 device=None, dtype=torch.float32):
-        _check_positive(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, n_blocks=n_blocks,
-                        block_size=block_size)
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        d_head: int,
+        n_blocks: int,
+        block_size: int,
+        device=None,
+        dtype=torch.float32,
+    ):
+        _check_positive(
+            n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, n_blocks=n_blocks, block_size=block_size
+        )
         shape = (n_blocks, n_kv_heads, block_size, d_head)
         self.key_pools = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.value_pools = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
@@ -59,8 +69,15 @@ class PagedKVCache:
         """Pools sized for a ``GPT`` (its kv heads, head size, device and dtype)."""
         attn = model.blocks[0].self_attn
         p = model.tok_emb.weight
-        return cls(len(model.blocks), attn.n_kv_heads, attn.d_head, n_blocks, block_size, device=p.device,
-                   dtype=dtype or p.dtype)
+        return cls(
+            len(model.blocks),
+            attn.n_kv_heads,
+            attn.d_head,
+            n_blocks,
+            block_size,
+            device=p.device,
+            dtype=dtype or p.dtype,
+        )
 
     # ------------------------------------------------------------------ sequences and blocks
     def add_sequence(self, seq_id: Hashable) -> None:
@@ -86,8 +103,9 @@ class PagedKVCache:
 
     def _check_known(self, seq_id) -> None:
         if seq_id not in self.block_tables:
-            raise ValueError(f"seq_id={seq_id!r} is not in the cache (known: {list(self.block_tables)}); "
-                             "add_sequence it first")
+            raise ValueError(
+                f"seq_id={seq_id!r} is not in the cache (known: {list(self.block_tables)}); add_sequence it first"
+            )
 
     def blocks_for(self, n_tokens: int) -> int:
         """Blocks that ``n_tokens`` positions occupy: ``ceil(n_tokens / block_size)``."""
@@ -108,10 +126,12 @@ class PagedKVCache:
             need = max(self.blocks_for(n_tokens) - len(self.block_tables[seq_id]), 0)
             free = len(self.free_blocks) - sum(missing.values())  # what the rows before this one leave
             if need > free:
-                raise ValueError(f"the block pool is full: seq_id={seq_id!r} needs {need} more block(s) of "
-                                 f"{self.block_size} positions for {n_tokens} positions, {free} of "
-                                 f"n_blocks={self.n_blocks} are free; free finished sequences or enlarge the pool "
-                                 "(no row of this update was written)")
+                raise ValueError(
+                    f"the block pool is full: seq_id={seq_id!r} needs {need} more block(s) of "
+                    f"{self.block_size} positions for {n_tokens} positions, {free} of "
+                    f"n_blocks={self.n_blocks} are free; free finished sequences or enlarge the pool "
+                    "(no row of this update was written)"
+                )
             missing[seq_id] = need
         for seq_id, need in missing.items():
             self.block_tables[seq_id].extend(self.free_blocks.pop() for _ in range(need))
@@ -140,13 +160,22 @@ class PagedKVCache:
         update that raises leaves every sequence's length and blocks as they were (a retry after freeing blocks
         decodes what a cache that never saw the failure decodes)."""
         pool = self.key_pools[layer_idx]
-        if k.dim() != 4 or k.shape[0] != len(self.active) or k.shape[1] != pool.shape[1] or \
-                k.shape[3] != pool.shape[3] or v.shape != k.shape:
-            raise ValueError(f"k, v must be (B={len(self.active)} active rows, H_kv={pool.shape[1]}, T_new, "
-                             f"d_head={pool.shape[3]}), got k{tuple(k.shape)}, v{tuple(v.shape)}")
+        if (
+            k.dim() != 4
+            or k.shape[0] != len(self.active)
+            or k.shape[1] != pool.shape[1]
+            or k.shape[3] != pool.shape[3]
+            or v.shape != k.shape
+        ):
+            raise ValueError(
+                f"k, v must be (B={len(self.active)} active rows, H_kv={pool.shape[1]}, T_new, "
+                f"d_head={pool.shape[3]}), got k{tuple(k.shape)}, v{tuple(v.shape)}"
+            )
         if not (k.dtype == v.dtype == pool.dtype) or not (k.device == v.device == pool.device):
-            raise ValueError(f"k and v must be {pool.dtype} on {pool.device} like the pools, got k {k.dtype}, "
-                             f"v {v.dtype} on {k.device}" + ("" if k.device == v.device else f" and {v.device}"))
+            raise ValueError(
+                f"k and v must be {pool.dtype} on {pool.device} like the pools, got k {k.dtype}, "
+                f"v {v.dtype} on {k.device}" + ("" if k.device == v.device else f" and {v.device}")
+            )
         self._reserve(k.shape[2], layer_idx)  # every row's blocks, or an error before anything is written
         for row, seq_id in enumerate(self.active):
             self._write(seq_id, layer_idx, k[row], v[row])
@@ -168,9 +197,9 @@ class PagedKVCache:
         out = pool.new_zeros(len(self.active), pool.shape[1], longest, pool.shape[3])
         for row, seq_id in enumerate(self.active):
             n = self.lengths[seq_id][layer_idx]
-            table = self.block_tables[seq_id][:self.blocks_for(n)]
+            table = self.block_tables[seq_id][: self.blocks_for(n)]
             blocks = pool[table]  # (n_blocks_used, H_kv, block_size, d_head)
-            out[row, :, longest - n:] = blocks.transpose(0, 1).flatten(1, 2)[:, :n]  # (H_kv, n, d_head)
+            out[row, :, longest - n :] = blocks.transpose(0, 1).flatten(1, 2)[:, :n]  # (H_kv, n, d_head)
         return out
 
     # ------------------------------------------------------------------ memory
@@ -199,7 +228,18 @@ def memory_held(cache: PagedKVCache, max_len: int | None = None) -> dict:
     max_len = longest if max_len is None else max_len
     check_int("max_len", max_len, min=longest, note="the longest sequence")
     pool = cache.key_pools[0]
-    contiguous = kv_cache_bytes(cache.n_layers, pool.shape[1], pool.shape[3], max_len, batch_size=len(lengths),
-                                bytes_per_element=pool.element_size())
-    return {"paged": cache.nbytes_in_use(), "contiguous": contiguous, "sequences": len(lengths),
-            "positions": sum(lengths), "blocks": cache.blocks_in_use()}
+    contiguous = kv_cache_bytes(
+        cache.n_layers,
+        pool.shape[1],
+        pool.shape[3],
+        max_len,
+        batch_size=len(lengths),
+        bytes_per_element=pool.element_size(),
+    )
+    return {
+        "paged": cache.nbytes_in_use(),
+        "contiguous": contiguous,
+        "sequences": len(lengths),
+        "positions": sum(lengths),
+        "blocks": cache.blocks_in_use(),
+    }

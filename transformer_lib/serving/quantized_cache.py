@@ -14,6 +14,7 @@ Serving systems quantize the cache more cleverly (KIVI, Liu et al. 2024: keys pe
 window of recent tokens kept in float; KVQuant, Hooper et al. 2024); this is the plainest version, to measure what
 8 bits cost: ``kv_quantization_effect`` compares the next-token distributions of float and int8-cached decoding.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -74,8 +75,10 @@ class QuantizedCache:
                 store[layer_idx] = torch.cat([store[layer_idx], new], dim=-2)  # (B, H_kv, past + T_new, .)
         else:
             raise ValueError(f"layer_idx={layer_idx} skips layers: the cache holds {len(self.keys)} so far")
-        return (dequantize_kv(self.keys[layer_idx], self.key_scales[layer_idx], k.dtype),
-                dequantize_kv(self.values[layer_idx], self.value_scales[layer_idx], v.dtype))
+        return (
+            dequantize_kv(self.keys[layer_idx], self.key_scales[layer_idx], k.dtype),
+            dequantize_kv(self.values[layer_idx], self.value_scales[layer_idx], v.dtype),
+        )
 
     def nbytes(self) -> int:
         """Bytes held: the int8 keys and values and their scales."""
@@ -85,8 +88,13 @@ class QuantizedCache:
 
 def quantized_kv_cache_bytes(n_layers: int, n_kv_heads: int, d_head: int, seq_len: int, batch_size: int = 1) -> int:
     """Closed form: ``2 x n_layers x B x n_kv_heads x T x (d_head x 1 byte + 4 bytes of scale)``."""
-    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("d_head", d_head),
-                        ("seq_len", seq_len), ("batch_size", batch_size)):
+    for name, value in (
+        ("n_layers", n_layers),
+        ("n_kv_heads", n_kv_heads),
+        ("d_head", d_head),
+        ("seq_len", seq_len),
+        ("batch_size", batch_size),
+    ):
         check_int(name, value, min=0)
     return 2 * n_layers * batch_size * n_kv_heads * seq_len * (d_head + SCALE_BYTES)
 
@@ -94,6 +102,7 @@ def quantized_kv_cache_bytes(n_layers: int, n_kv_heads: int, d_head: int, seq_le
 @dataclass
 class KVQuantizationEffect:
     """How int8 keys/values change the next-token distributions, over ``positions`` decoding steps."""
+
     kl_mean: float  # mean KL(float || int8) in nats
     kl_max: float
     top1_agreement: float  # fraction of steps whose most likely next token is the same
@@ -117,10 +126,11 @@ def kv_quantization_effect(model, ids: torch.Tensor, prefill: int = 1) -> KVQuan
     runs = []
     for cache in (DynamicCache(), QuantizedCache()):
         steps = [model(ids[:, :prefill], cache=cache)[0][:, -1]]  # (B, V) after the prompt
-        steps += [model(ids[:, t:t + 1], cache=cache)[0][:, -1] for t in range(prefill, ids.shape[1] - 1)]
+        steps += [model(ids[:, t : t + 1], cache=cache)[0][:, -1] for t in range(prefill, ids.shape[1] - 1)]
         runs.append((torch.stack(steps, dim=1).float().log_softmax(-1), cache.nbytes()))  # (B, steps, V)
     (log_p, float_bytes), (log_q, int8_bytes) = runs
     kl = F.kl_div(log_q, log_p, log_target=True, reduction="none").sum(-1)  # (B, steps): KL(p || q)
     agree = (log_p.argmax(-1) == log_q.argmax(-1)).float()
-    return KVQuantizationEffect(float(kl.mean()), float(kl.max()), float(agree.mean()), kl.numel(),
-                                float_bytes, int8_bytes)
+    return KVQuantizationEffect(
+        float(kl.mean()), float(kl.max()), float(agree.mean()), kl.numel(), float_bytes, int8_bytes
+    )

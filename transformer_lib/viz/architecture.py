@@ -8,6 +8,7 @@ apply them, the output head). ``plot_architecture(model)`` draws those columns w
 bottom as in Vaswani et al. 2017, figure 1. Change the model (pre-norm, no cross-attention, more layers) and the
 figure changes with it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,13 +20,22 @@ from matplotlib.patches import FancyBboxPatch
 from ..layers import DecoderLayer, EncoderLayer, Residual
 from ..models import GPT, BertEncoder, Transformer
 
-COLORS = {"embed": "#f6d5e5", "attn": "#fbd9a6", "cross": "#f7b7a3", "ffn": "#b9d7f0", "norm": "#f4ef9c",
-          "add": "#e3e3e3", "out": "#cfe8c6", "io": "#ffffff"}
+COLORS = {
+    "embed": "#f6d5e5",
+    "attn": "#fbd9a6",
+    "cross": "#f7b7a3",
+    "ffn": "#b9d7f0",
+    "norm": "#f4ef9c",
+    "add": "#e3e3e3",
+    "out": "#cfe8c6",
+    "io": "#ffffff",
+}
 
 
 @dataclass
 class Box:
     """One box of the diagram: its text and its kind (a key of ``COLORS``)."""
+
     text: str
     kind: str
 
@@ -35,6 +45,7 @@ class Column:
     """A stack drawn bottom to top: ``below`` the repeated layer, the layer itself (``layer``, drawn once
     inside a frame marked ``x n_layers``), then ``above``. ``residuals`` are (first, last) box indices in
     ``layer`` spanned by a skip connection."""
+
     title: str
     below: list[Box]
     layer: list[Box]
@@ -76,8 +87,9 @@ def _layer_boxes(layer: nn.Module) -> tuple[list[Box], list[tuple[int, int]], in
     elif isinstance(layer, DecoderLayer):
         _sublayer(_attn_label("Masked self-attention", layer.self_attn), "attn", layer.res_self, boxes, residuals)
         if layer.cross_attn is not None:
-            cross = _sublayer(_attn_label("Cross-attention", layer.cross_attn), "cross", layer.res_cross, boxes,
-                              residuals)
+            cross = _sublayer(
+                _attn_label("Cross-attention", layer.cross_attn), "cross", layer.res_cross, boxes, residuals
+            )
     else:
         raise ValueError(f"layer must be an EncoderLayer or DecoderLayer, got {type(layer).__name__}")
     _sublayer(_ffn_label(layer.ffn), "ffn", layer.res_ffn, boxes, residuals)
@@ -98,28 +110,51 @@ def architecture_columns(model: nn.Module) -> list[Column]:
         shared = " (shared embedding matrix)" if model.generator.weight is model.tgt_emb.weight else ""
         head = Box(f"Linear{shared} -> softmax\nnext-token probabilities ({c.tgt_vocab_size})", "out")
         layer, res, _ = _layer_boxes(model.encoder[0])
-        enc = Column("Encoder", [src, emb], layer, len(model.encoder),
-                     _norm_box(model.enc_norm) + [Box("memory (B, S, d_model)", "io")], res)
+        enc = Column(
+            "Encoder",
+            [src, emb],
+            layer,
+            len(model.encoder),
+            _norm_box(model.enc_norm) + [Box("memory (B, S, d_model)", "io")],
+            res,
+        )
         layer, res, cross = _layer_boxes(model.decoder[0])
         dec = Column("Decoder", [tgt, emb], layer, len(model.decoder), _norm_box(model.dec_norm) + [head], res, cross)
         return [enc, dec]
     if isinstance(model, GPT):
         c = model.cfg
-        pos = {"learned": "learned positions", "sinusoidal": "sinusoidal positions", "rope": "(RoPE inside attention)",
-               "alibi": "(ALiBi bias inside attention)", "none": "(no positions)"}[c.positional]
+        pos = {
+            "learned": "learned positions",
+            "sinusoidal": "sinusoidal positions",
+            "rope": "(RoPE inside attention)",
+            "alibi": "(ALiBi bias inside attention)",
+            "none": "(no positions)",
+        }[c.positional]
         tied = " (tied to embedding)" if model.lm_head.weight is model.tok_emb.weight else ""
-        below = [Box(f"Tokens (B, T), context {c.block_size}\nvocabulary {c.vocab_size}", "io"),
-                 Box(f"Token embedding + {pos}\nd_model = {c.d_model}", "embed")]
+        below = [
+            Box(f"Tokens (B, T), context {c.block_size}\nvocabulary {c.vocab_size}", "io"),
+            Box(f"Token embedding + {pos}\nd_model = {c.d_model}", "embed"),
+        ]
         head = Box(f"Linear{tied} -> softmax\nnext-token probabilities ({c.vocab_size})", "out")
         layer, res, _ = _layer_boxes(model.blocks[0])
         return [Column("Decoder-only (GPT)", below, layer, len(model.blocks), _norm_box(model.norm) + [head], res)]
     if isinstance(model, BertEncoder):
         c = model.cfg
-        below = [Box(f"Tokens (B, T) with [CLS] ... [SEP]\nvocabulary {c.vocab_size}", "io"),
-                 Box(f"Token + position + segment embedding,\nLayerNorm; d_model = {c.d_model}", "embed")]
+        below = [
+            Box(f"Tokens (B, T) with [CLS] ... [SEP]\nvocabulary {c.vocab_size}", "io"),
+            Box(f"Token + position + segment embedding,\nLayerNorm; d_model = {c.d_model}", "embed"),
+        ]
         layer, res, _ = _layer_boxes(model.layers[0])
-        return [Column("Encoder-only (BERT)", below, layer, len(model.layers),
-                       [Box("One vector per token (B, T, d_model)", "out")], res)]
+        return [
+            Column(
+                "Encoder-only (BERT)",
+                below,
+                layer,
+                len(model.layers),
+                [Box("One vector per token (B, T, d_model)", "out")],
+                res,
+            )
+        ]
     raise ValueError(f"model must be a Transformer, GPT or BertEncoder, got {type(model).__name__}")
 
 
@@ -128,8 +163,17 @@ _W, _H, _GAP = 2.6, 0.62, 0.32  # box width, box height, vertical gap (data unit
 
 
 def _draw_box(ax, x: float, y: float, box: Box) -> None:
-    ax.add_patch(FancyBboxPatch((x - _W / 2, y), _W, _H, boxstyle="round,pad=0.02,rounding_size=0.08",
-                                fc=COLORS[box.kind], ec="#444444", lw=0.9))
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - _W / 2, y),
+            _W,
+            _H,
+            boxstyle="round,pad=0.02,rounding_size=0.08",
+            fc=COLORS[box.kind],
+            ec="#444444",
+            lw=0.9,
+        )
+    )
     ax.text(x, y + _H / 2, box.text, ha="center", va="center", fontsize=7.2)
 
 
@@ -161,11 +205,26 @@ def _draw_column(ax, col: Column, x: float) -> dict:
     for i, box in enumerate(col.layer):
         place(box, ("layer", i))
     layer_end = y - _GAP + 0.2
-    frame = FancyBboxPatch((x - _W / 2 - 0.35, layer_start), _W + 0.7, layer_end - layer_start,
-                           boxstyle="round,pad=0.02,rounding_size=0.15", fc="none", ec="#777777", lw=1.0, ls="--")
+    frame = FancyBboxPatch(
+        (x - _W / 2 - 0.35, layer_start),
+        _W + 0.7,
+        layer_end - layer_start,
+        boxstyle="round,pad=0.02,rounding_size=0.15",
+        fc="none",
+        ec="#777777",
+        lw=1.0,
+        ls="--",
+    )
     ax.add_patch(frame)
-    ax.text(x - _W / 2 - 0.45, layer_start + 0.1, f"x {col.n_layers}", ha="right", va="bottom",
-            fontsize=10, fontweight="bold")
+    ax.text(
+        x - _W / 2 - 0.45,
+        layer_start + 0.1,
+        f"x {col.n_layers}",
+        ha="right",
+        va="bottom",
+        fontsize=10,
+        fontweight="bold",
+    )
     for first, last in col.residuals:  # skip connections on the right-hand side
         y0, y1 = ys[("layer", first)] - _GAP / 2, ys[("layer", last)] + _H / 2
         xr = x + _W / 2 + 0.18

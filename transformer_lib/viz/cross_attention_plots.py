@@ -5,6 +5,7 @@ Used in chapter 05.
 The grid is at most ``width`` inches wide (the book's column shows a frame at about its natural size), its
 tick labels are 8 pt and horizontal: single characters fit side by side where rotated ones would overlap.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,5 +42,6 @@ def cross_attention_heads_figure(source, output, weights, layer: int, text: str,
     """Every head of one decoder layer: ``weights: (n_layers, n_heads, T_out, S)`` from
     ``experiments.cross_attention.cross_attention_maps``."""
     panels = [(weights[layer, h], source, output, f"head {h}") for h in range(weights.shape[1])]
-    return plot_attention_grid(panels, f"Cross-attention, decoder layer {layer}: {text!r} -> "
-                                       f"{''.join(output[:-1])!r}", width=width)
+    return plot_attention_grid(
+        panels, f"Cross-attention, decoder layer {layer}: {text!r} -> {''.join(output[:-1])!r}", width=width
+    )

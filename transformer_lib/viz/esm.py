@@ -14,6 +14,7 @@ the top level, exports by declaration (``export function f``, ``export const x``
 in the figure's own file. Anything else is refused with the file named (the tests also load every file
 natively and compare the exports a browser sees with ``module_exports``).
 """
+
 from __future__ import annotations
 
 import re
@@ -23,16 +24,16 @@ JS_DIR = Path(__file__).with_name("js")
 
 # The module syntax ``bundle`` links (anything else that imports or exports is refused, naming the file):
 _IMPORT = re.compile(r'^import\s*\{([^}]*)\}\s*from\s*"(\./[\w-]+\.js)";[ \t]*$', re.M)
-_EXPORT_DECL = re.compile(r'^export\s+(?=(?:async\s+)?(?:function\*?|const|let|class)\s)', re.M)
-_EXPORT_NAME = re.compile(r'^export\s+(?:async\s+)?(?:function\*?|const|let|class)\s+([A-Za-z_$][\w$]*)', re.M)
-_EXPORT_DEFAULT = re.compile(r'^export\s+default\b', re.M)
-_IDENT = re.compile(r'^[A-Za-z_$][\w$]*$')
+_EXPORT_DECL = re.compile(r"^export\s+(?=(?:async\s+)?(?:function\*?|const|let|class)\s)", re.M)
+_EXPORT_NAME = re.compile(r"^export\s+(?:async\s+)?(?:function\*?|const|let|class)\s+([A-Za-z_$][\w$]*)", re.M)
+_EXPORT_DEFAULT = re.compile(r"^export\s+default\b", re.M)
+_IDENT = re.compile(r"^[A-Za-z_$][\w$]*$")
 
 
 def _strip_comments(src: str) -> str:
     """``src`` with ``//`` line comments blanked (the modules use no block comments or ``//`` inside strings
     at the start of a statement; enough to find import and export statements)."""
-    return re.sub(r'^\s*//.*$', '', src, flags=re.M)
+    return re.sub(r"^\s*//.*$", "", src, flags=re.M)
 
 
 def module_imports(script: str) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -48,10 +49,12 @@ def module_imports(script: str) -> list[tuple[str, list[tuple[str, str]]]]:
                 raise ValueError(f"js/{script}: cannot read the import of {part!r} from {spec!r}")
             pairs.append((imported, local))
         found.append((spec[2:], pairs))
-    n_imports = len(re.findall(r'^\s*import\b', src, re.M))
+    n_imports = len(re.findall(r"^\s*import\b", src, re.M))
     if n_imports != len(found):
-        raise ValueError(f"js/{script}: every import must read `import {{ a, b as c }} from \"./file.js\";` at the "
-                         f"top level ({n_imports} import statements, {len(found)} of that form)")
+        raise ValueError(
+            f'js/{script}: every import must read `import {{ a, b as c }} from "./file.js";` at the '
+            f"top level ({n_imports} import statements, {len(found)} of that form)"
+        )
     return found
 
 
@@ -60,10 +63,12 @@ def module_exports(script: str) -> list[str]:
     ``"default"`` last when it has a default export."""
     src = _strip_comments((JS_DIR / script).read_text())
     names = _EXPORT_NAME.findall(src)
-    others = len(re.findall(r'^\s*export\b', src, re.M)) - len(names) - len(_EXPORT_DEFAULT.findall(src))
+    others = len(re.findall(r"^\s*export\b", src, re.M)) - len(names) - len(_EXPORT_DEFAULT.findall(src))
     if others:
-        raise ValueError(f"js/{script}: export only declarations (`export function f`, `export const x = ...`) "
-                         f"or a default; {others} other export statement(s) found")
+        raise ValueError(
+            f"js/{script}: export only declarations (`export function f`, `export const x = ...`) "
+            f"or a default; {others} other export statement(s) found"
+        )
     return names + (["default"] if _EXPORT_DEFAULT.search(src) else [])
 
 
@@ -87,11 +92,13 @@ def _linked_imports(script: str, src: str) -> str:
         missing = [name for name, _ in pairs if name not in exported or name == "default"]
         if missing:
             raise ValueError(f"js/{script} imports {missing} from ./{dep}, which exports {exported}")
+
     def replace(match):
         dep = match.group(2)[2:]
         pairs = dict(module_imports(script))[dep]
         inner = ", ".join(a if a == b else f"{a}: {b}" for a, b in pairs)
-        return f"const {{ {inner} }} = {_scope_name(dep)}; // import {{ ... }} from \"./{dep}\""
+        return f'const {{ {inner} }} = {_scope_name(dep)}; // import {{ ... }} from "./{dep}"'
+
     return _IMPORT.sub(replace, src)
 
 
@@ -111,8 +118,10 @@ def bundle(script: str) -> str:
             raise ValueError(f"js/{dep} is imported by another file and must not have a default export")
         body = _EXPORT_DECL.sub("", _linked_imports(dep, (JS_DIR / dep).read_text()))
         names = [n for n in module_exports(dep)]
-        parts.append(f"// ---- ./{dep}, linked in by transformer_lib/viz/live.py (bundle): its own scope\n"
-                     f"const {_scope_name(dep)} = (() => {{\n{body.rstrip()}\n"
-                     f"return Object.freeze({{ {', '.join(names)} }});\n}})();\n")
+        parts.append(
+            f"// ---- ./{dep}, linked in by transformer_lib/viz/live.py (bundle): its own scope\n"
+            f"const {_scope_name(dep)} = (() => {{\n{body.rstrip()}\n"
+            f"return Object.freeze({{ {', '.join(names)} }});\n}})();\n"
+        )
     parts.append(f"// ---- ./{script}\n" + _linked_imports(script, (JS_DIR / script).read_text()))
     return "\n".join(parts)

@@ -2,6 +2,7 @@
 
 Used in chapter 10.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -9,8 +10,11 @@ import statistics
 import matplotlib.pyplot as plt
 import numpy as np
 
-LABELS = {"materialised": "scores written out (T x T)", "tiled": "tiled, online softmax (this library, Python loop)",
-          "sdpa": "F.scaled_dot_product_attention (fused)"}
+LABELS = {
+    "materialised": "scores written out (T x T)",
+    "tiled": "tiled, online softmax (this library, Python loop)",
+    "sdpa": "F.scaled_dot_product_attention (fused)",
+}
 
 
 def plot_wall(rows):

@@ -12,6 +12,7 @@ when Python sets one. Displayed, a live figure first writes a static picture of 
 (``tools/vendor_static.py``, ``book/static/widgets-setup.js``). To add a figure: write ``js/<name>.js``
 (``export default { render }``), a ``LiveWidget`` subclass (``script``, traits, checks) and its ``picture``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -71,6 +72,7 @@ class LiveWidget(anywidget.AnyWidget):
 
 # ----------------------------------------------------------------------------- attention (chapters 02, 03)
 
+
 @torch.no_grad()
 def scaled_scores(model, tokenizer, sentence: str) -> tuple[list[str], torch.Tensor]:
     """Every head's scaled scores ``S = q k^T / sqrt(d_head)`` of a ``BertEncoder`` on one sentence.
@@ -112,22 +114,37 @@ class AttentionHeatmap(LiveWidget):
     head_labels = traitlets.List().tag(sync=True)  # per sentence, (n_layers, n_heads) strings, or empty
 
     picture = "attention_heatmap"  # live_static.attention_heatmap: the static picture
-    def __init__(self, tokens: Sequence[Sequence[str]], scores: Sequence[torch.Tensor], layer: int = 0,
-                 head: int = 0, temperature: float = 1.0, mode: str = "one", sentence: int = 0,
-                 tau_min: float = 0.05, tau_max: float = 5.0, head_labels: Sequence | None = None):
+
+    def __init__(
+        self,
+        tokens: Sequence[Sequence[str]],
+        scores: Sequence[torch.Tensor],
+        layer: int = 0,
+        head: int = 0,
+        temperature: float = 1.0,
+        mode: str = "one",
+        sentence: int = 0,
+        tau_min: float = 0.05,
+        tau_max: float = 5.0,
+        head_labels: Sequence | None = None,
+    ):
         if len(tokens) == 0 or len(tokens) != len(scores):
-            raise ValueError(f"tokens and scores must be non-empty lists of the same length (one per sentence), "
-                             f"got {len(tokens)} and {len(scores)}")
+            raise ValueError(
+                f"tokens and scores must be non-empty lists of the same length (one per sentence), "
+                f"got {len(tokens)} and {len(scores)}"
+            )
         shape = None
         for s, (toks, sc) in enumerate(zip(tokens, scores)):
             T = len(toks)
             if not isinstance(sc, torch.Tensor) or sc.dim() != 4 or tuple(sc.shape[-2:]) != (T, T):
                 got = tuple(sc.shape) if isinstance(sc, torch.Tensor) else type(sc).__name__
-                raise ValueError(f"scores[{s}] must be a tensor (n_layers, n_heads, T, T) with T = len(tokens[{s}])"
-                                 f" = {T}, got {got}")
+                raise ValueError(
+                    f"scores[{s}] must be a tensor (n_layers, n_heads, T, T) with T = len(tokens[{s}]) = {T}, got {got}"
+                )
             if shape is not None and tuple(sc.shape[:2]) != shape:
-                raise ValueError(f"scores[{s}] has (n_layers, n_heads) = {tuple(sc.shape[:2])}, "
-                                 f"expected {shape} as in scores[0]")
+                raise ValueError(
+                    f"scores[{s}] has (n_layers, n_heads) = {tuple(sc.shape[:2])}, expected {shape} as in scores[0]"
+                )
             if not torch.isfinite(sc).all():
                 raise ValueError(f"scores[{s}] must be finite (no NaN or inf)")
             shape = tuple(sc.shape[:2])
@@ -140,14 +157,28 @@ class AttentionHeatmap(LiveWidget):
         check_range("head", head, 0, shape[1] - 1)
         check_range("sentence", sentence, 0, len(tokens) - 1)
         labels = [] if head_labels is None else [[[str(x) for x in row] for row in per] for per in head_labels]
-        if labels and (len(labels) != len(tokens) or any(len(per) != shape[0] or any(len(r) != shape[1] for r in per)
-                                                          for per in labels)):
-            raise ValueError(f"head_labels must hold, per sentence, (n_layers, n_heads) = {shape} strings for "
-                             f"{len(tokens)} sentence(s)")
-        super().__init__(tokens=[list(map(str, t)) for t in tokens], scores=[encode_float32(s) for s in scores],
-                         n_layers=shape[0], n_heads=shape[1], layer=layer, head=head, temperature=float(temperature),
-                         mode=mode, sentence=sentence, tau_min=float(tau_min), tau_max=float(tau_max),
-                         head_labels=labels)
+        if labels and (
+            len(labels) != len(tokens)
+            or any(len(per) != shape[0] or any(len(r) != shape[1] for r in per) for per in labels)
+        ):
+            raise ValueError(
+                f"head_labels must hold, per sentence, (n_layers, n_heads) = {shape} strings for "
+                f"{len(tokens)} sentence(s)"
+            )
+        super().__init__(
+            tokens=[list(map(str, t)) for t in tokens],
+            scores=[encode_float32(s) for s in scores],
+            n_layers=shape[0],
+            n_heads=shape[1],
+            layer=layer,
+            head=head,
+            temperature=float(temperature),
+            mode=mode,
+            sentence=sentence,
+            tau_min=float(tau_min),
+            tau_max=float(tau_max),
+            head_labels=labels,
+        )
 
     @classmethod
     def from_model(cls, model, tokenizer, sentences: Sequence[str], **kwargs) -> "AttentionHeatmap":
@@ -159,6 +190,7 @@ class AttentionHeatmap(LiveWidget):
 
 
 # ----------------------------------------------------------------------------- positions (chapter 04)
+
 
 class SinusoidTable(LiveWidget):
     """The sinusoidal table ``PE[pos, i]`` for any even ``d_model`` and position, computed in the browser.
@@ -176,8 +208,10 @@ class SinusoidTable(LiveWidget):
     other = traitlets.Int(20).tag(sync=True)
 
     picture = "sinusoid_table"  # live_static.sinusoid_table: the static picture
-    def __init__(self, d_model: int = 64, position: int = 10, other: int = 20, n_positions: int = 100,
-                 max_d_model: int = 512):
+
+    def __init__(
+        self, d_model: int = 64, position: int = 10, other: int = 20, n_positions: int = 100, max_d_model: int = 512
+    ):
         check_range("max_d_model", max_d_model, 2, 4096)
         check_range("d_model", d_model, 2, max_d_model)
         if d_model % 2:
@@ -185,8 +219,9 @@ class SinusoidTable(LiveWidget):
         check_range("n_positions", n_positions, 2, 1000)
         check_range("position", position, 0, n_positions - 1)
         check_range("other", other, 0, n_positions - 1)
-        super().__init__(d_model=d_model, position=position, other=other, n_positions=n_positions,
-                         max_d_model=max_d_model)
+        super().__init__(
+            d_model=d_model, position=position, other=other, n_positions=n_positions, max_d_model=max_d_model
+        )
 
 
 class RopeRotation(LiveWidget):
@@ -206,8 +241,10 @@ class RopeRotation(LiveWidget):
     max_position = traitlets.Int(64).tag(sync=True)
 
     picture = "rope_rotation"  # live_static.rope_rotation: the static picture
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, m: int = 3, n: int = 1, max_position: int = 64,
-                 base: float = 10000.0):
+
+    def __init__(
+        self, q: torch.Tensor, k: torch.Tensor, m: int = 3, n: int = 1, max_position: int = 64, base: float = 10000.0
+    ):
         for name, v in (("q", q), ("k", k)):
             if not isinstance(v, torch.Tensor) or v.dim() != 1 or v.shape[0] % 2 or not 2 <= v.shape[0] <= 64:
                 got = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
@@ -220,11 +257,13 @@ class RopeRotation(LiveWidget):
         check_range("m", m, 0, max_position)
         check_range("n", n, 0, max_position)
         check_range("base", base, 2.0, 1e7, float)
-        super().__init__(q=encode_float32(q), k=encode_float32(k), m=m, n=n, max_position=max_position,
-                         base=float(base))
+        super().__init__(
+            q=encode_float32(q), k=encode_float32(k), m=m, n=n, max_position=max_position, base=float(base)
+        )
 
 
 # ----------------------------------------------------------------------- KV cache (chapter 07)
+
 
 class KVCacheCalculator(LiveWidget):
     """The KV cache's size ``2 x n_layers x batch x n_kv_heads x d_head x T x bytes`` for a table of models.
@@ -240,6 +279,7 @@ class KVCacheCalculator(LiveWidget):
     selection = traitlets.Dict().tag(sync=True)  # the reader's numbers: kv_cache_bytes(**selection); {}: row 0's
 
     picture = "kv_cache_calculator"  # live_static.kv_cache_calculator: the static picture
+
     def __init__(self, models: Sequence[tuple], max_length: int = 32768):
         if len(models) == 0:
             raise ValueError("models must list at least one (name, n_layers, n_kv_heads, d_head, context, bytes) row")
@@ -247,8 +287,10 @@ class KVCacheCalculator(LiveWidget):
         limits = (("n_layers", 128), ("n_kv_heads", 128), ("d_head", 256), ("context_length", max_length))
         for r, m in enumerate(models):
             if len(m) != 6 or not isinstance(m[0], str):
-                raise ValueError(f"models[{r}] must be (name, n_layers, n_kv_heads, d_head, context_length, "
-                                 f"bytes_per_element), got {m!r}")
+                raise ValueError(
+                    f"models[{r}] must be (name, n_layers, n_kv_heads, d_head, context_length, "
+                    f"bytes_per_element), got {m!r}"
+                )
             for (name, high), value in zip(limits, m[1:5]):
                 check_range(f"models[{r}] {name}", value, 1, high)
             if m[5] not in (1, 2, 4):
@@ -257,6 +299,7 @@ class KVCacheCalculator(LiveWidget):
 
 
 # ----------------------------------------------------------------------- quantization (chapter 09)
+
 
 class QuantGrid(LiveWidget):
     """Absmax quantization of one weight ``row: (K,)`` at any bits, group size and outlier, in the browser.
@@ -275,9 +318,17 @@ class QuantGrid(LiveWidget):
     max_outlier = traitlets.Float(10.0).tag(sync=True)
 
     picture = "quant_grid"  # live_static.quant_grid: the static picture
-    def __init__(self, row: torch.Tensor, bits: int = 4, group_size: int | None = None,
-                 bits_options: Sequence[int] = (2, 3, 4, 8), group_options: Sequence[int | None] = (None, 128, 32, 8),
-                 outlier: float = 1.0, max_outlier: float = 10.0):
+
+    def __init__(
+        self,
+        row: torch.Tensor,
+        bits: int = 4,
+        group_size: int | None = None,
+        bits_options: Sequence[int] = (2, 3, 4, 8),
+        group_options: Sequence[int | None] = (None, 128, 32, 8),
+        outlier: float = 1.0,
+        max_outlier: float = 10.0,
+    ):
         if not isinstance(row, torch.Tensor) or row.dim() != 1 or row.numel() < 2 or not row.is_floating_point():
             got = (tuple(row.shape), row.dtype) if isinstance(row, torch.Tensor) else type(row).__name__
             raise ValueError(f"row must be a 1-D floating-point tensor (K,) with K >= 2, got {got}")
@@ -294,9 +345,15 @@ class QuantGrid(LiveWidget):
             raise ValueError(f"group_size must be one of group_options={tuple(group_options)}, got {group_size!r}")
         check_range("max_outlier", max_outlier, 1.0, 1000.0, float)
         check_range("outlier", outlier, 1.0, max_outlier, float)
-        super().__init__(row=encode_float32(row), bits=bits, bits_options=list(bits_options),
-                         group_size=group_size or 0, group_options=[g or 0 for g in group_options],
-                         outlier=float(outlier), max_outlier=float(max_outlier))
+        super().__init__(
+            row=encode_float32(row),
+            bits=bits,
+            bits_options=list(bits_options),
+            group_size=group_size or 0,
+            group_options=[g or 0 for g in group_options],
+            outlier=float(outlier),
+            max_outlier=float(max_outlier),
+        )
 
 
 class AttentionSteps(LiveWidget):
@@ -318,8 +375,17 @@ class AttentionSteps(LiveWidget):
     temperature = traitlets.Float(1.0).tag(sync=True)
 
     picture = "attention_steps"  # live_static.attention_steps: the static picture
-    def __init__(self, tokens: Sequence[str], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 features: Sequence[str] = (), query: int = 0, temperature: float = 1.0):
+
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        features: Sequence[str] = (),
+        query: int = 0,
+        temperature: float = 1.0,
+    ):
         T = len(tokens)
         for name, x in (("q", q), ("k", k), ("v", v)):
             if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != T or not torch.isfinite(x).all():
@@ -331,12 +397,21 @@ class AttentionSteps(LiveWidget):
             raise ValueError(f"features must name the d_v = {v.shape[1]} value dimensions, got {len(features)} names")
         check_range("query", query, 0, T - 1)
         check_range("temperature", temperature, 0.05, 5.0, float)
-        super().__init__(tokens=list(map(str, tokens)), features=list(map(str, features)), q=encode_float32(q),
-                         k=encode_float32(k), v=encode_float32(v), d=q.shape[1], d_v=v.shape[1], query=query,
-                         temperature=float(temperature))
+        super().__init__(
+            tokens=list(map(str, tokens)),
+            features=list(map(str, features)),
+            q=encode_float32(q),
+            k=encode_float32(k),
+            v=encode_float32(v),
+            d=q.shape[1],
+            d_v=v.shape[1],
+            query=query,
+            temperature=float(temperature),
+        )
 
 
 # ----------------------------------------------------------------------- online softmax, tile by tile (chapter 10)
+
 
 class OnlineSoftmaxTiles(LiveWidget):
     """One block of queries ``q: (bq, d)`` swept over keys ``k: (Tk, d)`` and values ``v: (Tk, d_v)`` tile by
@@ -356,8 +431,15 @@ class OnlineSoftmaxTiles(LiveWidget):
     block_options = traitlets.List(traitlets.Int()).tag(sync=True)
 
     picture = "online_softmax_tiles"  # live_static.online_softmax_tiles: the static picture
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_k: int = 8,
-                 block_options: Sequence[int] = (1, 4, 8, 16)):
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        block_k: int = 8,
+        block_options: Sequence[int] = (1, 4, 8, 16),
+    ):
         for name, x in (("q", q), ("k", k), ("v", v)):
             if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
                 got = (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -365,20 +447,31 @@ class OnlineSoftmaxTiles(LiveWidget):
             if not torch.isfinite(x).all():
                 raise ValueError(f"{name} must be finite (no NaN or inf)")
         if q.shape[1] != k.shape[1] or k.shape[0] != v.shape[0]:
-            raise ValueError(f"expected q (bq, d), k (Tk, d), v (Tk, d_v), got q{tuple(q.shape)}, "
-                             f"k{tuple(k.shape)}, v{tuple(v.shape)}")
+            raise ValueError(
+                f"expected q (bq, d), k (Tk, d), v (Tk, d_v), got q{tuple(q.shape)}, "
+                f"k{tuple(k.shape)}, v{tuple(v.shape)}"
+            )
         check_range("bq", q.shape[0], 1, 16)
         check_range("Tk", k.shape[0], 1, 256)
         for b in block_options:
             check_range("block_options entries", b, 1, k.shape[0])
         if block_k not in block_options:
             raise ValueError(f"block_k must be one of block_options={tuple(block_options)}, got block_k={block_k!r}")
-        super().__init__(q=encode_float32(q), k=encode_float32(k), v=encode_float32(v), bq=q.shape[0],
-                         t_k=k.shape[0], d=q.shape[1], d_v=v.shape[1], block_k=block_k,
-                         block_options=list(block_options))
+        super().__init__(
+            q=encode_float32(q),
+            k=encode_float32(k),
+            v=encode_float32(v),
+            bq=q.shape[0],
+            t_k=k.shape[0],
+            d=q.shape[1],
+            d_v=v.shape[1],
+            block_k=block_k,
+            block_options=list(block_options),
+        )
 
 
 # ----------------------------------------------------------------------- mixture of experts (chapter 11)
+
 
 class ExpertRouting(LiveWidget):
     """The experts a router picks for each token of a sentence, per layer: top-k gates recomputed in the browser.
@@ -396,15 +489,30 @@ class ExpertRouting(LiveWidget):
     top_k = traitlets.Int(2).tag(sync=True)
 
     picture = "expert_routing"  # live_static.expert_routing: the static picture
+
     def __init__(self, tokens: Sequence[str], logits: torch.Tensor, layer: int = 0, top_k: int = 2):
         T = len(tokens)
-        if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or logits.shape[1] != T or T < 1 \
-                or logits.shape[2] < 2 or not torch.isfinite(logits).all():
+        if (
+            not isinstance(logits, torch.Tensor)
+            or logits.dim() != 3
+            or logits.shape[1] != T
+            or T < 1
+            or logits.shape[2] < 2
+            or not torch.isfinite(logits).all()
+        ):
             got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-            raise ValueError(f"logits must be a finite (n_layers, T, n_experts) tensor with T = len(tokens) = {T} "
-                             f"and n_experts >= 2, got {got}")
+            raise ValueError(
+                f"logits must be a finite (n_layers, T, n_experts) tensor with T = len(tokens) = {T} "
+                f"and n_experts >= 2, got {got}"
+            )
         L, _, E = logits.shape
         check_range("layer", layer, 0, L - 1)
         check_range("top_k", top_k, 1, E)
-        super().__init__(tokens=list(map(str, tokens)), logits=encode_float32(logits), n_layers=L, n_experts=E,
-                         layer=layer, top_k=top_k)
+        super().__init__(
+            tokens=list(map(str, tokens)),
+            logits=encode_float32(logits),
+            n_layers=L,
+            n_experts=E,
+            layer=layer,
+            top_k=top_k,
+        )

@@ -7,6 +7,7 @@ crossed out (left), and the validation loss against the fraction of heads remove
 (right). ``frame_slider(lambda i: pruning_frame(...), ...)`` turns the steps into a slider. ``score_heatmaps``
 draws head scores side by side; ``interval_curves`` draws mean curves with confidence bands (the MiniLM study).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -15,8 +16,15 @@ import matplotlib.pyplot as plt
 import torch
 
 
-def pruning_frame(scores: torch.Tensor, removed: torch.Tensor, fractions: Sequence[float], losses: Sequence[float],
-                  index: int, base_loss: float, order_name: str = "gradient importance"):
+def pruning_frame(
+    scores: torch.Tensor,
+    removed: torch.Tensor,
+    fractions: Sequence[float],
+    losses: Sequence[float],
+    index: int,
+    base_loss: float,
+    order_name: str = "gradient importance",
+):
     """One step of a pruning order: ``(figure, caption)``.
 
     ``scores: (L, H)`` the heads' scores (drawn as the heatmap); ``removed: (L, H)`` bool, True on the heads gone at
@@ -24,10 +32,14 @@ def pruning_frame(scores: torch.Tensor, removed: torch.Tensor, fractions: Sequen
     ``index`` is this step; ``base_loss``: the unpruned model's loss, for the caption.
     """
     if scores.shape != removed.shape or scores.dim() != 2:
-        raise ValueError(f"scores and removed must both be (L, H), got {tuple(scores.shape)} and {tuple(removed.shape)}")
+        raise ValueError(
+            f"scores and removed must both be (L, H), got {tuple(scores.shape)} and {tuple(removed.shape)}"
+        )
     if len(fractions) != len(losses) or not 0 <= index < len(losses):
-        raise ValueError(f"fractions ({len(fractions)}) and losses ({len(losses)}) must have the same length, "
-                         f"and index={index} must lie in it")
+        raise ValueError(
+            f"fractions ({len(fractions)}) and losses ({len(losses)}) must have the same length, "
+            f"and index={index} must lie in it"
+        )
     L, H = scores.shape
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 2.7), gridspec_kw={"width_ratios": [1, 1.5]})
     ax1.imshow(scores.detach().float().cpu().numpy(), cmap="Blues", vmin=0, vmax=float(scores.max()))
@@ -53,8 +65,10 @@ def score_heatmaps(maps: dict, suptitle: str, figsize=(9.6, 3.1), units: dict | 
     """One heatmap per ``(n_layers, n_heads)`` score map of ``maps: {title: tensor}``, side by side; darker =
     larger. ``units: {title: label}`` names each colour bar's unit. Returns the figure."""
     if not maps or any(m.dim() != 2 for m in maps.values()):
-        raise ValueError(f"maps must be a non-empty dict of (n_layers, n_heads) tensors, got "
-                         f"{ {k: tuple(v.shape) for k, v in maps.items()} }")
+        raise ValueError(
+            f"maps must be a non-empty dict of (n_layers, n_heads) tensors, got "
+            f"{ {k: tuple(v.shape) for k, v in maps.items()} }"
+        )
     fig, axes = plt.subplots(1, len(maps), figsize=figsize, squeeze=False)
     for ax, (title, m) in zip(axes[0], maps.items()):
         im = ax.imshow(m.detach().float().cpu().numpy(), cmap="Blues")
@@ -72,23 +86,35 @@ def score_heatmaps(maps: dict, suptitle: str, figsize=(9.6, 3.1), units: dict | 
     return fig
 
 
-def interval_curves(ns: Sequence[int], stats: dict, total: int, ylabel: str = "agreement with the unpruned model",
-                    title: str = "Pruning orders, mean and 95% interval over sentence sets"):
+def interval_curves(
+    ns: Sequence[int],
+    stats: dict,
+    total: int,
+    ylabel: str = "agreement with the unpruned model",
+    title: str = "Pruning orders, mean and 95% interval over sentence sets",
+):
     """Mean curves with shaded intervals: ``stats: {label: [(mean, half_width) for each n of ns]}``; ``total`` heads.
 
     Each curve starts at 0 heads removed, where a pruned model *is* the unpruned one (agreement 1). Returns the figure.
     """
     if any(len(v) != len(ns) for v in stats.values()):
-        raise ValueError(f"each curve in stats needs one (mean, half_width) per n of ns ({len(ns)}), got "
-                         f"{ {k: len(v) for k, v in stats.items()} }")
+        raise ValueError(
+            f"each curve in stats needs one (mean, half_width) per n of ns ({len(ns)}), got "
+            f"{ {k: len(v) for k, v in stats.items()} }"
+        )
     fig, ax = plt.subplots(figsize=(6, 3.6))
     xs = [0] + list(ns)
     for (label, rows), marker in zip(stats.items(), "os^Dv"):
         mean = [1.0] + [m for m, _ in rows]
         half = [0.0] + [h for _, h in rows]
-        line, = ax.plot(xs, mean, marker + "-", label=label)
-        ax.fill_between(xs, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
-                        color=line.get_color(), alpha=0.2)
+        (line,) = ax.plot(xs, mean, marker + "-", label=label)
+        ax.fill_between(
+            xs,
+            [m - h for m, h in zip(mean, half)],
+            [m + h for m, h in zip(mean, half)],
+            color=line.get_color(),
+            alpha=0.2,
+        )
     ax.set_xlabel(f"heads removed (of {total}), least important first")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)

@@ -3,6 +3,7 @@ side (``draw_rnn_vs_attention``). The numbers come from ``experiments.training_s
 
 Used in chapter 01.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -13,8 +14,12 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 STYLE = {"RNN (Python loop)": "tab:red", "nn.LSTM (C++ loop)": "tab:orange", "attention": "tab:blue"}
 
 
-def plot_step_times(lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
-                       flops: dict[str, list[float]], what: str = "forward pass"):
+def plot_step_times(
+    lengths: Sequence[int],
+    times: dict[tuple[str, str], list[float]],
+    flops: dict[str, list[float]],
+    what: str = "forward pass",
+):
     """Left: the time of one ``what`` (a forward pass, a training step) against T (log-log); right: the arithmetic
     rate reached (FLOPs / time).
 
@@ -25,8 +30,15 @@ def plot_step_times(lengths: Sequence[int], times: dict[tuple[str, str], list[fl
     for (name, dev), ts in times.items():
         ls = "-" if dev == "cpu" else "--"
         ax_t.loglog(lengths, [t * 1e3 for t in ts], ls, marker="o", ms=3, color=STYLE[name], label=f"{name}, {dev}")
-        ax_r.semilogx(lengths, [f / t / 1e9 for f, t in zip(flops[name], ts)], ls, marker="o", ms=3,
-                      color=STYLE[name], label=f"{name}, {dev}")
+        ax_r.semilogx(
+            lengths,
+            [f / t / 1e9 for f, t in zip(flops[name], ts)],
+            ls,
+            marker="o",
+            ms=3,
+            color=STYLE[name],
+            label=f"{name}, {dev}",
+        )
     ax_t.set(xlabel="sequence length T", ylabel=f"time of one {what} (ms)", title=f"Time of one {what}")
     ax_r.set(xlabel="sequence length T", ylabel="GFLOP/s reached", title="Arithmetic rate (FLOPs / time)")
     ax_r.set_ylim(bottom=0)
@@ -38,8 +50,13 @@ def plot_step_times(lengths: Sequence[int], times: dict[tuple[str, str], list[fl
     return fig
 
 
-def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str, str], list[float]],
-                          what: str = "forward pass", rounds: dict[tuple[str, str], list[list[float]]] | None = None):
+def draw_rnn_vs_attention(
+    T: int,
+    lengths: Sequence[int],
+    times: dict[tuple[str, str], list[float]],
+    what: str = "forward pass",
+    rounds: dict[tuple[str, str], list[list[float]]] | None = None,
+):
     """Left: an RNN's ``T`` dependent steps; middle: attention's one step; right: the times measured at ``T``
     (``times`` as in ``plot_step_times``, ``T`` one of ``lengths``; ``what`` they time). The chain is drawn
     as its first three steps, "...", and step T. ``rounds`` (same keys, per length every timed round's seconds,
@@ -80,8 +97,10 @@ def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str,
     values = [times[key][i] * 1e3 for key in names]
     err = None
     if rounds is not None:  # whiskers: fastest to slowest round, around the median bar
-        err = [[v - min(rounds[key][i]) * 1e3 for key, v in zip(names, values)],
-               [max(rounds[key][i]) * 1e3 - v for key, v in zip(names, values)]]
+        err = [
+            [v - min(rounds[key][i]) * 1e3 for key, v in zip(names, values)],
+            [max(rounds[key][i]) * 1e3 - v for key, v in zip(names, values)],
+        ]
     ax_b.barh(range(len(names)), values, xerr=err, capsize=3, color=[STYLE[name] for name, _ in names])
     ax_b.set_yticks(range(len(names)), [f"{name}, {dev}" for name, dev in names], fontsize=9)
     ax_b.set_xscale("log")
@@ -90,18 +109,24 @@ def draw_rnn_vs_attention(T: int, lengths: Sequence[int], times: dict[tuple[str,
         every += [t for per_length in rounds.values() for r in per_length for t in r]
     ax_b.set_xlim(min(every) * 1e3 / 2, max(every) * 1e3 * 2)
     ax_b.invert_yaxis()
-    ax_b.set(xlabel=f"time of one {what} (ms, log scale)" + ("\nmedian; whiskers: fastest-slowest round"
-                                                               if rounds is not None else ""),
-             title=f"Measured at T = {T}")
+    ax_b.set(
+        xlabel=f"time of one {what} (ms, log scale)"
+        + ("\nmedian; whiskers: fastest-slowest round" if rounds is not None else ""),
+        title=f"Measured at T = {T}",
+    )
     plt.tight_layout()
+
     def quoted(name):
         key = (name, "cpu")
         text = f"{times[key][i] * 1e3:.2f} ms"
         if rounds is not None:
             text += f" ({min(rounds[key][i]) * 1e3:.2f}-{max(rounds[key][i]) * 1e3:.2f})"
         return text
+
     spread = f", median (fastest-slowest of {len(rounds[names[0]][i])} rounds)" if rounds is not None else ""
-    caption = (f"<b>T = {T}</b>: RNN loop {quoted('RNN (Python loop)')} for {T} dependent steps; nn.LSTM "
-               f"{quoted('nn.LSTM (C++ loop)')}; attention {quoted('attention')} in 1 step (one {what} on the "
-               f"CPU{spread}).")
+    caption = (
+        f"<b>T = {T}</b>: RNN loop {quoted('RNN (Python loop)')} for {T} dependent steps; nn.LSTM "
+        f"{quoted('nn.LSTM (C++ loop)')}; attention {quoted('attention')} in 1 step (one {what} on the "
+        f"CPU{spread})."
+    )
     return fig, caption

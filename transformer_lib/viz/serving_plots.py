@@ -8,6 +8,7 @@ measured tokens per second (with the range over the timed rounds when the rows c
 line a purely bytes-bound step would give (the batch of one's speed times
 the batch); right, the step's FLOPs per byte with the balance point drawn across.
 """
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -17,22 +18,30 @@ def plot_batching_roofline(rows: list[dict], balance: float, title: str = "Batch
     """Two panels against the batch size (log scale): measured tok/s with the bytes-bound line ``B x tok/s(1)``,
     and the arithmetic intensity with a horizontal line at ``balance`` (FLOPs per byte). Returns the figure."""
     if not rows or any(not {"batch", "tok_per_s", "intensity"} <= set(r) for r in rows):
-        raise ValueError("rows must be decode_throughput's dicts (batch, tok_per_s, intensity), got "
-                         f"{[sorted(r) for r in rows][:1]!r}")
+        raise ValueError(
+            "rows must be decode_throughput's dicts (batch, tok_per_s, intensity), got "
+            f"{[sorted(r) for r in rows][:1]!r}"
+        )
     if not balance > 0:
         raise ValueError(f"balance must be a positive number of FLOPs per byte, got {balance!r}")
     batch = [r["batch"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.2))
     measured = [r["tok_per_s"] for r in rows]
     ax1.plot(batch, measured, "o-", label="measured (median)")
-    ax1.plot(batch, [rows[0]["tok_per_s"] * b / rows[0]["batch"] for b in batch], "--", color="gray",
-             label="bytes-bound: B x batch-1 speed")
+    ax1.plot(
+        batch,
+        [rows[0]["tok_per_s"] * b / rows[0]["batch"] for b in batch],
+        "--",
+        color="gray",
+        label="bytes-bound: B x batch-1 speed",
+    )
     if all("decode_times" in r for r in rows):  # every round's seconds: the range of tok/s they give
         tokens = [r["tok_per_s"] * r["decode_seconds"] for r in rows]  # tokens per timed call
         low = [m - n / max(r["decode_times"]) for m, n, r in zip(measured, tokens, rows)]
         high = [n / min(r["decode_times"]) - m for m, n, r in zip(measured, tokens, rows)]
-        ax1.errorbar(batch, measured, yerr=[low, high], fmt="none", ecolor="C0", capsize=3,
-                     label="range over the timed rounds")
+        ax1.errorbar(
+            batch, measured, yerr=[low, high], fmt="none", ecolor="C0", capsize=3, label="range over the timed rounds"
+        )
     ax1.set_ylabel("tokens per second (all rows)")
     ax1.set_title(title)
     ax2.plot(batch, [r["intensity"] for r in rows], "s-", color="C1", label="decoding step")

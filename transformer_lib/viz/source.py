@@ -2,6 +2,7 @@
 
 Used in chapters 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11 and 12.
 """
+
 from __future__ import annotations
 
 import inspect

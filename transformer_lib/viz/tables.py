@@ -2,6 +2,7 @@
 
 Used in chapters 05, 06 and 07.
 """
+
 from __future__ import annotations
 
 

@@ -8,6 +8,7 @@ the reader's browser (``js/token_flow.js``), which lets them pick a position, a 
 computes what it shows: the attention row's largest weight, the probabilities ``exp(z - logsumexp(z))`` of the
 likeliest next tokens. Chapter 00 shows it on the Shakespeare GPT.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ class FlowRecord:
     weights; ``attn_out, ffn_out: (L, T, d_model)`` what the attention and feed-forward sub-layers add to the
     residual stream; ``logits: (T, V)`` the next-token scores at every position.
     """
+
     ids: list[int]
     embedding: torch.Tensor
     attention: torch.Tensor
@@ -70,8 +72,14 @@ def trace_token_flow(model: GPT, ids: torch.Tensor) -> FlowRecord:
             hook.remove()
     weights = [block.self_weights[0] for block in model.blocks]  # L of (H, T, T)
     cpu = lambda t: t.detach().float().cpu()  # noqa: E731
-    return FlowRecord(ids[0].tolist(), cpu(seen["embedding"][0]), cpu(torch.stack(weights)),
-                      cpu(torch.stack(seen["attention"])), cpu(torch.stack(seen["feed-forward"])), cpu(logits))
+    return FlowRecord(
+        ids[0].tolist(),
+        cpu(seen["embedding"][0]),
+        cpu(torch.stack(weights)),
+        cpu(torch.stack(seen["attention"])),
+        cpu(torch.stack(seen["feed-forward"])),
+        cpu(logits),
+    )
 
 
 def _tensor(name: str, value, shape: tuple) -> torch.Tensor:
@@ -112,9 +120,19 @@ class TokenFlow(LiveWidget):
     stage = traitlets.Unicode("attention").tag(sync=True)
 
     picture = "token_flow"  # live_static.token_flow: the static picture
-    def __init__(self, tokens: Sequence[str], record: FlowRecord, vocab: Sequence[str], top_k: int = 5,
-                 n_dims: int = 8, position: int | None = None, layer: int = 0, head: int = 0,
-                 stage: str = "attention"):
+
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        record: FlowRecord,
+        vocab: Sequence[str],
+        top_k: int = 5,
+        n_dims: int = 8,
+        position: int | None = None,
+        layer: int = 0,
+        head: int = 0,
+        stage: str = "attention",
+    ):
         if isinstance(tokens, str) or len(tokens) == 0 or not all(isinstance(t, str) for t in tokens):
             raise ValueError(f"tokens must be a non-empty list of strings (one per position), got {tokens!r}")
         if not isinstance(record, FlowRecord):
@@ -139,13 +157,27 @@ class TokenFlow(LiveWidget):
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
         top = logits.topk(top_k, dim=-1)  # values, indices: (T, top_k)
         super().__init__(
-            tokens=list(tokens), ids=[int(i) for i in record.ids], n_layers=L, n_heads=H, d_model=D, n_dims=n_dims,
-            top_k=top_k, emb_norm=encode_float32(emb.norm(dim=-1)), emb_dims=encode_float32(emb[:, :n_dims]),
-            attention=encode_float32(att), attn_norm=encode_float32(a_out.norm(dim=-1)),
-            ffn_norm=encode_float32(f_out.norm(dim=-1)), top_ids=top.indices.tolist(),
+            tokens=list(tokens),
+            ids=[int(i) for i in record.ids],
+            n_layers=L,
+            n_heads=H,
+            d_model=D,
+            n_dims=n_dims,
+            top_k=top_k,
+            emb_norm=encode_float32(emb.norm(dim=-1)),
+            emb_dims=encode_float32(emb[:, :n_dims]),
+            attention=encode_float32(att),
+            attn_norm=encode_float32(a_out.norm(dim=-1)),
+            ffn_norm=encode_float32(f_out.norm(dim=-1)),
+            top_ids=top.indices.tolist(),
             top_tokens=[[str(vocab[i]) for i in row] for row in top.indices.tolist()],
-            top_logits=encode_float32(top.values), logsumexp=encode_float32(logits.logsumexp(dim=-1)),
-            position=T - 1 if position is None else position, layer=layer, head=head, stage=stage)
+            top_logits=encode_float32(top.values),
+            logsumexp=encode_float32(logits.logsumexp(dim=-1)),
+            position=T - 1 if position is None else position,
+            layer=layer,
+            head=head,
+            stage=stage,
+        )
 
     @classmethod
     def from_model(cls, model: GPT, tokenizer, prompt: str, **kwargs) -> "TokenFlow":

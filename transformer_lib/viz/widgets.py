@@ -7,6 +7,7 @@ beforehand (one PNG per value) into an ``ipywidgets.Stack`` and links the slider
 in the browser (``jslink``): moving the slider switches frames with no kernel at all.
 ``live_view`` is the continuous version for a running kernel (any value, any sentence).
 """
+
 from __future__ import annotations
 
 import io
@@ -33,8 +34,9 @@ def _frame(render: Callable, value, dpi: int) -> widgets.Widget:
     return image if caption is None else widgets.VBox([image, widgets.HTML(caption)])
 
 
-def frame_slider(render: Callable, values: Sequence, description: str, initial=None, dpi: int = 80,
-                 play: bool = False) -> widgets.VBox:
+def frame_slider(
+    render: Callable, values: Sequence, description: str, initial=None, dpi: int = 80, play: bool = False
+) -> widgets.VBox:
     """A slider over ``values`` that shows ``render(value)``, precomputed for every value.
 
     ``render(value)`` returns a matplotlib figure, or ``(figure, caption_html)``.
@@ -46,9 +48,13 @@ def frame_slider(render: Callable, values: Sequence, description: str, initial=N
         raise ValueError("values must not be empty")
     start = values.index(initial) if initial is not None else 0
     stack = widgets.Stack([_frame(render, v, dpi) for v in values], selected_index=start)
-    slider = widgets.SelectionSlider(options=[(str(v), i) for i, v in enumerate(values)], index=start,
-                                     description=description, style=WIDE,
-                                     layout=widgets.Layout(width="min(520px, 95%)"))
+    slider = widgets.SelectionSlider(
+        options=[(str(v), i) for i, v in enumerate(values)],
+        index=start,
+        description=description,
+        style=WIDE,
+        layout=widgets.Layout(width="min(520px, 95%)"),
+    )
     widgets.jslink((slider, "index"), (stack, "selected_index"))
     controls = [slider]
     if play:
@@ -73,12 +79,14 @@ def live_view(render: Callable, **controls) -> widgets.VBox:
     ``(0.1, 5.0, 0.1)``). In the static book this shows the first frame only: tag its cell
     ``remove-output`` and pair it with a ``frame_slider``.
     """
+
     def show(**kwargs):
         out = render(**kwargs)
         fig, caption = out if isinstance(out, tuple) else (out, None)
         plt.show(fig)
         if caption:
             from IPython.display import HTML, display
+
             display(HTML(caption))
 
     ui = widgets.interactive(show, **controls)
