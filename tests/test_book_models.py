@@ -49,22 +49,28 @@ def test_checkpoint_files_are_small_safetensors_with_a_record(name):
         checkpoint_info("gpt4")
 
 
-def test_shakespeare_gpt_reaches_its_recorded_validation_loss():
+@pytest.fixture(scope="module")
+def gpt_val_loss():
+    """The committed GPT's validation loss, computed once for the tests below (each of them ran the whole held-out
+    set itself before: the same number three times)."""
+    model, _ = load_shakespeare_gpt(device="cpu")
+    return shakespeare_val_loss(model)
+
+
+def test_shakespeare_gpt_reaches_its_recorded_validation_loss(gpt_val_loss):
     model, tok = load_shakespeare_gpt(device="cpu")
     info = checkpoint_info("shakespeare_gpt")
     assert not model.training and model.lm_head.weight is model.tok_emb.weight
     assert tok == BPETokenizer.train(shakespeare_split()[0], GPT_VOCAB)  # the recipe's BPE, learned again
     assert tok.decode(shakespeare_gpt_ids("val")) == shakespeare_split()[1]
-    loss = shakespeare_val_loss(model)
-    assert loss == pytest.approx(info["val_loss"], abs=2e-4)
+    assert gpt_val_loss == pytest.approx(info["val_loss"], abs=2e-4)
 
 
-def test_shakespeare_gpt_meets_the_books_target():
+def test_shakespeare_gpt_meets_the_books_target(gpt_val_loss):
     """The loss is recomputed on the held-out works. How long the recipe trains is not asserted here (a number
     copied from the json would prove nothing, a timed test is a benchmark's job): the slow test
     ``test_gpt_recipe_reproduces_the_checkpoint`` retrains it and prints the time."""
-    model, _ = load_shakespeare_gpt(device="cpu")
-    assert shakespeare_val_loss(model) <= 1.5  # nats per character on the held-out works
+    assert gpt_val_loss <= 1.5  # nats per character on the held-out works
 
 
 def test_nats_per_char_is_the_summed_token_loss_over_the_characters_spelled():
@@ -83,7 +89,7 @@ def test_nats_per_char_is_the_summed_token_loss_over_the_characters_spelled():
     assert 1.8 < n_chars / (2 * 32 * 128) < 3.0  # a BPE token spells a few characters
 
 
-def test_shakespeare_gpt_beats_a_counted_bigram_model():
+def test_shakespeare_gpt_beats_a_counted_bigram_model(gpt_val_loss):
     """An independent baseline: P(next | previous character) counted on the training works (add-one smoothing),
     scored on the same held-out works, in nats per character as the GPT is. A Transformer that learned anything
     must do much better."""
@@ -97,8 +103,7 @@ def test_shakespeare_gpt_beats_a_counted_bigram_model():
     logp = (counts / counts.sum(1, keepdim=True)).log()
     bigram = -float(logp[corpus.val[:-1], corpus.val[1:]].mean())
     assert 2.0 < bigram < 3.0
-    model, _ = load_shakespeare_gpt(device="cpu")
-    assert shakespeare_val_loss(model) < bigram - 0.7
+    assert gpt_val_loss < bigram - 0.7
 
 
 def test_loaders_return_fresh_models_each_call():

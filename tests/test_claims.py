@@ -92,6 +92,19 @@ def test_glue_number_returns_the_number_as_a_python_scalar(value, expected):
     assert got == expected and type(got) in (int, float)
 
 
+@pytest.mark.parametrize("value", [0.125, 7, "1.5x", "faster than the loop"])
+@pytest.mark.parametrize("display", [False, True])
+def test_glue_outputs_what_myst_nb_glue_outputs(value, display, monkeypatch):
+    """The independent reference: myst-nb's own ``glue``, whose outputs its roles read in the book build."""
+    import myst_nb.ext.glue
+
+    outputs = {}
+    for where, fn in (("myst_nb.ext.glue.ipy_display", myst_nb.glue), ("IPython.display.display", claims.glue)):
+        monkeypatch.setattr(where, lambda *args, fn=fn, **kwargs: outputs.setdefault(fn, (args, kwargs)))
+        fn("ratio", value, display=display)
+    assert outputs[claims.glue] == outputs[myst_nb.glue]
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -107,7 +120,7 @@ def test_glue_number_returns_the_number_as_a_python_scalar(value, expected):
 )
 def test_glue_number_refuses_nan_and_infinity_naming_the_key(value, monkeypatch):
     glued = []
-    monkeypatch.setattr("myst_nb.glue", lambda *args, **kwargs: glued.append(args))
+    monkeypatch.setattr("transformer_lib.claims.glue", lambda *args, **kwargs: glued.append(args))
     with pytest.raises(ValueError, match=r"value glued as 'speedup' must be a finite number, got (nan|inf|-inf)"):
         glue_number("speedup", value)
     assert glued == []  # nothing reached the prose
@@ -154,7 +167,7 @@ def test_a_misspelt_mode_fails_every_claim_naming_the_variable(monkeypatch):
 
 def test_report_mode_shows_the_sentence_and_the_values_glued_since_the_last_check(monkeypatch):
     monkeypatch.setenv("BOOK_CLAIMS", "report")
-    monkeypatch.setattr("myst_nb.glue", lambda *args, **kwargs: None)
+    monkeypatch.setattr("transformer_lib.claims.glue", lambda *args, **kwargs: None)
     shown = []
     monkeypatch.setattr(claims, "_display_failure", lambda sentence, values: shown.append((sentence, values)))
     glue_number("before", 1.0)

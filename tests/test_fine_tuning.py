@@ -65,6 +65,11 @@ def test_the_top_layers_change_round_trips_within_its_int8_step():
         )
 
 
+# slow: three MiniLM encoders over the held-out set and the agreement lines (the longest test of make test, over 3
+# minutes on a loaded machine); chapter 12's page, which make test runs, re-measures the same three committed models
+# (their accuracy claimed against the record within 0.01, their agreement printed beside the record's), so the fast
+# loop keeps that check and make test-all adds this one's tighter agreement bound
+@pytest.mark.slow
 def test_committed_models_are_the_ones_the_record_measured(runs, data):
     lines = X.forgetting_lines()
     for method in X.METHODS:

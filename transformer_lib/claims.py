@@ -161,6 +161,22 @@ def _record(sentence: str, holds: bool) -> None:
             f.write(json.dumps({"sentence": sentence, "holds": holds}) + "\n")
 
 
+GLUE_PREFIX = "application/papermill.record/"  # myst-nb's MIME prefix of a value glued without display
+
+
+def glue(name: str, value, display: bool = True) -> None:
+    """Store ``value``'s display under ``name`` in the cell's outputs, where myst-nb's glue roles read it: what
+    ``myst_nb.glue(name, value, display)`` outputs (``tests/test_claims.py`` compares the two), written here
+    because importing myst-nb pulls in docutils and Sphinx, about 2 s of CPU in every chapter's kernel."""
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display as ipy_display
+
+    bundle, metadata = format_display_data(value)
+    prefix = "" if display else GLUE_PREFIX
+    metadata["scrapbook"] = dict(name=name, mime_prefix=prefix)
+    ipy_display({prefix + k: v for k, v in bundle.items()}, raw=True, metadata=metadata)
+
+
 def glue_number(name: str, value, fmt: str | None = None):
     """Glue ``value`` under ``name`` for the book's prose (``{glue:text}`name``` or ``name:.2f``) and return it.
 
@@ -169,8 +185,6 @@ def glue_number(name: str, value, fmt: str | None = None):
     as is; the number itself is returned either way, so the notebook can print it (Colab and Jupyter show the
     printed output, not the glue role).
     """
-    from myst_nb import glue  # imported here: the library does not need myst-nb to run
-
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be an identifier-like string (letters, digits, _), got {name!r}")
     if isinstance(value, torch.Tensor):
@@ -197,8 +211,6 @@ def glue_choice(name: str, key: str, words: dict[str, str]) -> str:
     """
     if not isinstance(words, dict) or key not in words:
         raise KeyError(f"key {key!r} is not one of the words given for {name!r}: {sorted(words)}")
-    from myst_nb import glue
-
     glue(name, words[key], display=False)
     glue(name + CHOICE_KEY_SUFFIX, key, display=False)
     _glued_since_check[name] = words[key]

@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .modes import eval_mode
+from .serving.kv_cache import DynamicCache
 from .tokenization import pad_sequences
 
 
@@ -28,8 +29,9 @@ def greedy_decode(model: nn.Module, src: torch.Tensor, bos_id: int, eos_id: int,
     memory = model.encode(src, attention_mask)  # (B, S, d_model)
     out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    cache = DynamicCache()  # the decoder's keys and values so far: each step feeds only the newest token
     for _ in range(max_len):
-        logits = model.decode(out, memory, attention_mask)[:, -1]  # (B, V)
+        logits = model.decode(out[:, -1:], memory, attention_mask, cache=cache)[:, -1]  # (B, V)
         logits[:, [pad, bos_id]] = float("-inf")  # never valid outputs
         nxt = logits.argmax(-1).masked_fill(done, pad)
         out = torch.cat([out, nxt[:, None]], dim=1)
@@ -65,8 +67,9 @@ def beam_search(
     scores = torch.zeros(B, K, device=src.device)
     scores[:, 1:] = float("-inf")  # start from one live beam per source
     done = torch.zeros(B * K, dtype=torch.bool, device=src.device)
+    cache = DynamicCache()  # the decoder's keys and values, one row per beam, reordered with the beams
     for _ in range(max_len):
-        logits = model.decode(seqs, memory, attention_mask)[:, -1].float()  # (B*K, V)
+        logits = model.decode(seqs[:, -1:], memory, attention_mask, cache=cache)[:, -1].float()  # (B*K, V)
         logits[:, [pad, bos_id]] = float("-inf")  # never valid outputs
         logp, V = F.log_softmax(logits, dim=-1), logits.shape[-1]
         # a finished beam can only be extended by PAD, at no cost
@@ -78,6 +81,7 @@ def beam_search(
         beam, tok = flat // V, flat % V
         rows = (torch.arange(B, device=src.device)[:, None] * K + beam).view(-1)  # parent rows
         seqs = torch.cat([seqs[rows], tok.view(-1, 1)], dim=1)
+        cache.keys, cache.values = [k[rows] for k in cache.keys], [v[rows] for v in cache.values]  # follow parents
         done = done[rows] | (tok.view(-1) == eos_id)
         if done.all():
             break
