@@ -131,17 +131,22 @@ def test_residual_pre_norm_normalized_skip_gets_its_hint():
 
 
 # ----------------------------------------------------------------------------- exercise 4: predict, then run
-def test_ffn_share_prediction_right_answer_passes_and_wrong_one_is_explained():
-    from transformer_lib.exercises.ch05 import explain_ffn_share_prediction
+def test_model_ffn_share_prediction_right_answer_passes_and_the_blocks_share_is_explained():
+    import torch
 
-    d, f = 768, 3072  # GPT-2 small's block: self-attention and FFN, no cross-attention
-    counts = {
-        "self-attention": 4 * d * d + 4 * d,
-        "cross-attention": 0,
-        "feed-forward": 2 * d * f + f + d,
-        "LayerNorm": 4 * d,
-    }  # the closed form, independent of the library
-    assert explain_ffn_share_prediction(2 / 3, counts, d, f)
-    wrong = explain_ffn_share_prediction(0.5, counts, d, f)
-    assert not wrong and "you predicted 0.50" in wrong.message and "d_ff = 2 d_model" in wrong.message
-    assert not explain_ffn_share_prediction("two thirds", counts, d, f)
+    from transformer_lib.exercises.ch05 import explain_model_ffn_share_prediction
+    from transformer_lib.model_configs import GPTConfig
+    from transformer_lib.models import GPT
+
+    V, P, L, d, f = 50257, 1024, 12, 768, 3072  # GPT-2 small
+    with torch.device("meta"):
+        model = GPT(GPTConfig(vocab_size=V, block_size=P, n_layers=L, n_heads=12, d_model=d, d_ff=f))
+    # the closed form, independent of the library: embeddings, L blocks (attention, FFN, two LayerNorms), final norm
+    ffn = 2 * d * f + f + d
+    block = (4 * d * d + 4 * d) + ffn + 4 * d
+    total = V * d + P * d + L * block + 2 * d
+    assert total == 124_439_808  # GPT-2 small's published count
+    assert explain_model_ffn_share_prediction(L * ffn / total, model)
+    wrong = explain_model_ffn_share_prediction(ffn / block, model)
+    assert not wrong and f"you predicted {ffn / block:.2f}" in wrong.message and "outside every block" in wrong.message
+    assert not explain_model_ffn_share_prediction("two thirds", model)

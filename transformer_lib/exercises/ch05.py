@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from ..layers import FeedForward, LayerNorm, Residual
+from ..params import count_parameters
 from .checking import ExerciseResult, check_against, random_int
 
 
@@ -155,27 +156,27 @@ def check_residual(fn: Callable) -> ExerciseResult:
 
 
 # ----------------------------------------------------------------------------- exercise 4: predict, then run
-def explain_ffn_share_prediction(guess, counts: dict[str, int], d_model: int, d_ff: int) -> ExerciseResult:
-    """The reader predicted ``guess``: the feed-forward network's fraction (0..1) of one block's parameters.
-    ``counts``: the block's ``{kind: parameters}`` (``experiments.param_shares.layer_parameter_counts``).
-    Correct within 0.03; the message gives the closed form behind the measured share."""
+def explain_model_ffn_share_prediction(guess, model) -> ExerciseResult:
+    """The reader predicted ``guess``: the fraction (0..1) of a whole ``GPT``'s parameters that its blocks' FFNs
+    hold, embeddings included (a tied output head counted once). ``model``: the ``GPT`` (a ``meta`` one will do).
+    Correct within 0.03; the message says where the rest of the parameters are."""
     if isinstance(guess, bool) or not isinstance(guess, (int, float)) or not 0 < guess < 1:
         return ExerciseResult(False, f"put a fraction between 0 and 1 in my_guess, got {guess!r}.")
-    total = sum(counts.values())
-    share = counts["feed-forward"] / total
-    attn = counts["self-attention"] + counts["cross-attention"]
+    total = count_parameters(model)
+    ffn = sum(count_parameters(block.ffn) for block in model.blocks)
+    blocks = sum(count_parameters(block) for block in model.blocks)
+    emb = model.tok_emb.weight.numel()
+    share = ffn / total
     why = (
-        f"the FFN has 2 x d_model x d_ff = {2 * d_model * d_ff:,} weights (+ {d_ff + d_model:,} biases), the "
-        f"attention {attn:,} parameters (4 x d_model^2 + biases per attention sub-layer), the LayerNorms "
-        f"{counts['LayerNorm']:,}: the FFN holds {counts['feed-forward']:,} of {total:,} = {share:.1%}. With "
-        f"d_ff = 4 d_model it is 8 d^2 against 4 d^2 per attention, whatever d_model is."
+        f"the {len(model.blocks)} FFNs hold {ffn:,} of {total:,} parameters = {share:.1%}. Inside a block the FFN is "
+        f"{ffn / blocks:.1%} (this chapter's count), but the token embedding ({tuple(model.tok_emb.weight.shape)}, "
+        f"{emb:,} parameters, shared with the output head) is in no block: it alone is {emb / total:.1%} of the model."
     )
     if abs(guess - share) <= 0.03:
         return ExerciseResult(True, why)
     hint = (
-        " Did you count the FFN as large as the attention? That holds for d_ff = 2 d_model (the translator), "
-        "not 4 d_model."
-        if abs(guess - 0.5) <= 0.03 and share > 0.6
+        " Did you give the block's share? The embedding sits outside every block."
+        if abs(guess - ffn / blocks) <= 0.03
         else ""
     )
     return ExerciseResult(False, f"you predicted {guess:.2f}, the count gives {share:.3f}: {why}{hint}")
