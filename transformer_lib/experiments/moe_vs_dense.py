@@ -19,6 +19,7 @@ from ..corpus import get_batch, shakespeare_corpus
 from ..llama import Llama, LlamaConfig
 from ..losses import gpt_loss
 from ..train import TrainConfig, evaluate_loss, train
+from .threads import torch_threads
 
 BLOCK, BATCH = 64, 16  # characters per window, windows per step
 VAL_BATCHES, VAL_SEED = 8, 4321
@@ -83,8 +84,11 @@ def train_one(cfg: LlamaConfig, seed: int = 0, steps: int | None = None, device=
     data = shakespeare_corpus().train
     gen = torch.Generator().manual_seed(seed)
     run = dataclasses.replace(RECIPE, seed=seed, steps=steps or RECIPE.steps)
-    hist = train(model, lambda step: get_batch(data, BLOCK, BATCH, gen), run, gpt_loss, device=device, desc=desc)
-    return model, hist, evaluate_loss(model, val_batches(), cross_entropy)
+    # one CPU thread, as the committed record was trained: as fast for a model this small, and on a busy machine
+    # far faster (two spinning OpenMP threads cost the live dense run ten times its CPU under load)
+    with torch_threads(1):
+        hist = train(model, lambda step: get_batch(data, BLOCK, BATCH, gen), run, gpt_loss, device=device, desc=desc)
+        return model, hist, evaluate_loss(model, val_batches(), cross_entropy)
 
 
 @torch.no_grad()
