@@ -8,10 +8,14 @@ translated message renders nothing, with a warning (NOTES.md, "A second language
 
 from __future__ import annotations
 
+import functools
 import html
 import io
 import re
+import shutil
+import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import nbformat
@@ -30,6 +34,8 @@ glue("table", Markdown("| heads | loss |\\n|---|---|\\n| 4 | 2.31 |"), display=F
 glue("verdict", Markdown("**1.5x** `faster`"), display=False)
 from transformer_lib.claims import glue_choice
 glue_choice("speed_word", "slower", {"faster": "faster than", "slower": "slower than"})
+glue_choice("slower_at", "lengths", {"lengths": "64, 128", "none": "none of the lengths"})
+glue_choice("faster_at", "none", {"lengths": "", "none": "none of the lengths"})
 fig, ax = plt.subplots(figsize=(2, 1.5))
 ax.plot([0, 1, 2], [3, 1, 2])
 ax.set_xlabel("step")
@@ -45,6 +51,8 @@ After {glue:text}`n_steps` steps the model reaches {glue:text}`acc:.1%` accuracy
 The cache is {glue:md}`verdict:gfm` here, over {glue:any}`n_steps` steps.
 
 The loop is {glue:text}`speed_word` the batch.
+
+Slower at {glue:text}`slower_at`; faster at {glue:text}`faster_at`.
 
 ```{glue:md} table
 :format: gfm
@@ -70,6 +78,9 @@ TRANSLATIONS = {
     "loss": "损失",
     "The loop is {glue:text}`speed_word` the batch.": (
         "循环{glue:choice}`speed_word|faster=比批处理快|slower=比批处理慢`。"
+    ),
+    "Slower at {glue:text}`slower_at`; faster at {glue:text}`faster_at`.": (
+        "更慢的长度：{glue:choice}`slower_at|lengths=*|none=没有`；更快的长度：{glue:choice}`faster_at|lengths=*|none=没有`。"
     ),
     "Plain page": "普通页面",
     "It links to [the glued page](glued.ipynb).": "它链接到[粘贴了数值的页面](glued.ipynb)。",
@@ -189,6 +200,11 @@ def test_a_word_the_measurement_chose_is_the_translations_own_word(tiny_book):
     assert re.search(r"循环 ?比批处理慢 ?。", _text(tiny_book["zh_page"]))
 
 
+def test_a_choice_word_star_shows_the_glued_numbers_as_they_are(tiny_book):
+    assert re.search(r"Slower at 64, 128 ?; faster at none of the lengths ?\.", _text(tiny_book["en_page"]))
+    assert re.search(r"更慢的长度： ?64, 128 ?；更快的长度： ?没有 ?。", _text(tiny_book["zh_page"]))
+
+
 def test_translated_build_warns_nothing_and_executes_nothing(tiny_book):
     assert tiny_book["en"][1] == "" and tiny_book["pot"][1] == ""
     assert tiny_book["zh"][1] == "", tiny_book["zh"][1]
@@ -271,6 +287,35 @@ def test_check_reads_a_chosen_word_as_the_english_glue_role(tmp_path):
     assert len(problems) == 1 and "missing: role {glue:text}`w`" in problems[0]
 
 
+def test_check_lets_a_cross_reference_translate_its_text_but_not_its_target(tmp_path):
+    tool = _book_i18n()
+    path = _po(
+        tmp_path,
+        'msgid "See {doc}`the source articles <../book/sources>` and {doc}`../notebooks/02_attention`."\n'
+        'msgstr "见{doc}`源文章 <../book/sources>`和{doc}`第 02 章 <../notebooks/02_attention>`。"\n\n'
+        'msgid "Read {doc}`the notation <../book/notation>`."\nmsgstr "读{doc}`记号 <../book/sources>`。"\n',
+    )
+    problems = tool.check_catalog(path, release=True)
+    assert len(problems) == 1 and "missing: role {doc}`../book/notation`" in problems[0], problems
+
+
+def test_update_drops_the_format_flags_gettext_guesses_for_prose(tmp_path):
+    """A "95%" or a glue role makes the extractor guess python-format / python-brace-format; with the flag,
+    `msgfmt --check` rejects the faithful translation of a sentence that is not a format string."""
+    tool = _book_i18n()
+    path = _po(
+        tmp_path,
+        '#\n#: a.md\n#, python-format\nmsgid "a 95% interval"\nmsgstr "95% 区间"\n\n'
+        '#, fuzzy, python-brace-format, python-format\nmsgid "{glue:text}`x` at 95%"\nmsgstr "95% 时 {glue:text}`x`"\n',
+    )
+    tool.drop_format_flags(path)
+    text = path.read_text(encoding="utf-8")
+    assert "python" not in text and "#\n#: a.md\nmsgid" in text and "#, fuzzy\nmsgid" in text
+    assert text.startswith(PO_HEADER)
+    if shutil.which("msgfmt"):
+        assert subprocess.run(["msgfmt", "--check", "-o", "/dev/null", str(path)]).returncode == 0
+
+
 def test_choice_roles_parse_their_words():
     sys.path.insert(0, str(ROOT / "book" / "_ext"))
     import glue_i18n
@@ -310,37 +355,78 @@ def test_one_catalog_per_page_and_every_catalog_keeps_its_markup():
     assert tool.check(["zh_CN"], release=False) == 0
 
 
-# ------------------------------------------------------------- the built editions (make book-zh, then test-site)
+# -------------------------------------------------------------- the built editions (make book, then test-site)
 
 SITE = ROOT / "_build" / "html"
 
 
-def _glued(page: Path) -> list[str]:
-    return re.findall(r'<span class="pasted-text">([^<]*)</span>', page.read_text(encoding="utf-8"))
+def _chinese_edition() -> Path:
+    from devtools import no_built_site
+
+    zh = SITE / "zh"
+    if not (zh / "index.html").is_file():
+        no_built_site(f"no Chinese edition at {zh}: run `make book` first (it builds both editions)")
+    return zh
+
+
+def _pages(edition: Path) -> list[Path]:
+    """The edition's pages (not its _static, _sources, search, index and redirect pages), relative to it."""
+    skip = {"search.html", "genindex.html"}
+    return sorted(
+        p.relative_to(edition)
+        for p in edition.rglob("*.html")
+        if not p.relative_to(edition).parts[0].startswith("_")
+        and p.name not in skip
+        and not p.read_text(encoding="utf-8").startswith('<meta http-equiv="Refresh"')
+    )
+
+
+def _glued(page: Path) -> Counter:
+    """The glued values a page shows (a translation may put them in another order). A word a measurement chose
+    is left out: the English page shows the English word, the translation its own (class ``glue-choice``)."""
+    values = Counter(re.findall(r'<span class="pasted-text">([^<]*)</span>', page.read_text(encoding="utf-8")))
+    for value in _choice_words(page.relative_to(SITE).as_posix().removeprefix("zh/")):
+        del values[html.escape(value, quote=False)]
+        del values[html.escape(value.replace("'", "\u2019"), quote=False)]  # Sphinx's smart apostrophe
+    return values
+
+
+def _choice_words(page: str) -> set[str]:
+    """The English words glued by glue_choice in the notebook of ``page`` (its ``<name>__key`` siblings), from
+    the glue data myst-nb wrote beside the build (``_build/jupyter_execute/<doc>.glue.json``)."""
+    import ast
+    import json
+
+    path = SITE.parent / "jupyter_execute" / page.replace(".html", ".glue.json")
+    if not path.is_file():
+        return set()
+    data = json.loads(path.read_text(encoding="utf-8"))
+    text = {name: ast.literal_eval(d["data"].get("text/plain", "''")) for name, d in data.items()}
+    return {str(text[name.removesuffix("__key")]) for name in text if name.endswith("__key")}
 
 
 @pytest.mark.site
 def test_every_chinese_page_shows_the_english_pages_glued_values():
-    zh = SITE / "zh"
-    if not (zh / "index.html").is_file():  # `make book` builds English only; the Chinese edition is `make book-zh`
-        pytest.skip(f"no Chinese edition at {zh}: run `make book-zh` first")
-    pages = sorted(p.relative_to(zh) for p in zh.rglob("*.html") if not p.relative_to(zh).parts[0].startswith("_"))
+    zh = _chinese_edition()
+    pages = _pages(zh)
+    assert (SITE.parent / "jupyter_execute" / "notebooks" / "00_quickstart.glue.json").is_file()
     differ = [str(p) for p in pages if (SITE / p).is_file() and _glued(SITE / p) != _glued(zh / p)]
     assert not differ, f"glued values differ between the editions on: {differ}"
-    assert any(_glued(zh / p) for p in pages)  # a test that compared nothing would pass anyway
+    assert sum(sum(_glued(zh / p).values()) for p in pages) > 500  # a test that compared nothing would pass
 
 
 @pytest.mark.site
 def test_every_page_links_to_the_same_page_in_the_other_edition():
-    zh = SITE / "zh"
-    if not (zh / "index.html").is_file():
-        pytest.skip("no Chinese edition: run `make book-zh` first")
-    for page in [SITE / "notebooks" / "00_quickstart.html", zh / "notebooks" / "00_quickstart.html"]:
-        switch = re.search(r'<nav class="book-language-switch".*?href="([^"]+)"', page.read_text(encoding="utf-8"))
-        assert switch, f"{page}: no language switch"
-        assert (page.parent / switch.group(1)).resolve() == (
-            (zh if zh not in page.parents else SITE) / "notebooks" / "00_quickstart.html"
-        ).resolve()
+    zh = _chinese_edition()
+    pages = _pages(zh)
+    assert "notebooks/00_quickstart.html" in map(str, pages) and len(pages) >= 18
+    assert set(pages) <= {p for p in _pages(SITE) if p.parts[0] != "zh"} | {Path("404.html")}
+    for name in pages:
+        for here, there in ((SITE, zh), (zh, SITE)):
+            page = here / name
+            switch = re.search(r'<nav class="book-language-switch".*?href="([^"]+)"', page.read_text(encoding="utf-8"))
+            assert switch, f"{page}: no language switch"
+            assert (page.parent / switch.group(1).split("#")[0]).resolve() == (there / name).resolve(), page
 
 
 # ------------------------------------------------------------------------------------------ the glossary
@@ -363,11 +449,16 @@ def first_chapter_using(term: str, chapters: list[str]) -> str | None:
     """The first chapter (in reading order) whose prose uses the term, in any of its spellings."""
     patterns = [_pattern(v) for v in _variants(term)]
     for chapter in chapters:
-        nb = nbformat.read(ROOT / f"{chapter}.ipynb", as_version=4)
-        prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-        if any(re.search(p, prose, re.I) for p in patterns):
+        if any(re.search(p, _prose(chapter), re.I) for p in patterns):
             return chapter
     return None
+
+
+@functools.cache
+def _prose(chapter: str) -> str:
+    """A chapter's Markdown cells (read once: the glossary test asks for every term)."""
+    nb = nbformat.read(ROOT / f"{chapter}.ipynb", as_version=4)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
 
 
 def glossary_rows() -> list[tuple[str, str, str]]:

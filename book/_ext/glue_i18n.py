@@ -23,7 +23,9 @@ nodes, no warning. Nothing changes in an untranslated build or for a message wit
 A word that a measurement chose (``transformer_lib.claims.glue_choice``: the English word glued as ``name``, its key
 as ``name__key``) is written in a translation as ``{glue:choice}`name|faster=更快|slower=更慢|within_noise=...```:
 the role looks up the page's glued key and shows that language's word for it; a key the translation does not
-list is a warning (an error under ``-W``), never a silent English word.
+list is a warning (an error under ``-W``), never a silent English word. The word ``*`` shows the English glued text
+as it is, for a key whose text is only numbers (``attn_slower_at|lengths=*|none=所测长度中没有``: the lengths
+where there are some, the translation's words where there are none).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from contextvars import ContextVar
 
 from docutils import nodes
 
+AS_GLUED = "*"  # a choice word that stands for the glued English text itself
 TRANSLATED = "<translated>"  # the end of a translated message's source path (sphinx.transforms.i18n.publish_msgstr)
 
 _PAGE: ContextVar[str | None] = ContextVar("glue_i18n_page", default=None)  # the notebook myst-nb is parsing
@@ -113,6 +116,16 @@ def parse_choice(text: str) -> tuple[str, dict[str, str]]:
     return name, words
 
 
+def _plain_text(data) -> str:
+    """A glued string as text: glue stores its repr ("'faster'") as text/plain."""
+    text = data.data.get("text/plain", "")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return value if isinstance(value, str) else text
+
+
 def choice_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """``{glue:choice}`name|key=word|...```: the word of this language for the key a measurement chose."""
     from myst_nb.core.variables import RetrievalError
@@ -129,15 +142,15 @@ def choice_role(name, rawtext, text, lineno, inliner, options=None, content=None
         data = retrieve_glue_data(document, glued + CHOICE_KEY_SUFFIX)
     except (ValueError, RetrievalError) as exc:
         return problem(str(exc))
-    try:
-        key = ast.literal_eval(data.data.get("text/plain", ""))
-    except (ValueError, SyntaxError):
-        key = data.data.get("text/plain", "")
+    key = _plain_text(data)
     if key not in words:
         return problem(
             f"the measurement chose {key!r} for {glued!r}, which the text gives no word for (it gives {sorted(words)})"
         )
-    return [nodes.inline(words[key], words[key], classes=["pasted-text"])], []
+    word, classes = words[key], ["pasted-text", "glue-choice"]  # a word of this language (tests tell it apart)
+    if word == AS_GLUED:  # numbers, or a list of them, that read the same in every language
+        word, classes = _plain_text(retrieve_glue_data(document, glued)), ["pasted-text"]
+    return [nodes.inline(word, word, classes=classes)], []
 
 
 def setup(app):
