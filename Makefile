@@ -1,5 +1,6 @@
 # The commands of this project (see README.md, "The two commands"):
-#   make book      - set up .venv if needed, execute every notebook, build the HTML book into _build/html
+#   make book      - set up .venv if needed, execute every notebook, build the HTML book into _build/html (English)
+#                    and _build/html/zh (中文, the same execution)
 #   make test      - set up .venv if needed; make lint (a second), then the unit tests not marked slow/browser, and
 #                    every notebook under nbval, in two worker processes, each file whole on one worker (a few
 #                    minutes; a notebook over its budget, in units of a calibration timed on the same machine, fails
@@ -25,7 +26,7 @@ STRICT := BOOK_CLAIMS=strict
 # pytest exits 5 when it collected no test: not a failure here
 PYTEST_OK := rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
-.PHONY: book test test-all test-site lint venv triton vendor clean book-zh i18n-update i18n-check
+.PHONY: book test test-all test-site lint venv triton vendor clean book-en book-zh i18n-update i18n-check
 
 venv: $(STAMP)
 
@@ -52,15 +53,20 @@ $(TRITON_STAMP): requirements-triton.txt $(STAMP)
 vendor: $(STAMP)
 	$(PY) tools/vendor_static.py
 
+# both editions (tools/book_i18n.py build: Jupyter Book's Sphinx build with -W -n --keep-going, as
+# `jupyter-book build` runs it), English in _build/html and Chinese (README, "Translating the book") in
+# _build/html/zh, with the language switch on every page, from one execution cache: the English edition executes
+# the notebooks, the Chinese one reads the same run from the cache (nothing executes twice)
 book: $(STAMP) $(TRITON_STAMP) vendor
-	$(VENV)/bin/jupyter-book build . --path-output . -W -n --keep-going
-	@echo "Book built: open file://$(CURDIR)/_build/html/index.html"
-
-# the Chinese edition (README, "Translating the book"; tools/book_i18n.py): both editions with the language switch,
-# English in _build/html, Chinese in _build/html/zh, from one execution cache (nothing executes twice)
-book-zh: $(STAMP) $(TRITON_STAMP) vendor
 	$(PY) tools/book_i18n.py build
-	@echo "Books built: open file://$(CURDIR)/_build/html/index.html and file://$(CURDIR)/_build/html/zh/index.html"
+	@echo "Book built: open file://$(CURDIR)/_build/html/index.html (English) or file://$(CURDIR)/_build/html/zh/index.html (中文)"
+
+# one edition only: the English (a quicker loop while writing) or, after it, the Chinese one (while translating)
+book-en: $(STAMP) $(TRITON_STAMP) vendor
+	$(PY) tools/book_i18n.py build --only en
+
+book-zh: $(STAMP) $(TRITON_STAMP) vendor
+	$(PY) tools/book_i18n.py build --only zh_CN
 
 # extract the English messages and update locales/zh_CN/LC_MESSAGES/<page>.po (changed sentences become fuzzy)
 i18n-update: $(STAMP)

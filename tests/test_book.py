@@ -175,11 +175,31 @@ def test_make_test_and_ci_run_in_strict_mode():
     assert 'setdefault("BOOK_CLAIMS", "strict")' in (ROOT / "notebooks" / "conftest.py").read_text()
 
 
-def test_make_book_treats_warnings_as_errors():
+def test_make_book_builds_both_editions_treating_warnings_as_errors(monkeypatch):
+    """`make book` is tools/book_i18n.py's build of every edition; each is Sphinx with what `jupyter-book build
+    -W -n --keep-going` passes (warnings are errors, nitpicky, keep going to list them all), from _config.yml."""
+    import importlib.util
+
+    import jupyter_book.sphinx
+
     makefile = (ROOT / "Makefile").read_text()
     book = re.search(r"^book:.*?(?=^\S)", makefile, re.S | re.M).group(0)
-    assert "jupyter-book build . " in book and "-W -n --keep-going" in book
+    assert "$(PY) tools/book_i18n.py build\n" in book, book
     assert "vendor" in book.splitlines()[0], "make book installs the served JavaScript first"
+    spec = importlib.util.spec_from_file_location("book_i18n", ROOT / "tools" / "book_i18n.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    calls = []
+    monkeypatch.setattr(jupyter_book.sphinx, "build_sphinx", lambda *args, **kwargs: calls.append((args, kwargs)) or 1)
+    monkeypatch.setenv("BOOK_CLAIMS", "strict")
+    monkeypatch.delenv("CI", raising=False)  # the Chinese build sets both for its process: restored after the test
+    assert tool.main(["build", "--only", "en"]) == 1 and tool.main(["build", "--only", "zh_CN"]) == 1
+    for (_, outdir), kwargs in [(c[0], c[1]) for c in calls]:
+        assert kwargs["warningiserror"] and kwargs["keep_going"] and kwargs["confoverrides"]["nitpicky"]
+        assert kwargs["path_config"] == str(ROOT / "_config.yml") and kwargs["builder"] == "html"
+    assert [str(c[0][1].relative_to(ROOT)) for c in calls] == ["_build/html", "_build/zh/html"]
+    assert calls[1][1]["confoverrides"]["language"] == "zh_CN"
+    assert [e["code"] for e in tool.EDITIONS] == ["en", "zh_CN"], "make book (no --only) builds both"
 
 
 def test_site_serves_its_own_javascript():

@@ -278,3 +278,22 @@ def test_every_chapter_page_has_its_provenance_line():
         assert "<h2" not in between and "cell docutils" not in between, f"{notebook.stem}: not under the title"
     front = (html_dir / "book" / "intro.html").read_text(encoding="utf-8")
     assert "book-provenance" not in front, "only notebook pages compute numbers"
+    for notebook in chapters:  # the Chinese edition says the same in its language: the same run, the same commit
+        en, zh = (
+            html_dir / "notebooks" / f"{notebook.stem}.html",
+            html_dir / "zh" / "notebooks" / f"{notebook.stem}.html",
+        )
+        if not zh.is_file():
+            no_built_site(f"no Chinese edition at {zh.parent.parent}: `make book` builds it")
+        line = PROVENANCE_ZH.search(zh.read_text(encoding="utf-8"))
+        assert line, f"zh/{notebook.stem}: no provenance line in Chinese"
+        assert (line.group(1) or "outside git") in PROVENANCE.search(en.read_text(encoding="utf-8")).group(0), (
+            notebook.stem
+        )
+
+
+PROVENANCE_ZH = re.compile(
+    r'<p class="book-provenance"[^>]*>本页的数字：(?:计算于 \d{4}-\d\d-\d\d \d\d:\d\d UTC|本次构建中没有执行)，'
+    r"来自(?:提交 <a [^>]+><code>([0-9a-f]{12})</code></a>|git 之外)[^。]*，"
+    r"使用 torch [^、]+、CPU 能力 [A-Z0-9_]+、\d+ 个线程、设备 [^。]+。"
+)

@@ -453,12 +453,37 @@ def _patch_myst_nb() -> None:
         MditRenderMixin.render_nb_cell_code = _renders_failures(MditRenderMixin.render_nb_cell_code)
 
 
-def provenance_html(exec_data: dict | None) -> str:
+# the provenance line in each edition's language (tools/book_i18n.py builds the editions; English by default)
+PROVENANCE_TEXT = {
+    "en": {
+        "line": "Numbers on this page: {when}, from {source}, with {facts}. Another machine, thread count or "
+        "version computes somewhat different numbers.",
+        "computed": "computed {stamp} UTC",
+        "not_executed": "not executed in this build",
+        "commit": "commit {ref}",
+        "dirty": " with uncommitted changes",
+        "outside_git": "a source tree outside git",
+        "facts": "torch {torch}, CPU capability {capability}, {threads} threads, device {device}",
+    },
+    "zh": {
+        "line": "本页的数字：{when}，来自{source}，使用 {facts}。换一台机器、线程数或版本，算出的数字会略有不同。",
+        "computed": "计算于 {stamp} UTC",
+        "not_executed": "本次构建中没有执行",
+        "commit": "提交 {ref}",
+        "dirty": "（含未提交的改动）",
+        "outside_git": " git 之外的源代码树",
+        "facts": "torch {torch}、CPU 能力 {capability}、{threads} 个线程、设备 {device}",
+    },
+}
+
+
+def provenance_html(exec_data: dict | None, language: str | None = None) -> str:
+    text = PROVENANCE_TEXT.get((language or "en").split("_")[0], PROVENANCE_TEXT["en"])
     commit, url = _BUILD.get("commit"), _BUILD.get("url")
-    when = "not executed in this build"
+    when = text["not_executed"]
     if exec_data and exec_data.get("mtime"):
         stamp = datetime.datetime.fromtimestamp(exec_data["mtime"], tz=datetime.timezone.utc)
-        when = f"computed {stamp:%Y-%m-%d %H:%M} UTC"
+        when = text["computed"].format(stamp=f"{stamp:%Y-%m-%d %H:%M}")
     if commit:
         short = html.escape(commit[:12])
         ref = (
@@ -466,18 +491,19 @@ def provenance_html(exec_data: dict | None) -> str:
             if url
             else f"<code>{short}</code>"
         )
-        source = f"commit {ref}" + (" with uncommitted changes" if _BUILD.get("dirty") else "")
+        source = text["commit"].format(ref=ref) + (text["dirty"] if _BUILD.get("dirty") else "")
     else:
-        source = "a source tree outside git"
-    facts = (
-        f"torch {html.escape(str(_BUILD.get('torch')))}, CPU capability "
-        f"{html.escape(str(_BUILD.get('capability')))}, {_BUILD.get('threads')} threads, device "
-        f"{html.escape(str(_BUILD.get('device')))}"
+        source = text["outside_git"]
+    facts = text["facts"].format(
+        torch=html.escape(str(_BUILD.get("torch"))),
+        capability=html.escape(str(_BUILD.get("capability"))),
+        threads=_BUILD.get("threads"),
+        device=html.escape(str(_BUILD.get("device"))),
     )
     return (
         f'<p class="{PROVENANCE_CLASS}" style="font-size:85%;color:#555;margin:0.2em 0 1em 0">'
-        f"Numbers on this page: {when}, from {source}, with {facts}. Another machine, thread count or "
-        "version computes somewhat different numbers.</p>"
+        + text["line"].format(when=when, source=source, facts=facts)
+        + "</p>"
     )
 
 
@@ -541,7 +567,7 @@ def annotate_page(app, doctree) -> None:
         cell["error"] = "CellTimeoutError: the cell ran past the build's per-cell limit" + (
             f" of {limit} s" if limit else ""
         )
-    added = [nodes.raw("", provenance_html(exec_data), format="html")]
+    added = [nodes.raw("", provenance_html(exec_data, app.config.language), format="html")]
     if claims or cell:
         added.insert(0, nodes.raw("", _banner(claims, cell), format="html"))
     section = next(iter(doctree.findall(nodes.section)), None)
