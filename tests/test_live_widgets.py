@@ -395,7 +395,7 @@ def test_browser_kv_cache_bytes_match_the_library(page):
 
 @pytest.mark.browser
 def test_browser_kv_cache_sizes_print_as_the_library_prints_them(page):
-    from test_kv_cache import HUMAN_BYTES  # the table of expected strings the Python twin is tested on
+    from serving.test_kv_cache import HUMAN_BYTES  # the table of expected strings the Python twin is tested on
     from transformer_lib.serving.kv_cache import human_bytes
 
     ns = [n for n, _ in HUMAN_BYTES]
@@ -948,6 +948,190 @@ def test_the_static_picture_says_what_the_live_figure_shows_and_is_hidden_once_i
     )
 
 
+# ------------------------------------------------------------------ the page's language
+
+FIGURE_FILES = [f for f in JS_FILES if f != "common.js"]
+CJK = re.compile(r"[\u4e00-\u9fff]")  # a Chinese character
+WORD = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z]{3,}(?![A-Za-z0-9_])")  # an English word (not d_model, int4, x_j)
+# English names a Chinese page keeps: formulas and the names of methods, units and layers.
+KEPT_WORDS = {"Adam", "FFN", "GiB", "KiB", "LoRA", "MiB", "RMS", "RoPE", "cos", "pos", "sin", "softmax", "top"}
+BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4}){2,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+# Chinese strings without a Chinese character that differ from the English one: (file, key).
+SYMBOL_STRINGS = {("flash.js", "stepOf")}  # " 2 / 3" next to the slider
+
+
+def run_file(page, script: str, body: str):
+    """Import ``js/<script>`` as anywidget does (``esm.bundle``, from a Blob URL) and return ``body``'s value, the
+    inside of an async function whose argument ``m`` is the module."""
+    return page.js(
+        f"""(async () => {{
+      const m = await import(URL.createObjectURL(new Blob([{json.dumps(esm.bundle(script))}],
+                                                          {{type: 'text/javascript'}})));
+      return JSON.stringify(await (async (m) => {{ {body} }})(m));
+    }})()""",
+        await_promise=True,
+    )
+
+
+def in_language(lang: str, body: str) -> str:
+    """``body`` run with ``<html lang="{lang}">``; the page's own lang is put back afterwards."""
+    return f"""
+      const html = document.documentElement, pageLang = html.lang;
+      html.lang = {json.dumps(lang)};
+      try {{ {body} }} finally {{ html.lang = pageLang; }}"""
+
+
+@pytest.mark.browser
+def test_the_page_language_is_read_from_the_html_lang_attribute(page):
+    langs = ["zh-CN", "zh", "ZH-Hans", "zh_CN", "zh-TW", "en", "en-US", "", "fr", "ja"]
+    table = {"en": {"a": "A", "b": "B"}, "zh": {"a": "甲"}}  # "b" has no Chinese: English is the fallback
+    got = json.loads(
+        run_module(
+            page,
+            live.SinusoidTable,
+            f"""
+      const html = document.documentElement, pageLang = html.lang;
+      try {{
+        return {json.dumps(langs)}.map((lang) => {{
+          html.lang = lang;
+          return [lang, c.pageLanguage(), c.strings({json.dumps(table)})];
+        }});
+      }} finally {{
+        html.lang = pageLang;
+      }}""",
+        )
+    )
+    for lang, language, text in got:
+        chinese = lang.lower().startswith("zh")
+        assert language == ("zh" if chinese else "en"), lang
+        assert text == ({"a": "甲", "b": "B"} if chinese else {"a": "A", "b": "B"}), lang
+
+
+def _kind(entry) -> str:
+    """What an entry of a TEXT table is, from its ``[kind, size, source]``: "a string", "a function of 2 arguments"."""
+    kind, size, _ = entry
+    return {"function": f"a function of {size} arguments", "array": f"an array of {size}"}.get(kind, kind)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("script", FIGURE_FILES)
+def test_every_figures_chinese_strings_match_its_english_ones(page, script):
+    """One Chinese entry for each English one, of the same kind: a string, a list of as many strings, or a function
+    of as many arguments; each Chinese entry has Chinese in it, unless it is a symbol kept as the English has it."""
+    tables = json.loads(
+        run_file(
+            page,
+            script,
+            """
+      const kind = (v) => typeof v === 'function' ? ['function', v.length, String(v)]
+                        : Array.isArray(v) ? ['array', v.length, JSON.stringify(v)] : [typeof v, 0, String(v)];
+      return Object.fromEntries(Object.entries(m.TEXT).map(([lang, t]) =>
+        [lang, Object.fromEntries(Object.entries(t).map(([k, v]) => [k, kind(v)]))]));""",
+        )
+    )
+    assert set(tables) == {"en", "zh"}, f"{script}: TEXT has the languages {sorted(tables)}"
+    en, zh = tables["en"], tables["zh"]
+    assert list(zh) == list(en), f"{script}: keys only in en {set(en) - set(zh)}, only in zh {set(zh) - set(en)}"
+    for key, (kind, size, source) in en.items():
+        assert zh[key][:2] == [kind, size], f"{script}: {key} is {_kind(en[key])} in en, {_kind(zh[key])} in zh"
+        assert kind in ("string", "array", "function"), f"{script}: {key} is a {kind}"
+        chinese = CJK.search(zh[key][2]) or zh[key][2] == source or (script, key) in SYMBOL_STRINGS
+        assert chinese, f"{script}: the Chinese {key} has no Chinese in it: {zh[key][2]}"
+        assert not CJK.search(source), f"{script}: the English {key} has Chinese in it: {source}"
+
+
+# Everything a figure writes, control by control: each select set to every option, each slider to both ends,
+# a pointer moved over and a click on every canvas; text drawn on canvases is caught at fillText.
+EVERYTHING_WRITTEN = """
+  const drawn = new Set(), fillText = CanvasRenderingContext2D.prototype.fillText;
+  CanvasRenderingContext2D.prototype.fillText = function (text, ...rest) {
+    drawn.add(String(text));
+    return fillText.call(this, text, ...rest);
+  };
+  try {
+    %s
+    const found = { labels: new Set(), statuses: new Set(), arias: new Set(), other: drawn };
+    const look = () => {
+      el.querySelectorAll('label').forEach((l) => found.labels.add(l.firstChild.textContent.trim()));
+      el.querySelectorAll('[role=status]').forEach((s) => s.textContent && found.statuses.add(s.textContent));
+      el.querySelectorAll('[aria-label]').forEach((n) => found.arias.add(n.getAttribute('aria-label')));
+      el.querySelectorAll('option').forEach((o) => found.other.add(o.textContent));
+      found.other.add(el.innerText);
+    };
+    const point = (canvas, type) => {
+      const box = canvas.getBoundingClientRect();
+      const at = { clientX: box.left + box.width / 2, clientY: box.top + box.height / 2 };
+      canvas.dispatchEvent(new MouseEvent(type, at));
+    };
+    look();
+    for (const control of controls()) {
+      if (control.tagName === 'SELECT') {
+        for (let i = 0; i < control.options.length; i++) {
+          control.selectedIndex = i; control.dispatchEvent(new Event('change')); look();
+        }
+      } else {
+        for (const end of [control.min, control.max]) {
+          control.value = end; control.dispatchEvent(new Event('input')); look();
+        }
+      }
+    }
+    for (const canvas of el.querySelectorAll('canvas')) { point(canvas, 'mousemove'); point(canvas, 'click'); look(); }
+    return Object.fromEntries(Object.entries(found).map(([k, v]) => [k, [...v].sort()]));
+  } finally {
+    CanvasRenderingContext2D.prototype.fillText = fillText;
+  }
+"""
+
+
+def _written(page, w, lang: str) -> dict[str, list[str]]:
+    """What the figure ``w`` writes on a page with ``<html lang="{lang}">``: its control labels, its readouts
+    (``role=status``), its aria-labels, and the rest (options, text drawn on canvases, the figure's text)."""
+    body = in_language(lang, EVERYTHING_WRITTEN % (HARNESS % (json.dumps(_state(w)), "null")))
+    return json.loads(run_module(page, w, body))
+
+
+def _data_words(w) -> set[str]:
+    """The English words in what Python sends (tokens, model and run names, feature names): the figure shows them
+    as they are, in every language."""
+    found = set()
+
+    def walk(value):
+        if isinstance(value, str) and not BASE64.fullmatch(value):  # not numbers (live.encode_float32)
+            found.update(WORD.findall(value))
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+
+    walk([v for k, v in _state(w).items() if not k.startswith("_")])
+    return found
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_a_live_figure_writes_its_labels_in_the_page_language(page, name):
+    """On a page with ``<html lang="zh-CN">`` (the Chinese edition) every label, readout and aria-label is Chinese
+    (or a formula) and no English word of the English figure is left, but the data Python sent; on an English page,
+    or one without a lang, the figure is the English one."""
+    w = _examples()[name]
+    en, zh, unset = (_written(page, w, lang) for lang in ("en", "zh-CN", ""))
+    assert en == unset, f"{name}: a page without a lang attribute must get the English figure"
+    for kind in ("labels", "statuses"):
+        assert en[kind] and zh[kind], f"{name}: no {kind} found to read"
+    for kind, texts in en.items():
+        chinese = [t for t in texts if CJK.search(t)]
+        assert chinese == [], f"{name}: Chinese in the English figure's {kind}: {chinese}"
+    kept = KEPT_WORDS | _data_words(w)
+    for kind in ("labels", "statuses", "arias"):  # each one Chinese, or a formula such as d_model or PE[3, 4] = ...
+        english = [t for t in zh[kind] if not CJK.search(t) and set(WORD.findall(t)) - kept]
+        assert english == [], f"{name}: {kind} of the Chinese figure without Chinese: {english}"
+    left = {word for texts in en.values() for t in texts for word in WORD.findall(t)} - kept
+    untranslated = sorted({(word, t) for texts in zh.values() for t in texts for word in set(WORD.findall(t)) & left})
+    assert untranslated == [], f"{name}: English words left in the Chinese figure: {untranslated[:10]}"
+
+
 # ------------------------------------------------------------------------------ the built book
 
 # Chapter pages and the number of live figures each must show.
@@ -997,7 +1181,7 @@ def book_browser(browser_path):
 
 @pytest.mark.browser
 @pytest.mark.site
-@pytest.mark.parametrize("page_name", list(LIVE_PAGES))
+@pytest.mark.parametrize("page_name", list(LIVE_PAGES) + [f"zh/{name}" for name in LIVE_PAGES])  # zh/: 中文版
 def test_live_figures_render_offline_and_follow_their_controls(book_browser, page_name):
     chrome, server = book_browser
     if not (SITE / f"{page_name}.html").exists():
@@ -1005,7 +1189,7 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
     chrome.events.clear()
     chrome.send("Page.navigate", url=f"{server}/{page_name}.html")
     chrome.wait_for("document.readyState === 'complete'")
-    n = LIVE_PAGES[page_name]
+    n = LIVE_PAGES[page_name.removeprefix("zh/")]
     chrome.wait_for(
         f"document.querySelectorAll('.tl-live canvas').length > 0 && "
         f"document.querySelectorAll('.tl-live').length >= {n}"
@@ -1018,6 +1202,9 @@ def test_live_figures_render_offline_and_follow_their_controls(book_browser, pag
       return !px.some((v, i) => i % 4 === 3 && v > 0);  // no pixel drawn
     }).map(c => c.getAttribute('aria-label'))""")
     assert blank == [], f"blank canvases: {blank}"
+    # the figures speak the page's language: Chinese labels in the Chinese edition, none in the English one
+    chinese = chrome.js("[...document.querySelectorAll('.tl-live')].map(f => /[\\u4e00-\\u9fff]/.test(f.innerText))")
+    assert chinese == [page_name.startswith("zh/")] * n, chinese
     moved = chrome.js(MOVE_EVERY_CONTROL)
     assert moved, "no control found in the live figures"
     still = [m for m in moved if not m[3]]

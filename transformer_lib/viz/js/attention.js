@@ -3,7 +3,49 @@
 // are A = softmax(S / tau) row by row (chapter 02's equation), so a temperature costs no download.
 
 import { commit, decodeFloat32, entropyBits, figureRoot, fmt, follow, h, hideFallback, labelled, readout, select,
-         slider, softmax, viridis } from "./common.js";
+         slider, softmax, strings, viridis } from "./common.js";
+
+// Every word the figure writes, in English and in Chinese (common.js: strings picks the page's language).
+export const TEXT = {
+  en: {
+    weightScale: "weight 0",
+    hint: "Point at a cell to read its weight; click a row (or pick a query) for its entropy.",
+    sentence: "sentence",
+    layer: "layer",
+    head: "head",
+    temperature: "temperature τ",
+    queryRow: "query row",
+    noRow: "(none)",
+    headPrefix: (hd) => `head ${hd}: `,
+    bits: (hBits) => `${hBits} bits`,
+    rowWeights: (weights) => `; weights: ${weights.join(", ")}`,
+    rowEntropy: (token, row, tau, parts, T, maxBits) =>
+      `query "${token}" (row ${row}), τ = ${tau}: entropy ${parts.join(", ")} (0 = all weight on one key; ` +
+      `uniform over ${T} keys = ${maxBits} bits)`,
+    mapLabel: (l, hd, tau) => `attention weights of layer ${l}, head ${hd} at temperature ${tau}`,
+    cell: (l, hd, query, key, w, tau) => `layer ${l}, head ${hd}: query "${query}" → key "${key}": weight ${w} at τ = ${tau}`,
+    caption: (hd, label) => (label ? `head ${hd}: ${label}` : `head ${hd}`),
+  },
+  zh: {
+    weightScale: "权重 0",
+    hint: "指向一个格子可读出它的权重；点击一行（或选一个查询）可读出这一行的熵。",
+    sentence: "句子",
+    layer: "层",
+    head: "头",
+    temperature: "温度 τ",
+    queryRow: "查询行",
+    noRow: "（无）",
+    headPrefix: (hd) => `头 ${hd} 为 `,
+    bits: (hBits) => `${hBits} 比特`,
+    rowWeights: (weights) => `；权重：${weights.join("，")}`,
+    rowEntropy: (token, row, tau, parts, T, maxBits) =>
+      `查询“${token}”（第 ${row} 行），τ = ${tau}，熵：${parts.join("，")}（0 = 全部权重落在一个键上；` +
+      `均匀分布在 ${T} 个键上 = ${maxBits} 比特）`,
+    mapLabel: (l, hd, tau) => `第 ${l} 层、头 ${hd} 在温度 ${tau} 下的注意力权重`,
+    cell: (l, hd, query, key, w, tau) => `第 ${l} 层，头 ${hd}：查询“${query}”→ 键“${key}”：τ = ${tau} 时权重为 ${w}`,
+    caption: (hd, label) => (label ? `头 ${hd}：${label}` : `头 ${hd}`),
+  },
+};
 
 // The T x T scores of layer l, head hd from the flat (L, H, T, T) array, as T rows.
 export function headScores(flat, H, T, l, hd) {
@@ -57,15 +99,16 @@ function cellAt(event, canvas, T, cell, margin) {
   return i >= 0 && j >= 0 && i < T && j < T ? [i, j] : null;
 }
 
-function colourBar() {
+function colourBar(text) {
   const stops = Array.from({ length: 11 }, (_, k) => `${viridis(k / 10)} ${k * 10}%`).join(", ");
   return h("div", { style: "font-size:80%;display:flex;align-items:center;gap:4px;margin:4px 0" }, [
-    "weight 0", h("span", { style: `display:inline-block;width:140px;height:10px;background:linear-gradient(to right, ${stops})` }), "1",
+    text.weightScale, h("span", { style: `display:inline-block;width:140px;height:10px;background:linear-gradient(to right, ${stops})` }), "1",
   ]);
 }
 
 function render({ model, el: widget }) {
   const el = figureRoot(widget, "attention");
+  const text = strings(TEXT);
   const L = model.get("n_layers"), H = model.get("n_heads");
   const allHeads = model.get("mode") === "all";
   const tokensOf = model.get("tokens");
@@ -80,15 +123,15 @@ function render({ model, el: widget }) {
   const tauBox = slider(model.get("tau_min"), model.get("tau_max"), 0.01, state.tau);
   const tauText = h("output", {}, [fmt(state.tau, 2)]);
   const rowBox = h("select");
-  const hover = readout("Point at a cell to read its weight; click a row (or pick a query) for its entropy.");
+  const hover = readout(text.hint);
   const rowInfo = readout("");
   const controls = h("div", { style: "margin-bottom:6px" }, [
-    ...(tokensOf.length > 1 ? [labelled("sentence", sentenceBox)] : []), labelled("layer", layerBox),
-    ...(allHeads ? [] : [labelled("head", headBox)]),
-    labelled("temperature τ", tauBox), tauText, " ", labelled("query row", rowBox),
+    ...(tokensOf.length > 1 ? [labelled(text.sentence, sentenceBox)] : []), labelled(text.layer, layerBox),
+    ...(allHeads ? [] : [labelled(text.head, headBox)]),
+    labelled(text.temperature, tauBox), tauText, " ", labelled(text.queryRow, rowBox),
   ]);
   const figures = h("div", { style: "display:flex;flex-wrap:wrap;gap:8px" });
-  el.append(controls, figures, colourBar(), hover, rowInfo);
+  el.append(controls, figures, colourBar(text), hover, rowInfo);
 
   function heads() { return allHeads ? [...Array(H).keys()] : [state.hd]; }
 
@@ -98,15 +141,15 @@ function render({ model, el: widget }) {
     const T = tokens.length;
     const parts = heads().map((hd) => {
       const A = headWeights(headScores(scoresOf[state.s], H, T, state.l, hd), state.tau);
-      return `${allHeads ? `head ${hd}: ` : ""}${fmt(entropyBits(A[state.row]), 2)} bits`;
+      return (allHeads ? text.headPrefix(hd) : "") + text.bits(fmt(entropyBits(A[state.row]), 2));
     });
     let weights = ""; // one head: the whole row as text, for readers who do not use a pointer
     if (!allHeads) {
       const A = headWeights(headScores(scoresOf[state.s], H, T, state.l, state.hd), state.tau);
-      weights = "; weights: " + tokens.map((t, j) => `${t} ${fmt(A[state.row][j])}`).join(", ");
+      weights = text.rowWeights(tokens.map((t, j) => `${t} ${fmt(A[state.row][j])}`));
     }
-    rowInfo.textContent = `query "${tokens[state.row]}" (row ${state.row}), τ = ${fmt(state.tau, 2)}: entropy ` +
-      `${parts.join(", ")} (0 = all weight on one key; uniform over ${T} keys = ${fmt(Math.log2(T), 2)} bits)` + weights;
+    rowInfo.textContent = text.rowEntropy(tokens[state.row], state.row, fmt(state.tau, 2), parts, T,
+                                          fmt(Math.log2(T), 2)) + weights;
   }
 
   function draw() {
@@ -118,26 +161,25 @@ function render({ model, el: widget }) {
     for (const hd of heads()) {
       const A = headWeights(headScores(scoresOf[state.s], H, T, state.l, hd), state.tau);
       const canvas = h("canvas", { width: String(margin + T * cell + 2), height: String(margin + T * cell + 2),
-        role: "img", "aria-label": `attention weights of layer ${state.l}, head ${hd} at temperature ${fmt(state.tau, 2)}` });
+        role: "img", "aria-label": text.mapLabel(state.l, hd, fmt(state.tau, 2)) });
       drawHeatmap(canvas, A, allHeads ? [] : tokens, cell, margin, state.row);
       canvas.addEventListener("mousemove", (e) => {
         const at = cellAt(e, canvas, T, cell, margin);
-        if (at) hover.textContent = `layer ${state.l}, head ${hd}: query "${tokens[at[0]]}" → key "${tokens[at[1]]}": ` +
-          `weight ${fmt(A[at[0]][at[1]])} at τ = ${fmt(state.tau, 2)}`;
+        if (at) hover.textContent = text.cell(state.l, hd, tokens[at[0]], tokens[at[1]], fmt(A[at[0]][at[1]]), fmt(state.tau, 2));
       });
       canvas.addEventListener("click", (e) => {
         const at = cellAt(e, canvas, T, cell, margin);
         if (at) { state.row = at[0]; rowBox.value = String(at[0]); draw(); }
       });
       figures.append(allHeads ? h("figure", { style: "margin:0;text-align:center;font-size:80%" },
-        [canvas, h("figcaption", {}, [`head ${hd}` + (labels.length ? `: ${labels[state.s][state.l][hd]}` : "")])]) : canvas);
+        [canvas, h("figcaption", {}, [text.caption(hd, labels.length ? labels[state.s][state.l][hd] : "")])]) : canvas);
     }
     showRow();
   }
 
   function resetRows() {
     const tokens = tokensOf[state.s];
-    rowBox.replaceChildren(h("option", { value: "" }, ["(none)"]),
+    rowBox.replaceChildren(h("option", { value: "" }, [text.noRow]),
       ...tokens.map((t, i) => h("option", { value: String(i) }, [`${i}: ${t}`])));
     state.row = null;
   }

@@ -143,3 +143,16 @@ export function hideFallback(model) {
   if (node) node.hidden = true;
   return node !== null;
 }
+
+// ---- the page's language: each figure writes its labels in English or in Chinese
+
+// "zh" on a page whose <html lang> starts with "zh" (the Chinese edition's pages say lang="zh-CN"), else "en".
+export function pageLanguage() {
+  return (document.documentElement.lang || "").toLowerCase().startsWith("zh") ? "zh" : "en";
+}
+
+// A figure's strings in the page's language: `table` is { en: {...}, zh: {...} }; a string the language
+// lacks (or a language the table lacks) falls back to the English one.
+export function strings(table) {
+  return { ...table.en, ...(table[pageLanguage()] || {}) };
+}

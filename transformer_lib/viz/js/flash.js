@@ -7,7 +7,37 @@
 // and after the last tile the output is o_i / l_i = softmax(s_i) V (flash.trace_one_query_block is the Python twin).
 
 import { commit, decodeFloat32, figureRoot, fmt, follow, h, hideFallback, labelled, readout, select, slider,
-         viridis } from "./common.js";
+         strings, viridis } from "./common.js";
+
+// Every word the figure writes, in English and in Chinese (common.js: strings picks the page's language).
+export const TEXT = {
+  en: {
+    keys: (b) => `${b} keys`,
+    query: (i) => `query ${i}`,
+    mapLabel: "score matrix of one query block, tiles folded in so far",
+    tileSize: "tile size",
+    showRow: "show numbers of",
+    tilesDone: "tiles folded in",
+    stepOf: (step, n) => ` ${step} of ${n}`,
+    legend: (last, j0, j1) => `keys 0..${last}: coloured = folded in, red box = the tile of this step (keys ${j0}..${j1})`,
+    state: (step, r, m, l, out) => `after ${step} tile(s), query ${r}: running max m = ${m}, running sum l = ${l}, ` +
+      `output o / l = [${out}]`,
+    done: " = softmax(s) V (every key seen)",
+  },
+  zh: {
+    keys: (b) => `${b} 个键`,
+    query: (i) => `查询 ${i}`,
+    mapLabel: "一个查询块的分数矩阵，已计入的分块着色",
+    tileSize: "分块大小",
+    showRow: "显示数值",
+    tilesDone: "已计入的分块",
+    stepOf: (step, n) => ` ${step} / ${n}`,
+    legend: (last, j0, j1) => `键 0..${last}：着色 = 已计入，红框 = 本步的分块（键 ${j0}..${j1}）`,
+    state: (step, r, m, l, out) => `计入 ${step} 个分块后，查询 ${r}：运行最大值 m = ${m}，运行和 l = ${l}，` +
+      `输出 o / l = [${out}]`,
+    done: " = softmax(s) V（所有键都已计入）",
+  },
+};
 
 export function tileScores(q, k, bq, d, j0, j1) {
   const s = [];
@@ -50,18 +80,19 @@ export function onlineSoftmaxSteps(q, k, v, bq, tk, d, dv, blockK) {
 
 function render({ model, el: widget }) {
   const el = figureRoot(widget, "flash");
+  const text = strings(TEXT);
   const bq = model.get("bq"), tk = model.get("t_k"), d = model.get("d"), dv = model.get("d_v");
   const q = decodeFloat32(model.get("q")), k = decodeFloat32(model.get("k")), v = decodeFloat32(model.get("v"));
   const blocks = model.get("block_options");
   const s = { block: Math.max(0, blocks.indexOf(model.get("block_k"))), step: 1, row: 0 };
-  const blockBox = select(blocks.map((b) => `${b} keys`), s.block);
-  const rowBox = select(Array.from({ length: bq }, (_, i) => `query ${i}`), 0);
+  const blockBox = select(blocks.map(text.keys), s.block);
+  const rowBox = select(Array.from({ length: bq }, (_, i) => text.query(i)), 0);
   const stepBox = slider(1, 1, 1, 1), stepText = h("output");
   const canvas = h("canvas", { width: "560", height: String(40 + 26 * bq), role: "img",
-    "aria-label": "score matrix of one query block, tiles folded in so far" });
+    "aria-label": text.mapLabel });
   const info = readout();
-  el.append(h("div", {}, [labelled("tile size", blockBox), labelled("show numbers of", rowBox),
-                          labelled("tiles folded in", stepBox), stepText]), canvas, info);
+  el.append(h("div", {}, [labelled(text.tileSize, blockBox), labelled(text.showRow, rowBox),
+                          labelled(text.tilesDone, stepBox), stepText]), canvas, info);
   let steps = [];
   const all = tileScores(q, k, bq, d, 0, tk).flat(), lo = Math.min(...all), hi = Math.max(...all);
 
@@ -72,7 +103,7 @@ function render({ model, el: widget }) {
   }
   function draw() {
     stepBox.value = String(s.step);
-    stepText.textContent = ` ${s.step} of ${steps.length}`;
+    stepText.textContent = text.stepOf(s.step, steps.length);
     const ctx = canvas.getContext("2d"), W = canvas.width, x0 = 60, cw = (W - x0 - 10) / tk, ch = 26;
     ctx.clearRect(0, 0, W, canvas.height);
     const cur = steps[s.step - 1];
@@ -88,11 +119,10 @@ function render({ model, el: widget }) {
     ctx.strokeStyle = "#d62728"; ctx.lineWidth = 2;
     ctx.strokeRect(x0 + cur.j0 * cw, 18, (cur.j1 - cur.j0) * cw, bq * ch + 2);
     ctx.fillStyle = "#000";
-    ctx.fillText(`keys 0..${tk - 1}: coloured = folded in, red box = the tile of this step (keys ${cur.j0}..${cur.j1 - 1})`, x0, 12);
+    ctx.fillText(text.legend(tk - 1, cur.j0, cur.j1 - 1), x0, 12);
     const r = s.row;
-    info.textContent = `after ${s.step} tile(s), query ${r}: running max m = ${fmt(cur.m[r])}, running sum l = ` +
-      `${fmt(cur.l[r])}, output o / l = [${cur.out[r].slice(0, 4).map((x) => fmt(x)).join(", ")}` +
-      `${dv > 4 ? ", ..." : ""}]` + (s.step === steps.length ? " = softmax(s) V (every key seen)" : "");
+    const out = cur.out[r].slice(0, 4).map((x) => fmt(x)).join(", ") + (dv > 4 ? ", ..." : "");
+    info.textContent = text.state(s.step, r, fmt(cur.m[r]), fmt(cur.l[r]), out) + (s.step === steps.length ? text.done : "");
   }
   blockBox.addEventListener("change", () => {
     s.block = Number(blockBox.value); s.blockK = blocks[s.block]; commit(model, { block_k: s.blockK }); recompute(); draw();

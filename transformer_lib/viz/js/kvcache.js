@@ -3,7 +3,39 @@
 //   bytes = 2 (K and V) x n_layers x batch x n_kv_heads x d_head x T x bytes per number
 // (kv_cache.kv_cache_bytes).
 
-import { commit, figureRoot, h, hideFallback, labelled, readout, select, slider } from "./common.js";
+import { commit, figureRoot, h, hideFallback, labelled, readout, select, slider, strings } from "./common.js";
+
+// Every word the figure writes, in English and in Chinese (common.js: strings picks the page's language).
+export const TEXT = {
+  en: {
+    model: "model",
+    numbers: "numbers",
+    layers: "layers",
+    heads: "kv heads",
+    dHead: "head size d_head",
+    T: "length T",
+    B: "batch",
+    plotLabel: "cache size against length",
+    plotTitle: (full, maxLen) => `cache size grows linearly with the length T: ${full} at T = ${maxLen}`,
+    total: (layers, B, heads, dHead, T, bytes, total, exact, perToken) =>
+      `KV cache = 2 × ${layers} layers × ${B} sequences × ${heads} kv heads × ${dHead} × ${T} positions × ` +
+      `${bytes} bytes = ${total} (${exact} bytes); ${perToken} per token.`,
+  },
+  zh: {
+    model: "模型",
+    numbers: "数据类型",
+    layers: "层数",
+    heads: "KV 头数",
+    dHead: "头维度 d_head",
+    T: "长度 T",
+    B: "批大小",
+    plotLabel: "缓存大小随长度的变化",
+    plotTitle: (full, maxLen) => `缓存大小随长度 T 线性增长：T = ${maxLen} 时为 ${full}`,
+    total: (layers, B, heads, dHead, T, bytes, total, exact, perToken) =>
+      `KV 缓存 = 2 × ${layers} 层 × ${B} 条序列 × ${heads} 个 KV 头 × ${dHead} × ${T} 个位置 × ` +
+      `${bytes} 字节 = ${total}（${exact} 字节）；每个词元 ${perToken}。`,
+  },
+};
 
 export function kvCacheBytes(nLayers, nKvHeads, dHead, seqLen, batch, bytesPerElement) {
   return 2 * nLayers * batch * nKvHeads * dHead * seqLen * bytesPerElement;
@@ -21,6 +53,7 @@ const DTYPES = [["float32", 4], ["float16 / bfloat16", 2], ["int8 / fp8", 1]];
 
 function render({ model, el: widget }) {
   const el = figureRoot(widget, "kvcache");
+  const text = strings(TEXT);
   const presets = model.get("models"); // [name, layers, kv heads, d_head, context, bytes per number]
   const maxLen = model.get("max_length");
   const s = { layers: presets[0][1], heads: presets[0][2], dHead: presets[0][3], T: presets[0][4], B: 1, bytes: presets[0][5] };
@@ -39,11 +72,11 @@ function render({ model, el: widget }) {
   };
   const dtypeBox = select(DTYPES.map((d) => d[0]), DTYPES.findIndex((d) => d[1] === s.bytes));
   const texts = Object.fromEntries(Object.keys(boxes).map((k) => [k, h("output")]));
-  const bar = h("canvas", { width: "520", height: "120", role: "img", "aria-label": "cache size against length" });
+  const bar = h("canvas", { width: "520", height: "120", role: "img", "aria-label": text.plotLabel });
   const info = readout();
-  const names = { layers: "layers", heads: "kv heads", dHead: "head size d_head", T: "length T", B: "batch" };
-  el.append(h("div", {}, [labelled("model", presetBox), labelled("numbers", dtypeBox)]),
-            h("div", {}, Object.keys(boxes).map((k) => h("span", {}, [labelled(names[k], boxes[k]), texts[k], " "]))),
+  // each slider's label is the entry of TEXT named as the slider (text.layers, text.heads, ...)
+  el.append(h("div", {}, [labelled(text.model, presetBox), labelled(text.numbers, dtypeBox)]),
+            h("div", {}, Object.keys(boxes).map((k) => h("span", {}, [labelled(text[k], boxes[k]), texts[k], " "]))),
             bar, info);
 
   function draw() {
@@ -56,11 +89,10 @@ function render({ model, el: widget }) {
     const x = 30 + ((s.T - 1) / Math.max(1, maxLen - 1)) * (W - 40), y = Hh - 20 - (total / full) * (Hh - 40);
     ctx.fillStyle = "#0072b2"; ctx.fillRect(x - 4, y - 4, 8, 8);
     ctx.fillStyle = "#000"; ctx.font = "11px sans-serif";
-    ctx.fillText(`cache size grows linearly with the length T: ${human(full)} at T = ${maxLen}`, 30, 12);
+    ctx.fillText(text.plotTitle(human(full), maxLen), 30, 12);
     ctx.fillText("T →", W - 30, Hh - 6);
-    info.textContent = `KV cache = 2 × ${s.layers} layers × ${s.B} sequences × ${s.heads} kv heads × ${s.dHead} × ` +
-      `${s.T} positions × ${s.bytes} bytes = ${human(total)} (${total.toLocaleString("en-US")} bytes); ` +
-      `${human(perToken)} per token.`;
+    info.textContent = text.total(s.layers, s.B, s.heads, s.dHead, s.T, s.bytes, human(total),
+                                  total.toLocaleString("en-US"), human(perToken));
   }
   function usePreset(i) {
     const p = presets[i];

@@ -1,8 +1,54 @@
 // Chapter 04: the sinusoidal table of "Attention Is All You Need" (section 3.5), computed in the browser
 // for any d_model and position, the dot product of two positions' vectors, and a RoPE rotation.
 
-import { commit, decodeFloat32, dot, figureRoot, fmt, follow, h, hideFallback, labelled, readout, slider,
+import { commit, decodeFloat32, dot, figureRoot, fmt, follow, h, hideFallback, labelled, readout, slider, strings,
          viridis } from "./common.js";
+
+// Every word the two figures write, in English and in Chinese (common.js: strings picks the page's language).
+export const TEXT = {
+  en: {
+    tableLabel: "the sinusoidal table: positions down, dimensions across",
+    clocksLabel: "each pair of the chosen position's vector as a clock hand",
+    curveLabel: "dot product of the chosen position with every position",
+    tableHint: "Point at the table to read PE[pos, i].",
+    position: "position",
+    other: "second position",
+    tableTitle: (last, lastDim, p, p2) =>
+      `PE[pos, i] for pos 0..${last} (rows) and i 0..${lastDim} (columns); red: position ${p}, white: ${p2}`,
+    clocksTitle: (pos) => `PE[${pos}]: pair k = (dim 2k, dim 2k+1) as a hand at angle ${pos} · ω_k`,
+    pair: (k) => `pair ${k}`,
+    curveTitle: (p, half) => `PE[${p}] · PE[pos] against pos (maximum d_model / 2 = ${half} at pos = ${p})`,
+    dots: (d, p, p2, between, self) =>
+      `d_model = ${d}: PE[${p}] · PE[${p2}] = ${between} (= sum over pairs of cos((${p} - ${p2}) ω_k), so it ` +
+      `depends only on the offset ${p - p2}); PE[${p}] · PE[${p}] = ${self}.`,
+    ropeLabel: "each pair of q and k as a rotated arrow",
+    m: "query position m",
+    n: "key position n",
+    score: (m, n, score) => `RoPE(q, ${m}) · RoPE(k, ${n}) = ${score}; offset m - n = ${m - n}. ` +
+      "Moving both positions by the same amount leaves the score unchanged (blue: q, orange: k).",
+  },
+  zh: {
+    tableLabel: "正弦位置编码表：位置向下，维度向右",
+    clocksLabel: "所选位置的向量中的每一对，画成一根钟表指针",
+    curveLabel: "所选位置与每个位置的点积",
+    tableHint: "指向表格可读出 PE[pos, i]。",
+    position: "位置",
+    other: "第二个位置",
+    tableTitle: (last, lastDim, p, p2) =>
+      `PE[pos, i]，pos 0..${last}（行），i 0..${lastDim}（列）；红色：位置 ${p}，白色：位置 ${p2}`,
+    clocksTitle: (pos) => `PE[${pos}]：第 k 对 = (维度 2k, 维度 2k+1)，画成角度为 ${pos} · ω_k 的指针`,
+    pair: (k) => `第 ${k} 对`,
+    curveTitle: (p, half) => `PE[${p}] · PE[pos] 随 pos 的变化（在 pos = ${p} 处取最大值 d_model / 2 = ${half}）`,
+    dots: (d, p, p2, between, self) =>
+      `d_model = ${d}：PE[${p}] · PE[${p2}] = ${between}（= 对每一对求 cos((${p} - ${p2}) ω_k) 之和，所以它只取决于` +
+      `偏移 ${p - p2}）；PE[${p}] · PE[${p}] = ${self}。`,
+    ropeLabel: "q 和 k 的每一对，画成一根旋转后的箭头",
+    m: "查询位置 m",
+    n: "键位置 n",
+    score: (m, n, score) => `RoPE(q, ${m}) · RoPE(k, ${n}) = ${score}；偏移 m - n = ${m - n}。` +
+      "把两个位置移动相同的量，分数不变（蓝色：q，橙色：k）。",
+  },
+};
 
 // PE[pos, i]: pair k = floor(i / 2) turns at omega_k = base^(-2k / d);
 // even i holds sin(pos * omega_k), odd i holds cos(pos * omega_k)  (positional.sinusoidal_table).
@@ -57,12 +103,12 @@ function linePlot(cv, ys, title, yMin, yMax, mark = null) {
 
 // Pair k of PE[pos] as a clock hand at angle pos * omega_k: its (x, y) is (cos, sin) = (PE[2k+1], PE[2k]).
 // At most 16 clocks; for wider models, 16 pairs spread evenly from the fastest to the slowest.
-function drawClocks(cv, row, pos) {
+function drawClocks(cv, row, pos, text) {
   const ctx = cv.getContext("2d"), pairs = row.length / 2, n = Math.min(16, pairs);
   ctx.clearRect(0, 0, cv.width, cv.height);
   ctx.font = "10px sans-serif";
   ctx.fillStyle = "#000";
-  ctx.fillText(`PE[${pos}]: pair k = (dim 2k, dim 2k+1) as a hand at angle ${pos} · ω_k`, 2, 11);
+  ctx.fillText(text.clocksTitle(pos), 2, 11);
   for (let c = 0; c < n; c++) {
     const k = n === 1 ? 0 : Math.round((c * (pairs - 1)) / (n - 1));
     const cx = 30 + 62 * (c % 8), cy = 44 + 64 * Math.floor(c / 8), R = 22;
@@ -70,21 +116,21 @@ function drawClocks(cv, row, pos) {
     ctx.beginPath(); ctx.arc(cx, cy, R, 0, 2 * Math.PI); ctx.stroke();
     ctx.strokeStyle = "#d62728"; ctx.lineWidth = 2;
     ctx.beginPath(); ctx.moveTo(cx, cy); ctx.lineTo(cx + R * row[2 * k + 1], cy - R * row[2 * k]); ctx.stroke();
-    ctx.fillText(`pair ${k}`, cx - 16, cy + R + 11);
+    ctx.fillText(text.pair(k), cx - 16, cy + R + 11);
   }
 }
 
-function renderTable(model, el) {
+function renderTable(model, el, text) {
   const maxD = model.get("max_d_model"), n = model.get("n_positions");
   const state = { d: model.get("d_model"), p: model.get("position"), p2: model.get("other") };
   const dBox = slider(2, maxD, 2, state.d), pBox = slider(0, n - 1, 1, state.p), p2Box = slider(0, n - 1, 1, state.p2);
   const dText = h("output", {}, [String(state.d)]), pText = h("output"), p2Text = h("output");
-  const table = canvas(520, 260, "the sinusoidal table: positions down, dimensions across");
-  const clocks = canvas(520, 156, "each pair of the chosen position's vector as a clock hand");
-  const curve = canvas(520, 150, "dot product of the chosen position with every position");
-  const info = readout(), hover = readout("Point at the table to read PE[pos, i].");
-  el.append(h("div", {}, [labelled("d_model", dBox), dText, " ", labelled("position", pBox), pText, " ",
-                           labelled("second position", p2Box), p2Text]), table, hover, clocks, curve, info);
+  const table = canvas(520, 260, text.tableLabel);
+  const clocks = canvas(520, 156, text.clocksLabel);
+  const curve = canvas(520, 150, text.curveLabel);
+  const info = readout(), hover = readout(text.tableHint);
+  el.append(h("div", {}, [labelled("d_model", dBox), dText, " ", labelled(text.position, pBox), pText, " ",
+                           labelled(text.other, p2Box), p2Text]), table, hover, clocks, curve, info);
 
   function draw() {
     const { d, p, p2 } = state;
@@ -102,14 +148,12 @@ function renderTable(model, el) {
     ctx.strokeStyle = "#fff";
     ctx.strokeRect(0, 20 + p2 * ch, table.width, Math.max(2, ch));
     ctx.fillStyle = "#000"; ctx.font = "11px sans-serif";
-    ctx.fillText(`PE[pos, i] for pos 0..${n - 1} (rows) and i 0..${d - 1} (columns); red: position ${p}, white: ${p2}`, 2, 12);
+    ctx.fillText(text.tableTitle(n - 1, d - 1, p, p2), 2, 12);
     const row = sinusoidalRow(p, d);
-    drawClocks(clocks, row, p);
+    drawClocks(clocks, row, p, text);
     const sims = Array.from({ length: n }, (_, q) => dot(row, sinusoidalRow(q, d)));
-    linePlot(curve, sims, `PE[${p}] · PE[pos] against pos (maximum d_model / 2 = ${d / 2} at pos = ${p})`, -d / 2, d / 2, p);
-    info.textContent = `d_model = ${d}: PE[${p}] · PE[${p2}] = ${fmt(dot(row, sinusoidalRow(p2, d)))} ` +
-      `(= sum over pairs of cos((${p} - ${p2}) ω_k), so it depends only on the offset ${p - p2}); ` +
-      `PE[${p}] · PE[${p}] = ${fmt(dot(row, row))}.`;
+    linePlot(curve, sims, text.curveTitle(p, d / 2), -d / 2, d / 2, p);
+    info.textContent = text.dots(d, p, p2, fmt(dot(row, sinusoidalRow(p2, d))), fmt(dot(row, row)));
   }
   table.addEventListener("mousemove", (e) => {
     const box = table.getBoundingClientRect();
@@ -128,15 +172,15 @@ function renderTable(model, el) {
   draw();
 }
 
-function renderRope(model, el) {
+function renderRope(model, el, text) {
   const q = Array.from(decodeFloat32(model.get("q"))), k = Array.from(decodeFloat32(model.get("k")));
   const base = model.get("base"), maxPos = model.get("max_position"), d = q.length;
   const state = { m: model.get("m"), n: model.get("n") };
   const mBox = slider(0, maxPos, 1, state.m), nBox = slider(0, maxPos, 1, state.n);
   const mText = h("output"), nText = h("output");
-  const clocks = canvas(Math.min(8, d / 2) * 64 + 8, Math.ceil(d / 16) * 76 + 8, "each pair of q and k as a rotated arrow");
+  const clocks = canvas(Math.min(8, d / 2) * 64 + 8, Math.ceil(d / 16) * 76 + 8, text.ropeLabel);
   const info = readout();
-  el.append(h("div", {}, [labelled("query position m", mBox), mText, " ", labelled("key position n", nBox), nText]),
+  el.append(h("div", {}, [labelled(text.m, mBox), mText, " ", labelled(text.n, nBox), nText]),
             clocks, info);
 
   function draw() {
@@ -156,11 +200,10 @@ function renderRope(model, el) {
         ctx.beginPath(); ctx.moveTo(cx, cy);
         ctx.lineTo(cx + (R * v[2 * p]) / r, cy - (R * v[2 * p + 1]) / r); ctx.stroke();
       }
-      ctx.fillStyle = "#000"; ctx.fillText(`pair ${p}`, cx - 16, cy + R + 12);
+      ctx.fillStyle = "#000"; ctx.fillText(text.pair(p), cx - 16, cy + R + 12);
     }
     const score = dot(qm, kn);
-    info.textContent = `RoPE(q, ${m}) · RoPE(k, ${n}) = ${fmt(score)}; offset m - n = ${m - n}. ` +
-      `Moving both positions by the same amount leaves the score unchanged (blue: q, orange: k).`;
+    info.textContent = text.score(m, n, fmt(score));
   }
   mBox.addEventListener("input", () => { state.m = Number(mBox.value); commit(model, { m: state.m }); draw(); });
   nBox.addEventListener("input", () => { state.n = Number(nBox.value); commit(model, { n: state.n }); draw(); });
@@ -170,8 +213,8 @@ function renderRope(model, el) {
 
 function render({ model, el }) {
   const root = figureRoot(el, model.get("figure"));
-  if (model.get("figure") === "rope") renderRope(model, root);
-  else renderTable(model, root);
+  if (model.get("figure") === "rope") renderRope(model, root, strings(TEXT));
+  else renderTable(model, root, strings(TEXT));
   hideFallback(model);
 }
 

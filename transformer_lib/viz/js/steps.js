@@ -4,7 +4,27 @@
 //   3. output   o   = sum_j a_j v_j            a weighted average of the values
 
 import { commit, decodeFloat32, dot, fmt, figureRoot, follow, h, hideFallback, labelled, readout, select, slider,
-         softmax, viridis } from "./common.js";
+         softmax, strings, viridis } from "./common.js";
+
+// Every word the figure writes, in English and in Chinese (common.js: strings picks the page's language).
+export const TEXT = {
+  en: {
+    query: "query token",
+    temperature: "temperature τ",
+    columns: ["key token", "key k_j", "1. score q·k_j/√d_k", "2. weight a_j", "value v_j"],
+    caption: (token, q) => `query "${token}": q = ${q}`,
+    output: (token, o, named, total) =>
+      `3. output for "${token}" = Σ_j a_j v_j = ${o}${named ? ` (${named})` : ""}; the weights sum to ${total}.`,
+  },
+  zh: {
+    query: "查询词元",
+    temperature: "温度 τ",
+    columns: ["键词元", "键 k_j", "1. 分数 q·k_j/√d_k", "2. 权重 a_j", "值 v_j"],
+    caption: (token, q) => `查询“${token}”：q = ${q}`,
+    output: (token, o, named, total) =>
+      `3. “${token}”的输出 = Σ_j a_j v_j = ${o}${named ? `（${named}）` : ""}；权重之和为 ${total}。`,
+  },
+};
 
 export function scoresFor(q, K) {
   return K.map((k) => dot(q, k) / Math.sqrt(q.length));
@@ -25,6 +45,7 @@ function vec(v) {
 
 function render({ model, el: widget }) {
   const el = figureRoot(widget, "steps");
+  const text = strings(TEXT);
   const tokens = model.get("tokens"), features = model.get("features"), d = model.get("d");
   const Q = rows(decodeFloat32(model.get("q")), d), K = rows(decodeFloat32(model.get("k")), d);
   const V = rows(decodeFloat32(model.get("v")), model.get("d_v"));
@@ -32,17 +53,16 @@ function render({ model, el: widget }) {
   const queryBox = select(tokens, state.i), tauBox = slider(0.05, 5, 0.01, state.tau), tauText = h("output");
   const table = h("table", { style: "border-collapse:collapse;font-size:90%;margin:6px 0" });
   const out = readout();
-  el.append(h("div", {}, [labelled("query token", queryBox), labelled("temperature τ", tauBox), tauText]), table, out);
+  el.append(h("div", {}, [labelled(text.query, queryBox), labelled(text.temperature, tauBox), tauText]), table, out);
 
-  function cell(text, style = "") {
-    return h("td", { style: "padding:2px 8px;border-bottom:1px solid #ddd;" + style }, [text]);
+  function cell(content, style = "") {
+    return h("td", { style: "padding:2px 8px;border-bottom:1px solid #ddd;" + style }, [content]);
   }
 
   function draw() {
     tauText.textContent = fmt(state.tau, 2);
     const q = Q[state.i], s = scoresFor(q, K), a = softmax(s, state.tau), o = weightedSum(a, V);
-    const head = h("tr", {}, ["key token", "key k_j", "1. score q·k_j/√d_k", "2. weight a_j", "value v_j"]
-      .map((t) => h("th", { style: "padding:2px 8px;text-align:left" }, [t])));
+    const head = h("tr", {}, text.columns.map((t) => h("th", { style: "padding:2px 8px;text-align:left" }, [t])));
     const body = tokens.map((tok, j) => h("tr", {}, [
       cell(tok), cell(vec(K[j])), cell(fmt(s[j], 3)),
       cell(h("span", {}, [h("span", { style: `display:inline-block;width:${Math.round(80 * a[j])}px;height:10px;` +
@@ -50,10 +70,9 @@ function render({ model, el: widget }) {
       cell(vec(V[j])),
     ]));
     table.replaceChildren(h("caption", { style: "text-align:left" },
-      [`query "${tokens[state.i]}": q = ${vec(q)}`]), head, ...body);
-    out.textContent = `3. output for "${tokens[state.i]}" = Σ_j a_j v_j = ${vec(o)}` +
-      (features.length ? ` (${features.map((f, k) => `${f} ${fmt(o[k], 2)}`).join(", ")})` : "") +
-      `; the weights sum to ${fmt(a.reduce((x, y) => x + y, 0), 3)}.`;
+      [text.caption(tokens[state.i], vec(q))]), head, ...body);
+    const named = features.map((f, k) => `${f} ${fmt(o[k], 2)}`).join(", "); // "" without feature names
+    out.textContent = text.output(tokens[state.i], vec(o), named, fmt(a.reduce((x, y) => x + y, 0), 3));
   }
   function redraw() {
     queryBox.value = String(state.i);
