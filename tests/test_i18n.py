@@ -200,6 +200,25 @@ def test_a_word_the_measurement_chose_is_the_translations_own_word(tiny_book):
     assert re.search(r"循环 ?比批处理慢 ?。", _text(tiny_book["zh_page"]))
 
 
+def test_a_translation_that_shows_a_chosen_english_word_is_warned_about(caplog):
+    """{glue:text} of a glue_choice name in a translated message would show the English word: a warning (an error
+    under -W) that names the role to write; a glued number is not warned about."""
+    import logging
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import glue_i18n
+
+    glued = {name: {"data": {"text/plain": "''"}} for name in ("speed_word", "speed_word__key", "n_steps")}
+    renderer = SimpleNamespace(renderer=SimpleNamespace(nb_client=SimpleNamespace(glue_data=glued)))
+    with caplog.at_level(logging.WARNING):
+        glue_i18n.warn_english_choices(
+            "循环{glue:text}`speed_word`批处理，{glue:text}`n_steps:.0f` 步。", {"nb_renderer": renderer}, "page"
+        )
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "{glue:choice}`speed_word|key=word|...`" in warned[0], warned
+
+
 def test_a_choice_word_star_shows_the_glued_numbers_as_they_are(tiny_book):
     assert re.search(r"Slower at 64, 128 ?; faster at none of the lengths ?\.", _text(tiny_book["en_page"]))
     assert re.search(r"更慢的长度： ?64, 128 ?；更快的长度： ?没有 ?。", _text(tiny_book["zh_page"]))

@@ -31,6 +31,7 @@ where there are some, the translation's words where there are none).
 from __future__ import annotations
 
 import ast
+import re
 from contextvars import ContextVar
 
 from docutils import nodes
@@ -79,12 +80,36 @@ def _with_page_glue(parse):
             return parse(self, inputstring, document)
         document["nb_renderer"] = element  # what myst-nb's glue roles read (retrieve_glue_data)
         try:
+            warn_english_choices(inputstring, document, docname)
             return parse(self, inputstring, document)
         finally:
             document.attributes.pop("nb_renderer", None)
 
     parse_with_page_glue.glue_i18n = True
     return parse_with_page_glue
+
+
+GLUE_TEXT = re.compile(r"\{glue:text\}`([^`:]+)")
+
+
+def warn_english_choices(text: str, document, docname: str | None) -> None:
+    """A translated message that shows a word a measurement chose with ``{glue:text}`` shows the English word in a
+    page of another language: warn (an error under ``-W``), naming the role to write instead."""
+    from myst_nb.core.variables import RetrievalError
+    from myst_nb.ext.glue.utils import retrieve_glue_data
+    from sphinx.util import logging
+
+    for name in GLUE_TEXT.findall(text):
+        try:
+            retrieve_glue_data(document, name.strip() + CHOICE_KEY_SUFFIX)
+        except RetrievalError:
+            continue  # a glued number or text, the same in every language
+        logging.getLogger(__name__).warning(
+            f"glue:choice: the translation shows {{glue:text}}`{name}`, a word a measurement chose (glue_choice): "
+            f"write {{glue:choice}}`{name}|key=word|...` with a word for each of its keys "
+            f"(`*` keeps the glued text where it is numbers)",
+            location=docname,
+        )
 
 
 def forget_page(app, doctree) -> None:
