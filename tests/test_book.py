@@ -603,7 +603,7 @@ def test_a_cell_that_timed_out_is_named_as_such_in_the_banner():
         nb_metadata={"notebooks/04_x": {"exec_data": exec_data}},
         mystnb_config=SimpleNamespace(execution_timeout=240),
     )
-    fixes.annotate_page(SimpleNamespace(env=env), doctree)
+    fixes.annotate_page(SimpleNamespace(env=env, config=SimpleNamespace(language="en")), doctree)
     banner, provenance = section[1].astext(), section[2].astext()
     assert fixes.BANNER_CLASS in banner and "This page is incomplete" in banner
     assert "CellTimeoutError: the cell ran past the build&#x27;s per-cell limit of 240 s" in banner
