@@ -132,7 +132,7 @@ def update(codes: list[str], toc: Path | None) -> int:
     return 0
 
 
-FORMAT_FLAG = re.compile(r"^(#,.*?)(?:,\s*)?\bpython-(?:brace-)?format\b(.*)$")
+FORMAT_FLAGS = {"python-format", "python-brace-format"}
 
 
 def drop_format_flags(path: Path) -> None:
@@ -141,12 +141,11 @@ def drop_format_flags(path: Path) -> None:
     ``msgfmt --check`` rejects a faithful translation (Sphinx and this tool's check never format them)."""
     lines = []
     for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-        if FORMAT_FLAG.match(line.rstrip("\n")):
-            while FORMAT_FLAG.match(line.rstrip("\n")):
-                line = FORMAT_FLAG.sub(r"\1\2", line.rstrip("\n")) + "\n"
-            line = line.replace("#, , ", "#, ")
-            if line.strip() == "#,":  # no flag left
+        if line.startswith("#,"):  # a flag line: "#, fuzzy, python-format"
+            flags = [f.strip() for f in line[2:].split(",") if f.strip() and f.strip() not in FORMAT_FLAGS]
+            if not flags:
                 continue
+            line = "#, " + ", ".join(flags) + "\n"
         lines.append(line)
     path.write_text("".join(lines), encoding="utf-8")
 
