@@ -457,6 +457,19 @@ def test_glue_choice_glues_the_chosen_word_and_returns_its_key():
         glue_choice("speed_word", "slower", words)
 
 
+def test_glue_ratio_glues_the_median_and_the_interval_ends_as_numbers(monkeypatch):
+    import transformer_lib.claims as C
+    from transformer_lib.timing import ratio_from_times
+
+    glued = {}
+    monkeypatch.setattr(C, "glue", lambda name, value, display=True: glued.__setitem__(name, value))
+    r = ratio_from_times([0.5, 0.6, 0.4, 0.5, 0.55, 0.45, 0.52, 0.48, 0.5], [1.0] * 9)
+    assert C.glue_ratio("speed", r) is r
+    assert glued == {"speed": r.ratio, "speed_low": r.low, "speed_high": r.high}
+    assert all(isinstance(v, float) for v in glued.values())  # numbers: no English words in any edition
+    assert (glued["speed_low"], glued["speed"], glued["speed_high"]) == (0.45, 0.5, 0.55)  # 2nd, 5th, 8th of 9
+
+
 def test_every_claim_verdict_is_logged_when_book_claims_log_is_set(tmp_path, monkeypatch):
     log = tmp_path / "claims.jsonl"
     monkeypatch.setenv("BOOK_CLAIMS_LOG", str(log))

@@ -217,6 +217,18 @@ def glue_choice(name: str, key: str, words: dict[str, str]) -> str:
     return key
 
 
+def glue_ratio(name: str, ratio):
+    """Glue a measured ratio (a ``timing.Ratio``) as three numbers, so a sentence in any language can write it:
+    the median as ``name``, its interval's ends as ``name_low`` and ``name_high``; return ``ratio``.
+
+    The prose writes ``{glue:text}`name:.2f`x ({glue:text}`name_low:.2f`-{glue:text}`name_high:.2f`)`` and says
+    in its own words what the interval is (``str(ratio)`` would glue English words into every edition).
+    """
+    glue_number(f"{name}_low", ratio.low), glue_number(f"{name}_high", ratio.high)
+    glue_number(name, ratio.ratio)
+    return ratio
+
+
 def claim_verdict(ratio, verdict: str, sentence: str) -> None:
     """Check a timing comparison against its interval: ``ratio.verdict()`` (a ``timing.Ratio``) must be
     ``verdict`` (``"faster"``, ``"slower"`` or ``"within_noise"``). The interval is quoted when it fails."""
