@@ -15,6 +15,8 @@ from transformer_lib.quant import (
     QuantEmbedding,
     QuantLinear,
     fake_quantize,
+    float32_int8_matmul,
+    int8_kernel,
     int8_matmul,
     int_range,
     keep_outliers,
@@ -229,6 +231,66 @@ def test_int8_matmul_refuses_mixed_devices_and_dtypes():
         padded_int_mm(torch.zeros(2, 8, dtype=torch.int8), torch.zeros(3, 7, dtype=torch.int8))
     with pytest.raises(ValueError, match="must be int8 matrices sharing K"):
         int8_matmul(torch.zeros(2, 8), torch.zeros(3, 8, dtype=torch.int8))
+
+
+@pytest.mark.parametrize("M, K, N", [(1, 64, 32), (5, 30, 13), (7, 1024, 9), (3, 1025, 4), (4, 3000, 6)])
+@pytest.mark.parametrize("extreme", [False, True])
+def test_float32_int8_matmul_gives_the_integers_of_an_int64_product(M, K, N, extreme):
+    a, b = int8_pair(M, K, N, 3 * M + K + N, extreme)
+    for out in (float32_int8_matmul(a, b), int8_matmul(a, b, kernel="float32")):
+        assert out.dtype == torch.int32 and out.shape == (M, N)
+        assert torch.equal(out.long(), a.long() @ b.long().t())
+
+
+def test_float32_int8_matmul_is_exact_where_one_float32_product_is_not():
+    # same-sign sums pass 2^24 = 16,777,216 (3000 * 127^2 = 48,387,000): one float32 product over all of K rounds
+    # them, the 1,024-input chunks do not; -128 * -128 * 1024 = 2^24 exactly, the largest chunk sum
+    a, b = torch.full((2, 3000), 127, dtype=torch.int8), torch.full((3, 3000), 127, dtype=torch.int8)
+    a[:, ::7] = -128
+    exact = a.long() @ b.long().t()
+    assert not torch.equal((a.float() @ b.float().t()).long(), exact)
+    assert torch.equal(float32_int8_matmul(a, b).long(), exact)
+    low = torch.full((1, 1024), -128, dtype=torch.int8)
+    assert float32_int8_matmul(low, low).item() == 2**24
+
+
+def test_float32_int8_matmul_refuses_reduced_float32_precision():
+    a, b = int8_pair(2, 16, 3, 0)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        with pytest.raises(RuntimeError, match="needs full float32 products.*'high'"):
+            float32_int8_matmul(a, b)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    with pytest.raises(ValueError, match=r"kernel must be one of \('int_mm', 'float32'\), got 'fp32'"):
+        int8_matmul(a, b, kernel="fp32")
+
+
+def test_int8_kernel_switches_w8a8_layers_for_a_block_with_the_same_outputs():
+    model = quantize_model(small_gpt(), bits=8, act_bits=8)
+    w8a8 = [m for m in model.modules() if isinstance(m, QuantLinear) and m.act_bits == 8]
+    assert w8a8 and all(m.int8_kernel == "int_mm" for m in w8a8)
+    idx = torch.randint(0, model.cfg.vocab_size, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = model(idx)[0]  # logits
+        with int8_kernel(model, "float32") as same:
+            assert same is model and all(m.int8_kernel == "float32" for m in w8a8)
+            assert torch.equal(model(idx)[0], ref)  # the same int32 sums, the same rescaling: bit for bit
+    assert all(m.int8_kernel == "int_mm" for m in w8a8)
+    with pytest.raises(KeyError), int8_kernel(model, "float32"):
+        raise KeyError("a failure inside the block")
+    assert all(m.int8_kernel == "int_mm" for m in w8a8)  # restored after the failure too
+    with pytest.raises(ValueError, match="kernel must be one of"), int8_kernel(model, "int4"):
+        pass
+    assert all(m.int8_kernel == "int_mm" for m in w8a8)
+
+
+@pytest.mark.cuda
+def test_float32_int8_matmul_on_cuda_is_exact():
+    a, b = int8_pair(5, 3000, 7, 1, extreme=True)
+    out = float32_int8_matmul(a.cuda(), b.cuda())
+    assert out.is_cuda and torch.equal(out.cpu().long(), a.long() @ b.long().t())
 
 
 @pytest.mark.cuda

@@ -5,7 +5,8 @@ This package's face gathers every public name of its modules (``from transformer
 
 * ``grids``: integer grids (absmax, zero-point; per tensor, channel or group), ``quantize``, ``fake_quantize``,
   int4 packing (``pack_int4`` / ``unpack_int4``);
-* ``int8_ops``: int8 activations per token and the exact int8 x int8 -> int32 product (W8A8, LLM.int8() outliers);
+* ``int8_ops``: int8 activations per token and the exact int8 x int8 -> int32 product, by ``torch._int_mm`` or
+  exactly in float32 chunks (W8A8, LLM.int8() outliers);
 * ``linear``: ``QuantLinear`` / ``QuantEmbedding`` and ``quantize_model`` (round-to-nearest);
 * ``storage``: what quantized weights cost, in bits per weight (``bits_per_weight``), in memory
   (``state_dict_bytes``) and on disk (``saved_size``);
@@ -38,8 +39,24 @@ from .grids import (
     quantize,
     unpack_int4,
 )
-from .int8_ops import int8_matmul, keep_outliers, padded_int_mm, quantize_per_token
-from .linear import QuantEmbedding, QuantLinear, linears_to_replace, quantize_model, rtn_weight, set_module
+from .int8_ops import (
+    FLOAT32_EXACT_K,
+    INT8_KERNELS,
+    float32_int8_matmul,
+    int8_matmul,
+    keep_outliers,
+    padded_int_mm,
+    quantize_per_token,
+)
+from .linear import (
+    QuantEmbedding,
+    QuantLinear,
+    int8_kernel,
+    linears_to_replace,
+    quantize_model,
+    rtn_weight,
+    set_module,
+)
 from .nf4 import NF4_OFFSET, NF4Tensor, compare_nf4_int4, nf4_code_book, nf4_dequantize, nf4_quantize
 from .smoothquant import smooth_linear, smoothing_factors, smoothquant_model
 from .storage import bits_per_weight, saved_size, state_dict_bytes, weights_per_scale
@@ -47,7 +64,9 @@ from .storage import bits_per_weight, saved_size, state_dict_bytes, weights_per_
 __all__ = [
     "AWQScales",
     "BITS",
+    "FLOAT32_EXACT_K",
     "GRANULARITIES",
+    "INT8_KERNELS",
     "NF4_OFFSET",
     "NF4Tensor",
     "QuantEmbedding",
@@ -62,10 +81,12 @@ __all__ = [
     "capture_linear_inputs",
     "compare_nf4_int4",
     "fake_quantize",
+    "float32_int8_matmul",
     "gptq_linear",
     "gptq_quantize",
     "gptq_quantize_model",
     "grouped",
+    "int8_kernel",
     "int8_matmul",
     "int_range",
     "keep_outliers",

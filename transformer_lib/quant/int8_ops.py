@@ -32,20 +32,57 @@ def _check_int8_pair(xq: torch.Tensor, wq: torch.Tensor) -> None:
         raise ValueError(f"xq and wq must be on one device, got {xq.device} and {wq.device}")
 
 
-def int8_matmul(xq: torch.Tensor, wq: torch.Tensor) -> torch.Tensor:
+INT8_KERNELS = ("int_mm", "float32")  # how int8_matmul computes: torch._int_mm, or exact float32 chunks
+FLOAT32_EXACT_K = 2**24 // 128**2  # 1,024 inputs: every partial sum is an integer of magnitude <= 2^24
+
+
+def int8_matmul(xq: torch.Tensor, wq: torch.Tensor, kernel: str = "int_mm") -> torch.Tensor:
     """``xq: (M, K) int8 @ wq: (N, K) int8 ^T -> (M, N) int32``, exact integer sums.
+
+    ``kernel="float32"`` computes the same integers with float32 products (``float32_int8_matmul``); the default,
+    ``"int_mm"``, is the integer kernel that W8A8 exists for, and the one the book times.
 
     ``torch._int_mm`` on CPU takes any shape; on CUDA it needs M > 16 and K, N multiples of 8, so other shapes
     (e.g. one decoding position, M = 1) are zero-padded to fit (``padded_int_mm``): zero rows and columns add
     nothing to the sums, and the result is sliced back. An fp16 product would not be exact (sums reach
     ``K * 127^2``), and a float64 one runs at a small fraction of a GPU's integer speed.
     """
+    if kernel not in INT8_KERNELS:
+        raise ValueError(f"kernel must be one of {INT8_KERNELS}, got {kernel!r}")
     _check_int8_pair(xq, wq)
+    if kernel == "float32":
+        return float32_int8_matmul(xq, wq)
     M, K = xq.shape
     N = wq.shape[0]
     if xq.device.type == "cpu" or (M > 16 and K % 8 == 0 and N % 8 == 0):
         return torch._int_mm(xq, wq.t())
     return padded_int_mm(xq, wq)
+
+
+def float32_int8_matmul(xq: torch.Tensor, wq: torch.Tensor) -> torch.Tensor:
+    """The integers of ``torch._int_mm(xq, wq.t())`` (``xq: (M, K)``, ``wq: (N, K)`` int8 -> ``(M, N)`` int32),
+    computed as float32 matrix products over chunks of at most ``FLOAT32_EXACT_K`` = 1,024 inputs, added in int32.
+
+    Exact, not approximate: a chunk's partial sums, in whatever order the BLAS adds them, are integers of magnitude
+    at most 1024 * 128^2 = 2^24, and float32 holds every integer up to 2^24. On a CPU without int8 dot-product
+    instructions (AVX2 without VNNI) ``torch._int_mm`` runs far slower than float32 GEMM, so chapter 09 measures
+    W8A8's *quality* this way (``int8_kernel``) and times its *speed* on ``torch._int_mm``. Needs float32 products
+    at full precision (no TF32 or bfloat16 shortcut), which is PyTorch's default.
+    """
+    _check_int8_pair(xq, wq)
+    if torch.get_float32_matmul_precision() != "highest" or (
+        xq.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+    ):
+        raise RuntimeError(
+            "float32_int8_matmul needs full float32 products: torch.set_float32_matmul_precision('highest') and "
+            f"torch.backends.cuda.matmul.allow_tf32 = False, got {torch.get_float32_matmul_precision()!r} and "
+            f"{torch.backends.cuda.matmul.allow_tf32}"
+        )
+    acc = torch.zeros(xq.shape[0], wq.shape[0], dtype=torch.int32, device=xq.device)  # (M, N)
+    for k in range(0, xq.shape[1], FLOAT32_EXACT_K):
+        chunk = xq[:, k : k + FLOAT32_EXACT_K].float() @ wq[:, k : k + FLOAT32_EXACT_K].float().T  # (M, N), exact
+        acc += chunk.to(torch.int32)
+    return acc
 
 
 def padded_int_mm(xq: torch.Tensor, wq: torch.Tensor) -> torch.Tensor:

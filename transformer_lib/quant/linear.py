@@ -7,11 +7,13 @@ Used in chapter 09.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .int8_ops import int8_matmul, quantize_per_token
+from .int8_ops import INT8_KERNELS, int8_matmul, quantize_per_token
 from .grids import check_bits, check_finite, int_range, pack_int4, quantize, unpack_int4
 
 
@@ -26,6 +28,8 @@ class QuantLinear(nn.Module):
     ``act_bits=8`` (int8 per-channel only) also quantizes the input per token at run time and multiplies
     int8 by int8 into int32 (``int8_matmul``), then rescales: ``y = (x_q W_q^T) * s_x * s_w + b`` (W8A8).
     Otherwise (weight-only) the forward pass dequantizes the weight to ``x.dtype`` and calls ``F.linear``.
+    ``int8_kernel`` (not saved: an attribute, ``"int_mm"`` unless ``int8_kernel()`` changes it for a block) is the
+    ``kernel`` of ``int8_matmul``; both give the same integers.
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class QuantLinear(nn.Module):
             raise ValueError(f"bits=4 packs two weights per byte: in_features must be even, got {in_features}")
         self.in_features, self.out_features = in_features, out_features
         self.bits, self.group_size, self.act_bits = bits, group_size, act_bits
+        self.int8_kernel = "int_mm"
         n_groups = 1 if group_size is None else in_features // group_size
         cols = in_features if bits == 8 else in_features // 2
         self.register_buffer(
@@ -140,7 +145,7 @@ class QuantLinear(nn.Module):
             return F.linear(x, self.dequantized_weight(x.dtype), bias)
         x2 = x.reshape(-1, self.in_features)  # (M, K)
         xq, sx = quantize_per_token(x2)  # (M, K) int8, (M, 1)
-        acc = int8_matmul(xq, self.qweight)  # (M, N) int32, exact
+        acc = int8_matmul(xq, self.qweight, self.int8_kernel)  # (M, N) int32, exact
         rescale = sx * self.scale.float().view(1, -1)  # (M, N): s_x[m] * s_w[n]
         y = acc * rescale if self.bias is None else torch.addcmul(self.bias.float(), acc, rescale)
         return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
@@ -177,6 +182,25 @@ class QuantEmbedding(nn.Module):
     def weight(self) -> torch.Tensor:
         """The dequantized table ``(V, d)`` float32, for code that reads ``.weight`` (e.g. for a device or dtype)."""
         return self(torch.arange(self.num_embeddings, device=self.qweight.device))
+
+
+@contextlib.contextmanager
+def int8_kernel(model: nn.Module, kernel: str):
+    """Within the ``with`` block, every W8A8 ``QuantLinear`` of ``model`` computes its int8 product with
+    ``kernel`` (``"int_mm"`` or ``"float32"``, see ``int8_matmul``); afterwards each has its kernel back, also
+    when the block raises. The outputs are the same either way: ``"float32"`` is for measuring quality fast on a
+    CPU whose ``torch._int_mm`` is slow, never for timing."""
+    if kernel not in INT8_KERNELS:
+        raise ValueError(f"kernel must be one of {INT8_KERNELS}, got {kernel!r}")
+    layers = [m for m in model.modules() if isinstance(m, QuantLinear) and m.act_bits is not None]
+    before = [m.int8_kernel for m in layers]
+    for m in layers:
+        m.int8_kernel = kernel
+    try:
+        yield model
+    finally:
+        for m, k in zip(layers, before):
+            m.int8_kernel = k
 
 
 def rtn_weight(weight: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
