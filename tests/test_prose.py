@@ -252,3 +252,32 @@ def test_a_chapter_that_tests_the_source_articles_links_to_the_page_naming_them(
     text = "\n".join(_markdown(path))
     if re.search(r"\b(source )?articles?\b", _prose(text)) and "source article" in text.replace("\n", " "):
         assert "<../book/sources>`" in text, f"{path.name} speaks of the source articles without linking book/sources"
+
+
+def _glued_as_text(path: Path) -> set[str]:
+    """Keys a notebook glues as strings: ``glue_number(name, value, fmt)`` (formatted) and ``glue_choice``."""
+    keys = set()
+    for source in _code(path):
+        source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
+                continue
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            formatted = len(node.args) > 2 or any(k.arg == "fmt" for k in node.keywords)
+            if func == "glue_choice" or (func == "glue_number" and formatted):
+                keys.add(node.args[0].value)
+    return keys
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_key_glued_as_text_is_shown_without_a_format_spec(path):
+    # myst-nb applies a role's spec (`key:,`) with format(): on a glued string that fails the build with
+    # "Cannot specify ',' with 's'", and only `make book` would see it
+    text_keys = _glued_as_text(path)
+    roles = re.findall(r"\{glue(?::text)?\}`([A-Za-z_]\w*):([^`]+)`", "\n".join(_markdown(path)))
+    bad = sorted({f"{k}:{spec}" for k, spec in roles if k in text_keys})
+    assert not bad, f"{path.name}: keys glued as strings, written with a format spec: {bad}"
