@@ -171,9 +171,11 @@ def test_the_committed_study_holds_what_chapter_08_reads():
     assert bool((study["ablation"] > 0).all()) and bool(
         ((study["curves"]["gradient"] > 0) & (study["curves"]["gradient"] <= 1)).all()
     )
-    # the weight norms need no data: the committed ones must be this model's, exactly
+    # the weight norms need no data: the committed ones must be this model's, up to float rounding (a norm's
+    # summation order follows the CPU's vector width: 1.9e-6 apart between the AVX-512 machine that wrote the file
+    # and another AVX-512 one; a different model's norms differ in the first digit)
     model, _ = load_minilm("cpu")
-    assert torch.equal(study["magnitude"], P.magnitude_importance(model).float())
+    torch.testing.assert_close(study["magnitude"], P.magnitude_importance(model).float(), rtol=1e-5, atol=0)
 
 
 @pytest.mark.slow  # the whole study: about 15 s of CPU
