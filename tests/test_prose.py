@@ -88,15 +88,22 @@ def _library_modules() -> dict[str, str]:
     return names
 
 
-def _bindings(path: Path) -> tuple[dict[str, str], set[str]]:
-    """Names a notebook imports (name -> dotted path of what it is) and every other name its code binds."""
-    imported, bound = {}, set()
+def _code_trees(path: Path) -> list[ast.Module]:
+    """The syntax tree of each code cell that parses once its IPython magics (``%``, ``!`` lines) are left out."""
+    trees = []
     for source in _code(path):
         source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
         try:
-            tree = ast.parse(source)
+            trees.append(ast.parse(source))
         except SyntaxError:
             continue
+    return trees
+
+
+def _bindings(path: Path) -> tuple[dict[str, str], set[str]]:
+    """Names a notebook imports (name -> dotted path of what it is) and every other name its code binds."""
+    imported, bound = {}, set()
+    for tree in _code_trees(path):
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -257,12 +264,7 @@ def test_a_chapter_that_tests_the_source_articles_links_to_the_page_naming_them(
 def _glued_as_text(path: Path) -> set[str]:
     """Keys a notebook glues as strings: ``glue_number(name, value, fmt)`` (formatted) and ``glue_choice``."""
     keys = set()
-    for source in _code(path):
-        source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
+    for tree in _code_trees(path):
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
                 continue
