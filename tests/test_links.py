@@ -102,10 +102,14 @@ def _target(page: Path, link: str) -> tuple[Path | None, str]:
 @pytest.mark.site
 def test_every_internal_link_and_anchor_resolves():
     broken = []
+    # after `make book-en` (the English edition alone) the language switch points at a Chinese edition not built:
+    # those links are left out here (the Chinese edition's own tests skip, naming it); `make book` builds both
+    zh = (SITE / "zh").resolve()
+    english_only = not (zh / "index.html").is_file()
     for page in _pages():
         for link in _parse(page).links:
             target, fragment = _target(page, link)
-            if target is None:
+            if target is None or (english_only and target.is_relative_to(zh)):
                 continue
             name = page.relative_to(SITE)
             if not target.is_relative_to(SITE.resolve()) or not target.is_file():
