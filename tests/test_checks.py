@@ -2,12 +2,20 @@
 message names the argument, the expectation and the value received (house rule 6)."""
 
 import math
+import random
 
 import numpy as np
 import pytest
 import torch
 
-from transformer_lib.checks import check_bool, check_int, check_number, check_probability, check_tensor
+from transformer_lib.checks import (
+    broadcast_shape,
+    check_bool,
+    check_int,
+    check_number,
+    check_probability,
+    check_tensor,
+)
 
 NAN, INF = float("nan"), float("inf")
 
@@ -147,3 +155,32 @@ def test_long_values_are_cut_in_the_message():
     with pytest.raises(TypeError) as info:
         check_int("n", list(range(1000)))
     assert len(str(info.value)) < 130 and str(info.value).endswith("...")
+
+
+def _torch_broadcast(*shapes):
+    try:
+        return tuple(torch.broadcast_shapes(*shapes))
+    except RuntimeError:
+        return None
+
+
+def test_broadcast_shape_agrees_with_torch_on_random_shapes():
+    rng = random.Random(0)
+    sizes = [0, 1, 1, 2, 3]  # 1 (broadcasts) and 0 (empty) are the cases that need care
+    cases = 0
+    for _ in range(3000):
+        shapes = [tuple(rng.choice(sizes) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(1, 3))]
+        want = _torch_broadcast(*shapes)
+        assert broadcast_shape(*shapes) == want, shapes
+        cases += want is None
+    assert 300 < cases < 2700  # both outcomes were exercised
+
+
+def test_broadcast_shape_of_tensor_shapes_and_edge_cases():
+    q, k = torch.empty(2, 4, 5, 8), torch.empty(1, 4, 7, 8)
+    assert broadcast_shape(q.shape[:-2], k.shape[:-2]) == (2, 4)
+    assert broadcast_shape(torch.Size([3, 1]), (1, 5)) == (3, 5)
+    assert broadcast_shape() == ()
+    assert broadcast_shape((0,), (1,)) == (0,)
+    assert broadcast_shape((2,), (3,)) is None
+    assert broadcast_shape((2, 3), (4, 3)) is None

@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .checks import check_number, check_probability
+from .checks import broadcast_shape, check_number, check_probability
 from .masking import causal_mask, check_mask, combine_masks, to_additive, to_boolean
 
 
@@ -59,17 +59,15 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"q and k must share the last dimension D, got q{tuple(q.shape)} and k{tuple(k.shape)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must share the key length Tk, got k{tuple(k.shape)} and v{tuple(v.shape)}")
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"q, k, v leading dimensions (e.g. (B, H)) must broadcast, got {shapes}") from None
+    if broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2]) is None:
+        raise ValueError(f"q, k, v leading dimensions (e.g. (B, H)) must broadcast, got {shapes}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
 
 
 def _scores_shape(q: torch.Tensor, k: torch.Tensor) -> tuple:
     """``(..., Tq, Tk)``: the shape of ``q k^T``."""
-    return (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+    return (*broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
 
 
 def attention_weights(

@@ -14,7 +14,9 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
 * ``check_probability(name, value, allow_one=False)``: a number in ``[0, 1)`` (dropout) or ``[0, 1]``;
 * ``check_bool(name, value)``: exactly ``True`` or ``False``;
 * ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False)``: a tensor, of ``shape``
-  (``None`` entries match any size >= 1) and, with ``finite=True``, holding no NaN or infinity.
+  (``None`` entries match any size >= 1) and, with ``finite=True``, holding no NaN or infinity;
+* ``broadcast_shape(*shapes)``: the shape they broadcast to, or None (``torch.broadcast_shapes``, without its
+  cost per call).
 """
 
 from __future__ import annotations
@@ -161,3 +163,24 @@ def check_tensor(
                 f"the first {value[first].item()} at index {first}"
             )
     return value
+
+
+def broadcast_shape(*shapes) -> tuple[int, ...] | None:
+    """The shape ``shapes`` broadcast to under PyTorch's (NumPy's) rules, or ``None`` where they do not broadcast.
+
+    Trailing dimensions are aligned; two sizes agree when they are equal or one of them is 1 (a 1 against a 0
+    gives 0). The same answer as ``torch.broadcast_shapes``, which raises instead of returning None, written out
+    because that one costs about 0.1 ms a call on a CPU (it handles symbolic shapes): more than an attention
+    kernel's decoding step, and the attention functions check their shapes on every call.
+    """
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, size in enumerate(shape, start=ndim - len(shape)):
+            if size == 1:
+                continue
+            if out[i] == 1:
+                out[i] = size
+            elif out[i] != size:
+                return None
+    return tuple(out)

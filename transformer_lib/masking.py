@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from .checks import broadcast_shape
+
 
 def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:
     """Boolean ``(Tq, Tk)`` mask, True where query i may see key j.
@@ -108,11 +110,7 @@ def check_mask(mask: torch.Tensor, scores_shape, name: str = "mask") -> None:
         raise TypeError(f"{name} must be a bool or float tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise ValueError(f"{name} must be a bool or float tensor, got dtype {mask.dtype}")
-    try:
-        ok = torch.broadcast_shapes(mask.shape, tuple(scores_shape)) == tuple(scores_shape)
-    except RuntimeError:
-        ok = False
-    if not ok:
+    if broadcast_shape(mask.shape, scores_shape) != tuple(scores_shape):
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
             f"{tuple(scores_shape)} (..., Tq, Tk)"
