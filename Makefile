@@ -20,7 +20,7 @@ TRITON_STAMP := $(VENV)/.triton-installed
 # OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep instead of spinning between kernels; with two processes on two
 # cores, spinning threads starve the other process (a notebook took 84 s instead of 30 s without it)
 PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider -rs
-# A false claim fails the tests (transformer_lib/claims.py): strict mode. `make book` leaves BOOK_CLAIMS to the
+# A false claim fails the tests (transformer_lib/book_tools/claims.py): strict mode. `make book` leaves BOOK_CLAIMS to the
 # caller: report mode for a reader (the page shows the failed claim and the build goes on), strict under CI=true.
 STRICT := BOOK_CLAIMS=strict
 # pytest exits 5 when it collected no test: not a failure here

@@ -33,10 +33,10 @@ from _timing import format_table  # noqa: E402
 
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from transformer_lib import pruning as P  # noqa: E402
+from transformer_lib.compression import pruning as P  # noqa: E402
 from transformer_lib.experiments import minilm_pruning as MP  # noqa: E402
 from transformer_lib.experiments.pruning_speed import csr_vs_dense, pruned_speeds  # noqa: E402
-from transformer_lib.train import evaluate_loss  # noqa: E402
+from transformer_lib.training.loop import evaluate_loss  # noqa: E402
 
 PROMPT = "ROMEO:\n"
 NEW_TOKENS = 64
@@ -136,7 +136,7 @@ def pruning_tables(model, tokenizer, val_data, device, repeats: int = 5) -> list
 
 def minilm_tables(device, repeats: int = 5, quick: bool = False) -> list[str]:
     """Tables 4 and 5 (MiniLM). ``quick``: 2 set pairs of 16 lines, 2 points, 1 probe (a smoke run)."""
-    from transformer_lib.pretrained import load_minilm
+    from transformer_lib.models.pretrained import load_minilm
 
     model, tok = load_minilm(device)
     n_sets, size, ns, probes = (2, 16, [18, 36], 1) if quick else (5, 32, [6, 12, 18, 24, 30, 36], 4)

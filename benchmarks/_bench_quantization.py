@@ -132,7 +132,7 @@ def method_rows(results: dict, higher_is_better: bool) -> list[list[str]]:
 def algorithm_tables(model, tokenizer, val_data, device, quick: bool = False) -> list[str]:
     """Print and return the four algorithm tables (RTN/GPTQ/AWQ on the GPT and MiniLM, SmoothQuant, NF4 vs int4).
     ``quick``: fewer batches, lines and group sizes (a smoke run)."""
-    from transformer_lib.pretrained import load_minilm, sentence_embeddings
+    from transformer_lib.models.pretrained import load_minilm, sentence_embeddings
 
     device = torch.device(device)
     groups = (None, 32) if quick else (None, 128, 32)
@@ -332,7 +332,7 @@ def quantization_tables(
 def main() -> None:
     import argparse
 
-    from transformer_lib.device import default_device
+    from transformer_lib.utils.device import default_device
     from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
     from transformer_lib.book_models.metrics import shakespeare_val_batches
 

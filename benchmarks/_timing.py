@@ -1,10 +1,11 @@
-"""Shared benchmark helpers: the library's interleaved timing (``transformer_lib.timing``) and plain-text tables."""
+"""Shared benchmark helpers: the library's interleaved timing (``transformer_lib.book_tools.timing``) and plain-text
+tables."""
 
 from __future__ import annotations
 
 import logging
 
-from transformer_lib.timing import interleaved_medians, synchronize  # noqa: F401 (re-exported for the benchmarks)
+from transformer_lib.book_tools.timing import interleaved_medians, synchronize  # noqa: F401 (re-exported for the benchmarks)
 
 # Importing torchao (ours, or transformers' optional import of it) logs a line per GPU kernel library it cannot load
 # on a CPU-only machine, and makes torch log a deprecation note per enum it registers: noise, not results.

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _bench_pruning import minilm_tables, pruning_tables  # noqa: E402
 from _bench_quantization import quantization_tables  # noqa: E402
 
-from transformer_lib.device import default_device  # noqa: E402
+from transformer_lib.utils.device import default_device  # noqa: E402
 from transformer_lib.book_models.checkpoints import checkpoint_info, load_shakespeare_gpt  # noqa: E402
 from transformer_lib.book_models.metrics import shakespeare_val_batches  # noqa: E402
 

@@ -33,18 +33,18 @@ import sys
 import torch
 
 from transformer_lib.book_models.metrics import nats_per_char
-from transformer_lib.corpus import (
+from transformer_lib.data.corpus import (
     TextCorpus,
     get_batch,
     shakespeare_corpus,
     shakespeare_split,
     shakespeare_token_corpus,
 )
-from transformer_lib.losses import gpt_loss
-from transformer_lib.model_configs import GPTConfig
-from transformer_lib.models import GPT
-from transformer_lib.tokenization import BPETokenizer
-from transformer_lib.train import TrainConfig, train
+from transformer_lib.training.losses import gpt_loss
+from transformer_lib.models.configs import GPTConfig
+from transformer_lib.models.transformer import GPT
+from transformer_lib.data.tokenization import BPETokenizer
+from transformer_lib.training.loop import TrainConfig, train
 
 
 def corpus_for(bpe_vocab: int | None) -> TextCorpus:

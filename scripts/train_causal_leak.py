@@ -5,7 +5,8 @@ transformer_lib/checkpoints/.
 
 The settings are ``experiments.causal_leak.CausalConfig()``: two runs of about 20 s of CPU time together, most of
 the page's former cost, so the page loads them and measures their losses and samples again.
-``tests/test_experiments.py``'s slow test retrains them and checks the chapter's claims on the retrained models.
+``tests/experiments/test_experiments.py``'s slow test retrains them and checks the chapter's claims on the retrained
+models.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 
 Five positional schemes x three seeds of a tiny GPT on "look back k" (``experiments.extrapolation``), plus one
 sinusoidal model with the table at full size: about 80 s of CPU time on one thread, too long for the page, which
-loads the models and measures them again. ``tests/test_extrapolation.py``'s slow test retrains them and checks
+loads the models and measures them again. ``tests/experiments/test_extrapolation.py``'s slow test retrains them and
+checks
 the chapter's claims on the retrained models.
 """
 

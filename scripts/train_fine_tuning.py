@@ -6,7 +6,8 @@ MiniLM for several seeds) and write them to transformer_lib/checkpoints/fine_tun
 
 The settings are ``experiments.fine_tuning.RunsConfig()``: several CPU-minutes, far beyond the page's budget, so the
 page loads the record and seed 0's heads, adapters and top-layer change (int8) and measures them again.
-``tests/test_fine_tuning.py``'s slow test retrains seed 0 and checks it against the record and the checkpoint.
+``tests/experiments/test_fine_tuning.py``'s slow test retrains seed 0 and checks it against the record and the
+checkpoint.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
 
 The recipe (model, schedule, step count) lives in ``transformer_lib.book_models.recipes``, the validation batches in
 ``transformer_lib.book_models.metrics``; the slow test
-``tests/test_book_models.py::test_gpt_recipe_reproduces_the_checkpoint`` reruns it and compares the validation loss.
+``tests/book_models/test_book_models.py::test_gpt_recipe_reproduces_the_checkpoint`` reruns it and compares the
+validation loss.
 """
 
 from __future__ import annotations

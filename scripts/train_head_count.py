@@ -5,7 +5,8 @@
 
 The settings are ``experiments.head_count.HeadCountConfig()``: nine models of about 20 s of CPU time in all, most of
 the page's former cost, so the page loads them and measures their accuracy again on a fresh batch.
-``tests/test_head_count.py``'s slow test retrains them and checks the chapter's claims on the retrained models.
+``tests/experiments/test_head_count.py``'s slow test retrains them and checks the chapter's claims on the retrained
+models.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/train_moe_pair.py --seeds 0 --no-save
 
 The recipe lives in ``transformer_lib.experiments.moe_vs_dense``; the slow test
-``tests/test_moe_vs_dense.py::test_recipe_reproduces_the_record`` reruns seed 0 and compares.
+``tests/experiments/test_moe_vs_dense.py::test_recipe_reproduces_the_record`` reruns seed 0 and compares.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ training record to transformer_lib/checkpoints/norm_placement_runs.json.
 
 Nine runs of a deep, thin character GPT (``experiments.norm_placement.NormConfig``): about 35 s of CPU time, more
 than the page can spend. The page reads the record (every step's loss, the validation loss); its gradient
-measurements at initialisation run in the page. ``tests/test_norm_placement.py``'s slow test retrains the runs and
+measurements at initialisation run in the page. ``tests/experiments/test_norm_placement.py``'s slow test retrains the
+runs and
 checks the chapter's claims on them.
 """
 

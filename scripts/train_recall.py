@@ -4,7 +4,7 @@ transformer_lib/checkpoints/.
     .venv/bin/python scripts/train_recall.py
 
 The recipe is ``experiments.recall.RECIPE``; the page loads the models and measures their accuracy again.
-``tests/test_recall.py``'s slow test retrains them and checks the chapter's claims on the retrained models.
+``tests/experiments/test_recall.py``'s slow test retrains them and checks the chapter's claims on the retrained models.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 if not torch.cuda.is_available():
-    # Triton's interpreter (tests/test_triton_kernel.py) must be chosen before triton is first imported, and PyTorch
-    # imports it itself (e.g. on entering a TorchDispatchMode): so here, before any test runs
+    # Triton's interpreter (tests/kernels/test_triton_kernel.py) must be chosen before triton is first imported, and
+    # PyTorch imports it itself (e.g. on entering a TorchDispatchMode): so here, before any test runs
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from devtools import BROWSER_HELP, find_browser, no_built_site  # noqa: F401 (no_built_site: for the tests)

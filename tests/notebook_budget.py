@@ -49,9 +49,9 @@ def calibration_work() -> None:
     chapters; runs in ~0.1 s of CPU on a recent core."""
     import torch
 
-    from transformer_lib.model_configs import GPTConfig
+    from transformer_lib.models.configs import GPTConfig
 
-    from transformer_lib.models import GPT
+    from transformer_lib.models.transformer import GPT
 
     gen = torch.Generator().manual_seed(0)
     with torch.random.fork_rng():

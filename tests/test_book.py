@@ -488,7 +488,7 @@ def test_the_cache_key_covers_the_library_its_checkpoints_and_the_requirements()
     fixes = _book_fixes()
     files = {p.relative_to(ROOT).as_posix() for p in fixes.cache_input_files(ROOT, fixes.DEFAULT_CACHE_INPUTS)}
     for path in [
-        "transformer_lib/claims.py",
+        "transformer_lib/book_tools/claims.py",
         "transformer_lib/checkpoints/shakespeare_gpt.safetensors",
         "transformer_lib/viz/live.py",
         "requirements.txt",

@@ -7,12 +7,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from transformer_lib.attention import attention_weights, scaled_dot_product_attention, softmax_with_temperature
-from transformer_lib.masking import causal_mask, padding_mask, padding_mask_from_ids, to_additive
-from transformer_lib.model_configs import BertConfig, GPTConfig, TransformerConfig
-from transformer_lib.models import GPT, BertEncoder, Transformer, init_weights
-from transformer_lib.multihead import MultiHeadAttention
-from transformer_lib.positional import (
+from transformer_lib.blocks.attention import attention_weights, scaled_dot_product_attention, softmax_with_temperature
+from transformer_lib.blocks.masking import causal_mask, padding_mask, padding_mask_from_ids, to_additive
+from transformer_lib.models.configs import BertConfig, GPTConfig, TransformerConfig
+from transformer_lib.models.transformer import GPT, BertEncoder, Transformer, init_weights
+from transformer_lib.blocks.multihead import MultiHeadAttention
+from transformer_lib.blocks.positional import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,

@@ -3,7 +3,7 @@
 A tiny two-page book (a notebook gluing a number, a formatted number, a Markdown table and a figure, and a plain
 page) is built in English, its messages extracted (``-b gettext``), translated here, and built again with
 ``language=zh_CN`` from the same execution cache. Without ``book/_ext/glue_i18n.py`` every glue role inside a
-translated message renders nothing, with a warning (NOTES.md, "A second language"): the tests below would fail.
+translated message renders nothing, with a warning (the module's docstring says why): the tests below would fail.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ glue("n_steps", 120, display=False)
 glue("acc", 0.87654, display=False)
 glue("table", Markdown("| heads | loss |\\n|---|---|\\n| 4 | 2.31 |"), display=False)
 glue("verdict", Markdown("**1.5x** `faster`"), display=False)
-from transformer_lib.claims import glue_choice
+from transformer_lib.book_tools.claims import glue_choice
 glue_choice("speed_word", "slower", {"faster": "faster than", "slower": "slower than"})
 glue_choice("slower_at", "lengths", {"lengths": "64, 128", "none": "none of the lengths"})
 glue_choice("faster_at", "none", {"lengths": "", "none": "none of the lengths"})

@@ -2,7 +2,8 @@
 
 Most notebooks here use a stand-in ``claim`` with the library's log protocol (one JSON line per verdict in
 ``BOOK_CLAIMS_LOG``; raise unless ``BOOK_CLAIMS=report``), so their kernels start without importing torch;
-``test_library_log_protocol`` ties that protocol to ``transformer_lib.claims``, and the seed-offset notebook uses
+``test_library_log_protocol`` ties that protocol to ``transformer_lib.book_tools.claims``, and the seed-offset notebook
+uses
 the library itself.
 """
 
@@ -70,7 +71,7 @@ def rows(table: str) -> dict:
 
 def test_library_log_protocol(tmp_path, monkeypatch):
     """The real ``claim`` writes what the tool reads; the tool's cell markers key each claim by cell and place."""
-    from transformer_lib.claims import claim
+    from transformer_lib.book_tools.claims import claim
 
     log = tmp_path / "claims.jsonl"
     monkeypatch.setenv("BOOK_CLAIMS_LOG", str(log))
@@ -190,7 +191,8 @@ def test_core0_busy_pins_and_competes(tmp_path, monkeypatch):
 
 SEEDS_NB = (
     "import json, os, random\nimport numpy as np, torch\nimport transformer_lib as tl\n"
-    "from transformer_lib.claims import claim\nfrom transformer_lib.dates import date_pairs, date_split\nseen = {}",
+    "from transformer_lib.book_tools.claims import claim\n"
+    "from transformer_lib.data.dates import date_pairs, date_split\nseen = {}",
     "torch.manual_seed(3); seen['torch'] = torch.initial_seed()\n"
     "seen['generator'] = torch.Generator().manual_seed(4).initial_seed()\n"
     "seen['random'] = random.Random(5).random(); random.seed(5); seen['random.seed'] = random.random()\n"
@@ -210,7 +212,7 @@ def test_seed_offset_reaches_torch_numpy_random_and_the_library(tmp_path, monkey
 
     import numpy as np
 
-    from transformer_lib.dates import date_pairs, date_split
+    from transformer_lib.data.dates import date_pairs, date_split
 
     nb = write_nb(tmp_path / "seeds.ipynb", *SEEDS_NB)
     keep = tmp_path / "runs"

@@ -9,38 +9,24 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "transformer_lib"
 
-# Lowest first. A module may import modules of its own layer or of a lower one, never of a higher one.
-# A package's __init__ is listed under the package's own name ("transformer_lib", "transformer_lib.viz").
+# The layers, lowest first, each a list of folders of the package (a module is in the layer of its folder). A module
+# may import modules of its own layer or of a lower one, never of a higher one. The root holds only the package's
+# face, ``transformer_lib/__init__.py`` (listed as ""), which re-exports the model pieces and models.
 LAYERS = {
-    "foundation": ["checks", "device", "modes", "timing", "claims", "tensor_memory", "params"],
-    "core model": [
-        "attention",
-        "masking",
-        "positional",
-        "multihead",
-        "layers",
-        "model_configs",
-        "models",
-        "variants",
-        "rnn",
-        "flash",
-        "kernels",
-        "kernels.*",
-        "norms",
-        "activations",
-        "moe",
-        "llama",
-        "model_family",
-    ],
-    "serving": ["serving", "serving.*"],  # generation and the KV caches, over the core model's layers
-    "package": [""],  # transformer_lib/__init__.py re-exports the core model
-    "data and files": ["tokenization", "corpus", "dates", "checkpoint_io", "losses", "pretrained"],
-    "analysis and compression": ["head_stats", "pruning", "quant", "quant.*"],
-    "fine-tuning": ["lora", "lora_sliced", "objectives", "qlora", "task_data"],
-    "training": ["train", "seq2seq", "book_models", "book_models.*"],
-    "experiments": ["experiments", "experiments.*"],
-    "viz": ["viz", "viz.*"],
-    "exercises": ["exercises", "exercises.*"],
+    "helpers and data files": ["utils", "checkpoints"],
+    "data": ["data"],
+    "model pieces": ["blocks", "kernels"],
+    "whole models": ["models"],
+    "the package's face": [""],
+    "serving": ["serving"],  # generation, the KV caches, encoder-decoder decoding
+    "quantization": ["quant"],
+    "training": ["training"],  # the training loop, the losses, LoRA and QLoRA (over quant's NF4)
+    "compression and analysis": ["compression", "analysis"],
+    "the book's trained models": ["book_models"],
+    "the book's machinery": ["book_tools"],  # claims, glue, timing: only experiments and exercises use it
+    "experiments": ["experiments"],
+    "figures": ["viz"],
+    "exercises": ["exercises"],
 }
 
 
@@ -56,10 +42,10 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def layer_of(name: str) -> int:
-    for rank, (_, patterns) in enumerate(LAYERS.items()):
-        for pattern in patterns:
-            if name == pattern or (pattern.endswith(".*") and name.startswith(pattern[:-1])):
-                return rank
+    """The rank of module ``name``'s layer: the layer that lists its top folder (the face, ``""``, is its own)."""
+    for rank, folders in enumerate(LAYERS.values()):
+        if name.split(".")[0] in folders:
+            return rank
     raise KeyError(name)
 
 
@@ -114,7 +100,23 @@ def test_every_module_has_a_declared_layer():
             layer_of(name)
         except KeyError:
             missing.append(name or "transformer_lib")
-    assert not missing, f"add these modules to LAYERS in tests/test_structure.py: {missing}"
+    assert not missing, f"modules at the root or in a folder LAYERS does not list (tests/test_structure.py): {missing}"
+
+
+def test_the_root_holds_only_the_face_and_packages():
+    loose = sorted(p.name for p in PACKAGE.iterdir() if p.is_file() and p.name != "__init__.py")
+    bare = sorted(
+        p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__" and not (p / "__init__.py").exists()
+    )
+    assert not loose, f"the root of transformer_lib/ keeps only __init__.py; move these into a package: {loose}"
+    assert not bare, f"every folder of transformer_lib/ is a package (an __init__.py saying what it holds): {bare}"
+
+
+def test_every_folder_of_the_package_is_in_one_layer():
+    folders = [f for fs in LAYERS.values() for f in fs]
+    top = {name.split(".")[0] for name in MODULES}
+    assert len(folders) == len(set(folders)), "a folder is listed in two layers"
+    assert set(folders) == top, f"LAYERS lists {sorted(set(folders) - top)}; unlisted: {sorted(top - set(folders))}"
 
 
 def test_every_import_resolves_to_a_module_of_the_package():
@@ -294,26 +296,34 @@ def test_resolve_reads_relative_and_absolute_imports():
         node = ast.parse(source).body[0]
         return resolve(importer, node)
 
-    assert edges("from ..train import train") == [("train", ["train"])]
+    assert edges("from ..training.loop import train") == [("training.loop", ["train"])]
     assert edges("from .mask_fill import apply_fill") == [("experiments.mask_fill", ["apply_fill"])]
-    assert edges("from .. import pruning as P") == [("pruning", [])]
-    assert edges("from transformer_lib.timing import _x") == [("timing", ["_x"])]
-    assert edges("import transformer_lib.models") == [("models", [])]
-    assert edges("from . import ch02", importer="exercises") == [("exercises.ch02", [])]
+    assert edges("from ..compression import pruning as P") == [("compression.pruning", [])]
+    assert edges("from transformer_lib.book_tools.timing import _x") == [("book_tools.timing", ["_x"])]
+    assert edges("import transformer_lib.models.transformer") == [("models.transformer", [])]
+    assert edges("from . import checking", importer="exercises") == [("exercises.checking", [])]
 
 
 def test_the_checks_report_an_upward_import_a_cycle_and_a_private_name():
-    graph = {"pruning": [("train", ["evaluate_loss"], 7)], "train": [("device", [], 3)], "device": []}
+    graph = {
+        "training.loop": [("compression.pruning", ["head_mask"], 7)],
+        "compression.pruning": [("utils.device", [], 3)],
+        "utils.device": [],
+    }
     (message,) = upward_imports(graph)
-    assert "transformer_lib.pruning:7" in message and "transformer_lib.train" in message
-    assert upward_imports({"train": [("pruning", [], 1)], "pruning": []}) == []
-    assert find_cycle({"corpus": [("dates", [], 1)], "dates": [("corpus", [], 2)]}) == ["corpus", "dates", "corpus"]
+    assert message == (
+        "transformer_lib.training.loop:7 (training) imports "
+        "transformer_lib.compression.pruning (compression and analysis), a higher layer"
+    )
+    assert upward_imports({"compression.pruning": [("training.loop", [], 1)], "training.loop": []}) == []
+    cycle = {"data.corpus": [("data.dates", [], 1)], "data.dates": [("data.corpus", [], 2)]}
+    assert find_cycle(cycle) == ["data.corpus", "data.dates", "data.corpus"]
     assert find_cycle(graph) is None
-    trees = {"pruning": ast.parse("from . import train as T\nT._to(1)\n")}
-    edges = {"pruning": [("timing", ["_sync"], 1)]}
+    trees = {"compression.pruning": ast.parse("from ..training import loop as T\nT._to(1)\n")}
+    edges = {"compression.pruning": [("book_tools.timing", ["_sync"], 1)]}
     assert private_imports(edges, trees) == [
-        "transformer_lib.pruning:1 imports _sync from transformer_lib.timing",
-        "transformer_lib.pruning:2 uses T._to (transformer_lib.train)",
+        "transformer_lib.compression.pruning:1 imports _sync from transformer_lib.book_tools.timing",
+        "transformer_lib.compression.pruning:2 uses T._to (transformer_lib.training.loop)",
     ]
 
 

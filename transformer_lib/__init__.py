@@ -1,13 +1,13 @@
 """transformer_lib: the tested implementations behind the interactive Transformer book."""
 
-from .attention import attention_weights, scaled_dot_product_attention, softmax_with_temperature
-from .device import default_device, seed_everything
-from .layers import DecoderLayer, EncoderLayer, FeedForward, LayerNorm, Residual, layer_norm
-from .masking import causal_mask, combine_masks, padding_mask, padding_mask_from_ids, to_additive, to_boolean
-from .model_configs import BertConfig, GPTConfig, TransformerConfig
-from .models import GPT, BertEncoder, Transformer
-from .multihead import MultiHeadAttention
-from .positional import (
+from .blocks.attention import attention_weights, scaled_dot_product_attention, softmax_with_temperature
+from .utils.device import default_device, seed_everything
+from .blocks.layers import DecoderLayer, EncoderLayer, FeedForward, LayerNorm, Residual, layer_norm
+from .blocks.masking import causal_mask, combine_masks, padding_mask, padding_mask_from_ids, to_additive, to_boolean
+from .models.configs import BertConfig, GPTConfig, TransformerConfig
+from .models.transformer import GPT, BertEncoder, Transformer
+from .blocks.multihead import MultiHeadAttention
+from .blocks.positional import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,

@@ -1,6 +1,7 @@
 """Sphinx extension loaded by _config.yml (``sphinx.local_extensions``): glued values in translated pages.
 
-The problem (NOTES.md, "A second language"). A translated build (``-D language=zh_CN``) replaces each message of a
+The problem (seen when the Chinese edition was first built).
+A translated build (``-D language=zh_CN``) replaces each message of a
 page by its ``msgstr`` from ``locales/<lang>/LC_MESSAGES/<doc>.po``. Sphinx parses every ``msgstr`` as a small
 document of its own (``sphinx.transforms.i18n.publish_msgstr``: the source is ``<page>:<line>:<translated>``), and
 myst-nb parses such a document with the plain MyST parser (``myst_nb.sphinx_.Parser.parse``, "endswith
@@ -20,7 +21,8 @@ message is parsed. myst-nb's own roles and directives then resolve ``glue:text``
 ``glue:md``, ``glue:`` / ``glue:any`` and glued figures exactly as in the English page: the same values, the same
 nodes, no warning. Nothing changes in an untranslated build or for a message without glue.
 
-A word that a measurement chose (``transformer_lib.claims.glue_choice``: the English word glued as ``name``, its key
+A word that a measurement chose (``transformer_lib.book_tools.claims.glue_choice``: the English word glued as ``name``,
+its key
 as ``name__key``) is written in a translation as ``{glue:choice}`name|faster=更快|slower=更慢|within_noise=...```:
 the role looks up the page's glued key and shows that language's word for it; a key the translation does not
 list is a warning (an error under ``-W``), never a silent English word. The word ``*`` shows the English glued text
@@ -126,7 +128,9 @@ def patch_myst_nb() -> None:
         nb_sphinx.Parser.parse = _with_page_glue(nb_sphinx.Parser.parse)
 
 
-CHOICE_KEY_SUFFIX = "__key"  # transformer_lib.claims.CHOICE_KEY_SUFFIX (not imported: the build needs no torch)
+CHOICE_KEY_SUFFIX = (
+    "__key"  # transformer_lib.book_tools.claims.CHOICE_KEY_SUFFIX (not imported: the build needs no torch)
+)
 
 
 def parse_choice(text: str) -> tuple[str, dict[str, str]]:

@@ -24,12 +24,12 @@ from transformer_lib.serving.decoding import (
 )
 from transformer_lib.serving.generation import filter_logits, generate, sample_next
 from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
-from transformer_lib.layers import ACTIVATIONS
-from transformer_lib.model_configs import POSITIONAL, GPTConfig
-from transformer_lib.models import GPT, init_weights
-from transformer_lib.pruning import drop_layers, magnitude_prune, prune_heads
+from transformer_lib.blocks.layers import ACTIVATIONS
+from transformer_lib.models.configs import POSITIONAL, GPTConfig
+from transformer_lib.models.transformer import GPT, init_weights
+from transformer_lib.compression.pruning import drop_layers, magnitude_prune, prune_heads
 from transformer_lib.quant import quantize_model
-from transformer_lib.variants import set_causal, set_norm_placement
+from transformer_lib.models.variants import set_causal, set_norm_placement
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from transformer_lib.serving.kv_cache import DynamicCache, StaticCache, human_bytes, kv_cache_bytes
-from transformer_lib.model_configs import GPTConfig
-from transformer_lib.models import GPT
+from transformer_lib.models.configs import GPTConfig
+from transformer_lib.models.transformer import GPT
 
 B, H_KV, D, L = 2, 3, 4, 2
 CHUNKS = (5, 1, 2, 1)  # a prompt of 5, then new tokens

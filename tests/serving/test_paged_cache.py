@@ -14,8 +14,8 @@ from transformer_lib.serving.continuous_batching import Request, serve
 from transformer_lib.serving.decoding import decode_step
 from transformer_lib.serving.generation import generate
 from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
-from transformer_lib.model_configs import GPTConfig
-from transformer_lib.models import GPT, init_weights
+from transformer_lib.models.configs import GPTConfig
+from transformer_lib.models.transformer import GPT, init_weights
 from transformer_lib.serving.paged_cache import PagedKVCache, memory_held
 
 V, BLOCK = 23, 64

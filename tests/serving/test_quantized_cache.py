@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transformer_lib.book_models.checkpoints import load_shakespeare_gpt
-from transformer_lib.corpus import shakespeare_split
+from transformer_lib.data.corpus import shakespeare_split
 from transformer_lib.serving.kv_cache import DynamicCache
 from transformer_lib.serving.quantized_cache import (
     QuantizedCache,

@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from transformer_lib.serving.decoding import decode_step, fast_path_refusal
 from transformer_lib.serving.generation import generate
 from transformer_lib.serving.kv_cache import SlidingWindowCache, kv_cache_bytes
-from transformer_lib.layers import DecoderLayer
-from transformer_lib.model_configs import GPTConfig
-from transformer_lib.models import GPT, init_weights
-from transformer_lib.multihead import MultiHeadAttention
-from transformer_lib.pruning import prune_heads
+from transformer_lib.blocks.layers import DecoderLayer
+from transformer_lib.models.configs import GPTConfig
+from transformer_lib.models.transformer import GPT, init_weights
+from transformer_lib.blocks.multihead import MultiHeadAttention
+from transformer_lib.compression.pruning import prune_heads
 
 V, BLOCK, WINDOW = 23, 48, 5
 TOL = dict(rtol=1e-4, atol=1e-4)

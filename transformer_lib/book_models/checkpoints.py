@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from ..checkpoint_io import atomic_write_bytes, load_weights, save_weights
-from ..device import default_device
-from ..model_configs import GPTConfig, TransformerConfig
-from ..models import GPT, Transformer
-from ..tokenization import BPETokenizer, CharTokenizer
+from ..checkpoints import CHECKPOINT_DIR
+from ..data.checkpoint_io import atomic_write_bytes, load_weights, save_weights
+from ..utils.device import default_device
+from ..models.configs import GPTConfig, TransformerConfig
+from ..models.transformer import GPT, Transformer
+from ..data.tokenization import BPETokenizer, CharTokenizer
 
-CHECKPOINT_DIR = Path(__file__).resolve().parents[1] / "checkpoints"
 NAMES = ("shakespeare_gpt", "date_translator")
 
 

@@ -14,12 +14,12 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from ..corpus import get_batch, shakespeare_split
-from ..dates import date_test_set
-from ..models import GPT, Transformer
-from ..modes import eval_mode
-from ..seq2seq import exact_match, translate
-from ..tokenization import CharTokenizer
+from ..data.corpus import get_batch, shakespeare_split
+from ..data.dates import date_test_set
+from ..models.transformer import GPT, Transformer
+from ..utils.modes import eval_mode
+from ..serving.seq2seq import exact_match, translate
+from ..data.tokenization import CharTokenizer
 from .checkpoints import gpt_tokenizer
 
 GPT_VAL_BATCHES, GPT_VAL_BATCH_SIZE, GPT_VAL_SEED = 50, 32, 1234  # the reported metric: 204,800 tokens

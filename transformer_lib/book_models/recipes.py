@@ -20,14 +20,14 @@ from dataclasses import asdict
 
 import torch
 
-from ..corpus import get_batch, shakespeare_split, shakespeare_token_corpus
-from ..dates import date_pairs, date_split, date_test_set, date_tokenizers, translation_batch
-from ..losses import gpt_loss, seq2seq_loss
-from ..model_configs import GPTConfig, TransformerConfig
-from ..models import GPT, Transformer
-from ..params import count_parameters
-from ..tokenization import BPETokenizer
-from ..train import History, TrainConfig, evaluate_loss, train
+from ..data.corpus import get_batch, shakespeare_split, shakespeare_token_corpus
+from ..data.dates import date_pairs, date_split, date_test_set, date_tokenizers, translation_batch
+from ..training.losses import gpt_loss, seq2seq_loss
+from ..models.configs import GPTConfig, TransformerConfig
+from ..models.transformer import GPT, Transformer
+from ..utils.params import count_parameters
+from ..data.tokenization import BPETokenizer
+from ..training.loop import History, TrainConfig, evaluate_loss, train
 from .metrics import GPT_VAL_BATCH_SIZE, GPT_VAL_BATCHES, date_accuracy, nats_per_char, shakespeare_val_batches
 
 # ----------------------------------------------------------------------------- the Shakespeare GPT
@@ -170,7 +170,10 @@ def train_date_translator(
         "exact_match_beam4": date_accuracy(model, src_tok, tgt_tok, beam_size=4),
         "test_pairs": 1000,
     }
-    extra = {"batch_size": TRANSLATOR_BATCH_SIZE, "data": "synthetic dates (transformer_lib.dates), test days held out"}
+    extra = {
+        "batch_size": TRANSLATOR_BATCH_SIZE,
+        "data": "synthetic dates (transformer_lib.data.dates), test days held out",
+    }
     return model, src_tok, tgt_tok, hist, training_record(model, cfg, hist, metrics, extra)
 
 

@@ -3,7 +3,7 @@ the explanation of exercise 4 (predict, then run: a gradient through a random ma
 
 Used in chapter 01.
 
-Each ``check_*`` runs the reader's function and the library's (``transformer_lib.rnn``) on the same random
+Each ``check_*`` runs the reader's function and the library's (``transformer_lib.models.rnn``) on the same random
 inputs (``checking.check_against``); when they differ, it also tries a few common mistakes and, if the reader's
 function matches one, says which.
 """
@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from ..rnn import rnn_step, set_spectral_radius, state_jacobian
+from ..models.rnn import rnn_step, set_spectral_radius, state_jacobian
 from .checking import ExerciseResult, check_against, random_int
 
 

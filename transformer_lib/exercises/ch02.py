@@ -14,9 +14,9 @@ from typing import Callable
 
 import torch
 
-from ..attention import scaled_dot_product_attention, softmax_with_temperature
-from ..checks import check_number
-from ..head_stats import entropy_bits
+from ..blocks.attention import scaled_dot_product_attention, softmax_with_temperature
+from ..utils.checks import check_number
+from ..analysis.head_stats import entropy_bits
 from .checking import ExerciseResult, check_against
 
 

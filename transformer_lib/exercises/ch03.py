@@ -14,8 +14,8 @@ from typing import Callable
 
 import torch
 
-from ..head_stats import offset_weight
-from ..multihead import MultiHeadAttention
+from ..analysis.head_stats import offset_weight
+from ..blocks.multihead import MultiHeadAttention
 from .checking import ExerciseResult, check_against, random_int
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from ..positional import RotaryEmbedding, alibi_bias, alibi_slopes, sinusoidal_table
+from ..blocks.positional import RotaryEmbedding, alibi_bias, alibi_slopes, sinusoidal_table
 from .checking import ExerciseResult, check_against
 
 

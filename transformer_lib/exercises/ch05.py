@@ -12,8 +12,8 @@ from typing import Callable
 
 import torch
 
-from ..layers import FeedForward, LayerNorm, Residual
-from ..params import count_parameters
+from ..blocks.layers import FeedForward, LayerNorm, Residual
+from ..utils.params import count_parameters
 from .checking import ExerciseResult, check_against, random_int
 
 

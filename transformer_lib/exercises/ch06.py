@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from ..attention import attention_weights
-from ..masking import causal_mask, padding_mask
+from ..blocks.attention import attention_weights
+from ..blocks.masking import causal_mask, padding_mask
 from .checking import ExerciseResult, check_against, random_int
 
 

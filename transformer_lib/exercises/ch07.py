@@ -14,8 +14,8 @@ from typing import Callable
 
 import torch
 
-from ..model_configs import GPTConfig
-from ..models import GPT, init_weights
+from ..models.configs import GPTConfig
+from ..models.transformer import GPT, init_weights
 from ..serving.generation import filter_logits, generate
 from ..serving.kv_cache import kv_cache_bytes
 from .checking import ExerciseResult, check_against, random_int

@@ -14,8 +14,8 @@ from typing import Callable
 import torch
 from torch.nn.utils import prune
 
-from ..multihead import MultiHeadAttention
-from ..pruning import head_weight_norms, prune_attention_heads
+from ..blocks.multihead import MultiHeadAttention
+from ..compression.pruning import head_weight_norms, prune_attention_heads
 from .checking import ExerciseResult, check_against, random_int
 
 

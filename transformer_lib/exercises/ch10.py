@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-from ..flash import materialised_attention, merge_partials
-from ..tensor_memory import peak_tensor_bytes
+from ..blocks.flash import materialised_attention, merge_partials
+from ..book_tools.tensor_memory import peak_tensor_bytes
 from .checking import ExerciseResult, check_against, random_int
 
 

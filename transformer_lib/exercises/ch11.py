@@ -14,8 +14,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..moe import top_k_gating
-from ..norms import rms_norm
+from ..blocks.moe import top_k_gating
+from ..blocks.norms import rms_norm
 from .checking import ExerciseResult, check_against, random_int
 
 

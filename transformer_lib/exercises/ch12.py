@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from ..lora import LoRALinear
+from ..training.lora import LoRALinear
 from .checking import ExerciseResult, check_against, random_int
 
 

@@ -15,9 +15,9 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from ..flash import materialised_attention, tiled_attention
-from ..tensor_memory import peak_tensor_bytes
-from ..timing import interleaved_times
+from ..blocks.flash import materialised_attention, tiled_attention
+from ..book_tools.tensor_memory import peak_tensor_bytes
+from ..book_tools.timing import interleaved_times
 
 
 def wall_table(lengths, d_head: int = 64, repeats: int = 3, block: int = 512, seed: int = 0) -> list[dict]:

@@ -24,9 +24,9 @@ import statistics
 
 import torch
 
-from ..checks import check_int
+from ..utils.checks import check_int
 from ..serving.kv_cache import kv_cache_bytes
-from ..timing import interleaved_times
+from ..book_tools.timing import interleaved_times
 from .left_padding import left_pad
 from .prefill_decode import decode_steps, matrix_weights, prefill
 

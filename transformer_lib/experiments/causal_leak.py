@@ -21,16 +21,17 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
-from ..corpus import get_batch, shakespeare_corpus
-from ..device import default_device
-from ..model_configs import GPTConfig
-from ..models import GPT
-from ..modes import eval_mode
+from ..data.checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
+from ..data.corpus import get_batch, shakespeare_corpus
+from ..utils.device import default_device
+from ..models.configs import GPTConfig
+from ..models.transformer import GPT
+from ..utils.modes import eval_mode
 from ..serving.generation import generate
-from ..train import History, TrainConfig, evaluate_loss, train
-from ..variants import set_causal
+from ..training.loop import History, TrainConfig, evaluate_loss, train
+from ..models.variants import set_causal
 from .threads import torch_threads
+from ..checkpoints import CHECKPOINT_DIR
 
 
 @torch.no_grad()
@@ -69,7 +70,7 @@ class CausalConfig:
 
 
 NAMES = {True: "with causal mask", False: "without causal mask"}  # the two runs, as the page names them
-CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "causal_leak_models"
+CHECKPOINT = CHECKPOINT_DIR / "causal_leak_models"
 
 
 def causal_val_batches(cfg: CausalConfig) -> list:

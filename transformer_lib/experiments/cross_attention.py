@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..models import Transformer
-from ..modes import eval_mode
-from ..seq2seq import greedy_decode
+from ..models.transformer import Transformer
+from ..utils.modes import eval_mode
+from ..serving.seq2seq import greedy_decode
 
 
 @torch.no_grad()

@@ -22,22 +22,23 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
-from ..checks import check_int
-from ..device import default_device
-from ..losses import gpt_loss
-from ..model_configs import GPTConfig
-from ..models import GPT
-from ..modes import eval_mode
-from ..train import TrainConfig
-from ..train import train as train_loop
+from ..data.checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
+from ..utils.checks import check_int
+from ..utils.device import default_device
+from ..training.losses import gpt_loss
+from ..models.configs import GPTConfig
+from ..models.transformer import GPT
+from ..utils.modes import eval_mode
+from ..training.loop import TrainConfig
+from ..training.loop import train as train_loop
 from .threads import torch_threads
+from ..checkpoints import CHECKPOINT_DIR
 
 IGNORE = -100  # targets with this value are skipped by the loss and the accuracy
 POSITIONALS = ("none", "learned", "sinusoidal", "rope", "alibi")
 SEEDS = (0, 1, 2)
 # the chapter's trained models, written by scripts/train_extrapolation.py (``save_runs``), read by ``load_runs``
-CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "extrapolation_models"
+CHECKPOINT = CHECKPOINT_DIR / "extrapolation_models"
 
 
 def lookback_batch(

@@ -37,19 +37,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
-from ..corpus import shakespeare_works
-from ..lora import LoRAConfig, apply_lora
-from ..params import count_parameters
-from ..modes import eval_mode
-from ..pretrained import load_minilm, mean_pool
-from ..qlora import apply_qlora
+from ..data.checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
+from ..data.corpus import shakespeare_works
+from ..training.lora import LoRAConfig, apply_lora
+from ..utils.params import count_parameters
+from ..utils.modes import eval_mode
+from ..models.pretrained import load_minilm, mean_pool
+from ..training.qlora import apply_qlora
 from ..quant.grids import QuantizedTensor, quantize
-from ..task_data import DEFAULT_PLAYS, TextClassificationData, play_line_task
+from ..data.task_data import DEFAULT_PLAYS, TextClassificationData, play_line_task
 from .pretraining import OBJECTIVES, ObjectiveConfig, make_lm, train_objective
 from .threads import torch_threads
+from ..checkpoints import CHECKPOINT_DIR
 
-CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "fine_tuning"
+CHECKPOINT = CHECKPOINT_DIR / "fine_tuning"
 METHODS = ("probe", "full", "lora", "qlora")
 MAX_TOKENS = 32  # word pieces per line, [CLS] and [SEP] included (chapter 08's cut)
 TARGETS = ("qkv", "out", "up", "down")  # every linear of every encoder layer

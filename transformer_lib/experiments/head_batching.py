@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..timing import interleaved_times, ratio_from_times
+from ..book_tools.timing import interleaved_times, ratio_from_times
 
 
 def batched_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

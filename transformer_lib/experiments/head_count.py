@@ -33,19 +33,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from ..checkpoint_io import load_weights, provenance, save_tensors_and_record
-from ..checks import check_int
-from ..device import default_device
-from ..masking import causal_mask
-from ..modes import eval_mode
-from ..multihead import MultiHeadAttention
-from ..train import TrainConfig
-from ..train import train as train_loop
+from ..data.checkpoint_io import load_weights, provenance, save_tensors_and_record
+from ..utils.checks import check_int
+from ..utils.device import default_device
+from ..blocks.masking import causal_mask
+from ..utils.modes import eval_mode
+from ..blocks.multihead import MultiHeadAttention
+from ..training.loop import TrainConfig
+from ..training.loop import train as train_loop
 from .threads import torch_threads
+from ..checkpoints import CHECKPOINT_DIR
 
 IGNORE = -100  # positions without a target (up to and including the second flag)
 HEAD_COUNTS, SEEDS = (1, 2, 4), (0, 1, 2)  # the chapter's comparison
-CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "head_count_models"
+CHECKPOINT = CHECKPOINT_DIR / "head_count_models"
 
 
 def flagged_pair_batch(

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..models import BertEncoder
-from ..multihead import MultiHeadAttention
+from ..models.transformer import BertEncoder
+from ..blocks.multihead import MultiHeadAttention
 
 
 def torch_mha_from(attn: MultiHeadAttention) -> nn.MultiheadAttention:
@@ -68,7 +68,7 @@ def hf_minilm(device=None):
         from transformers import BertModel  # optional dependency: only this function needs it
         from transformers.utils import logging as hf_logging
 
-    from ..pretrained import minilm_dir
+    from ..models.pretrained import minilm_dir
 
     hf_logging.disable_progress_bar()  # no "Loading weights" bar in the chapter's output
     try:

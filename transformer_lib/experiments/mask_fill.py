@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..attention import attention_weights
+from ..blocks.attention import attention_weights
 
 NAIVE_FILL = -1e9  # a common tutorial fill value: the pitfall measured in chapter 06
 GPT2_OLD_FILL = -1e4  # the value GPT-2 implementations replaced masked scores with (huggingface/transformers#17121)

@@ -36,10 +36,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..checks import check_int, check_number
-from ..corpus import shakespeare_works
-from ..pretrained import mean_pool
-from ..pruning import (
+from ..utils.checks import check_int, check_number
+from ..data.corpus import shakespeare_works
+from ..models.pretrained import mean_pool
+from ..compression.pruning import (
     head_counts,
     head_importance,
     head_mask,
@@ -48,10 +48,11 @@ from ..pruning import (
     mask_from_heads,
     random_importance,
 )
-from ..timing import interleaved_medians, interleaved_times
+from ..book_tools.timing import interleaved_medians, interleaved_times
+from ..checkpoints import CHECKPOINT_DIR
 
 MAX_TOKENS = 32  # sentences are cut to 32 word pieces ([CLS] and [SEP] included)
-STUDY_PATH = Path(__file__).resolve().parents[1] / "checkpoints" / "minilm_pruning.json"
+STUDY_PATH = CHECKPOINT_DIR / "minilm_pruning.json"
 CHAPTER = {"n_sets": 4, "size": 24, "ns": [9, 18, 27, 36], "probes": 2, "seed": 0, "ablation_lines": 8}
 
 
@@ -332,7 +333,7 @@ def committed_study(path: Path | str = STUDY_PATH) -> dict:
 
 
 def _write_study(path: Path | str = STUDY_PATH) -> dict:
-    from ..pretrained import load_minilm
+    from ..models.pretrained import load_minilm
 
     model, tokenizer = load_minilm("cpu")
     t0 = time.process_time()

@@ -10,7 +10,7 @@ of a float16 scale per group (``quant.storage.bits_per_weight``).
 
 from __future__ import annotations
 
-from ..checks import check_int, check_number
+from ..utils.checks import check_int, check_number
 from ..quant.storage import bits_per_weight
 
 

@@ -14,12 +14,13 @@ import dataclasses
 
 import torch
 
-from ..checkpoint_io import provenance
-from ..corpus import get_batch, shakespeare_corpus
-from ..llama import Llama, LlamaConfig
-from ..losses import gpt_loss
-from ..train import TrainConfig, evaluate_loss, train
+from ..data.checkpoint_io import provenance
+from ..data.corpus import get_batch, shakespeare_corpus
+from ..models.llama import Llama, LlamaConfig
+from ..training.losses import gpt_loss
+from ..training.loop import TrainConfig, evaluate_loss, train
 from .threads import torch_threads
+from ..checkpoints import CHECKPOINT_DIR
 
 BLOCK, BATCH = 64, 16  # characters per window, windows per step
 VAL_BATCHES, VAL_SEED = 8, 4321
@@ -127,9 +128,8 @@ RECORD_NAME = "moe_vs_dense"  # checkpoints/<name>.json: every seed's results; <
 
 
 def _checkpoint_dir():
-    from pathlib import Path
 
-    return Path(__file__).resolve().parent.parent / "checkpoints"
+    return CHECKPOINT_DIR
 
 
 def _prefix(name: str) -> str:
@@ -173,7 +173,7 @@ def run_seeds(seeds=(0, 1, 2, 3, 4), steps: int | None = None, device=None, prog
 
 def save_record(record: dict, models: dict[str, Llama]) -> None:
     """Write ``checkpoints/moe_vs_dense.json`` and the first seed's three models as ``moe_vs_dense.safetensors``."""
-    from ..checkpoint_io import save_tensors_and_record, tied_names
+    from ..data.checkpoint_io import save_tensors_and_record, tied_names
 
     tensors = {
         _prefix(name) + k: v.detach().cpu().contiguous()
@@ -194,7 +194,7 @@ def load_trained(name: str = "moe", device=None) -> Llama:
     """The record's first seed's trained model of config ``name`` ("dense", "moe", "moe, no balancing"), eval mode."""
     from safetensors.torch import load_file
 
-    from ..checkpoint_io import load_weights
+    from ..data.checkpoint_io import load_weights
 
     configs = load_record()["configs"]
     if name not in configs:

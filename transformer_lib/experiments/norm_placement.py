@@ -16,18 +16,19 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint_io import atomic_write_bytes, provenance
-from ..corpus import get_batch, shakespeare_corpus
-from ..device import default_device
-from ..losses import gpt_loss
-from ..model_configs import GPTConfig
-from ..models import GPT
-from ..train import TrainConfig, evaluate_loss, train
-from ..variants import PLACEMENTS, set_norm_placement
+from ..data.checkpoint_io import atomic_write_bytes, provenance
+from ..data.corpus import get_batch, shakespeare_corpus
+from ..utils.device import default_device
+from ..training.losses import gpt_loss
+from ..models.configs import GPTConfig
+from ..models.transformer import GPT
+from ..training.loop import TrainConfig, evaluate_loss, train
+from ..models.variants import PLACEMENTS, set_norm_placement
 from .threads import torch_threads
+from ..checkpoints import CHECKPOINT_DIR
 
 # the chapter's training runs, written by scripts/train_norm_placement.py (``save_runs``), read by ``load_runs``
-RECORD = Path(__file__).resolve().parent.parent / "checkpoints" / "norm_placement_runs.json"
+RECORD = CHECKPOINT_DIR / "norm_placement_runs.json"
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..attention import scaled_dot_product_attention
+from ..blocks.attention import scaled_dot_product_attention
 from .mask_fill import apply_fill
 
 

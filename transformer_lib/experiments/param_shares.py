@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..layers import DecoderLayer, EncoderLayer, LayerNorm
+from ..blocks.layers import DecoderLayer, EncoderLayer, LayerNorm
 
 KINDS = ("self-attention", "cross-attention", "feed-forward", "LayerNorm")
 

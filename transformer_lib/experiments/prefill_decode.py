@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import check_int
+from ..utils.checks import check_int
 from ..serving.decoding import decode_step
 from ..serving.kv_cache import StaticCache
-from ..timing import interleaved_medians, interleaved_times
+from ..book_tools.timing import interleaved_medians, interleaved_times
 
 
 def matrix_weights(cfg) -> int:

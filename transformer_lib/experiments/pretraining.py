@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..corpus import get_batch, shakespeare_corpus
-from ..model_configs import GPTConfig
-from ..models import GPT
-from ..modes import eval_mode
-from ..objectives import mlm_mask
-from ..train import TrainConfig, evaluate_loss, train
-from ..variants import set_causal
+from ..data.corpus import get_batch, shakespeare_corpus
+from ..models.configs import GPTConfig
+from ..models.transformer import GPT
+from ..utils.modes import eval_mode
+from ..data.objectives import mlm_mask
+from ..training.loop import TrainConfig, evaluate_loss, train
+from ..models.variants import set_causal
 from .threads import torch_threads
 
 OBJECTIVES = ("next-token", "mlm")

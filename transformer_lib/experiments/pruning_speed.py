@@ -21,9 +21,9 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
-from ..pruning import head_mask
+from ..compression.pruning import head_mask
 from ..serving.generation import generate
-from ..timing import Ratio, interleaved_medians, interleaved_times, ratio_from_times
+from ..book_tools.timing import Ratio, interleaved_medians, interleaved_times, ratio_from_times
 
 
 def _timed_calls(variants, prompt, batch, new_tokens):

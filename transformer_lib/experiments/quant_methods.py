@@ -34,9 +34,9 @@ import torch.nn as nn
 
 from ..book_models.checkpoints import load_shakespeare_gpt
 from ..book_models.metrics import shakespeare_val_batches
-from ..checks import check_int
-from ..corpus import get_batch, shakespeare_split
-from ..pretrained import load_minilm, sentence_embeddings
+from ..utils.checks import check_int
+from ..data.corpus import get_batch, shakespeare_split
+from ..models.pretrained import load_minilm, sentence_embeddings
 from ..quant.awq import awq_quantize_model
 from ..quant.calibration import calibration_inputs, lm_quality
 from ..quant.gptq import gptq_quantize_model
@@ -44,9 +44,10 @@ from ..quant.int8_ops import quantize_per_token
 from ..quant.linear import int8_kernel, quantize_model, rtn_weight
 from ..quant.nf4 import compare_nf4_int4
 from ..quant.smoothquant import smoothing_factors, smoothquant_model
+from ..checkpoints import CHECKPOINT_DIR
 
 METHODS = ("rtn", "gptq", "awq")
-STUDY_PATH = Path(__file__).resolve().parents[1] / "checkpoints" / "quant_methods.json"
+STUDY_PATH = CHECKPOINT_DIR / "quant_methods.json"
 
 
 # ----------------------------------------------------------------------------- data

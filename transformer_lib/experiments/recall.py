@@ -19,13 +19,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from ..checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
-from ..checks import check_int
-from ..device import default_device, seed_everything
-from ..model_configs import GPTConfig
-from ..models import GPT
-from ..modes import eval_mode
-from ..train import TrainConfig, train
+from ..data.checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
+from ..utils.checks import check_int
+from ..utils.device import default_device, seed_everything
+from ..models.configs import GPTConfig
+from ..models.transformer import GPT
+from ..utils.modes import eval_mode
+from ..training.loop import TrainConfig, train
+from ..checkpoints import CHECKPOINT_DIR
 
 
 def recall_batch(
@@ -135,7 +136,7 @@ GAPS = (4, 8, 16, 32, 64)
 CONTESTANTS = ("LSTM", "attention")
 # the chapter's budget: the same for both contestants at every gap
 RECIPE = {"steps": 150, "batch_size": 32, "lr": 3e-3, "n_symbols": 8, "seed": 0}
-CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "recall_models"
+CHECKPOINT = CHECKPOINT_DIR / "recall_models"
 
 
 def make_contestant(name: str, gap: int, n_symbols: int = 8, seed: int = 0) -> nn.Module:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import check_number
-from ..multihead import MultiHeadAttention
+from ..utils.checks import check_number
+from ..blocks.multihead import MultiHeadAttention
 
 
 @dataclass

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..checks import check_int
+from ..utils.checks import check_int
 
 
 @contextmanager

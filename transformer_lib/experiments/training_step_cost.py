@@ -24,8 +24,8 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..checks import check_int
-from ..timing import interleaved_times
+from ..utils.checks import check_int
+from ..book_tools.timing import interleaved_times
 
 
 def _training_step(model: nn.Module, x: torch.Tensor):

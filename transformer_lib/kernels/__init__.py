@@ -1,6 +1,7 @@
 """GPU kernels written in Triton (Tillet, Kung & Cox 2019), optional: the library runs without them.
 
-``flash_attention_triton`` (in ``kernels.flash_triton``) is the tiled forward pass of ``transformer_lib.flash`` as
+``flash_attention_triton`` (in ``kernels.flash_triton``) is the tiled forward pass of ``transformer_lib.blocks.flash``
+as
 one ``@triton.jit`` kernel. Triton is installed from ``requirements-triton.txt`` (a Linux wheel; none for macOS).
 On a machine without a CUDA GPU the same kernel runs in Triton's interpreter, on CPU tensors, when the environment
 variable ``TRITON_INTERPRET=1`` is set *before* the kernel module is imported (Triton decides at decoration time

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..checks import check_int
+from ..utils.checks import check_int
 from .calibration import replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
 from .grids import check_bits, check_finite

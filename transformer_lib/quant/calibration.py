@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..modes import eval_mode
+from ..utils.modes import eval_mode
 from .linear import QuantEmbedding, linears_to_replace, set_module
 
 

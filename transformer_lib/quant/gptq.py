@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..checks import check_int, check_number
+from ..utils.checks import check_int, check_number
 from .calibration import replace_linears_calibrated
 from .grids import QuantizedTensor, check_bits, check_finite, int_range, quantize
 from .linear import QuantLinear

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import check_int
+from ..utils.checks import check_int
 from .grids import check_finite, fake_quantize, pack_int4, unpack_int4
 
 NF4_OFFSET = 1 - (1 / (2 * 15) + 1 / (2 * 16)) / 2  # 0.9677083...

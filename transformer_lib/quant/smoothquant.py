@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..checks import check_number
+from ..utils.checks import check_number
 from .calibration import replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
 from .grids import check_finite

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch.nn as nn
 
-from ..checkpoint_io import save_weights
+from ..data.checkpoint_io import save_weights
 from .grids import GRANULARITIES
 
 

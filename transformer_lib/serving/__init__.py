@@ -14,7 +14,9 @@ This package's face gathers every public name of its modules (``from transformer
 * ``paged_cache``: ``PagedKVCache``, fixed-size blocks shared by many sequences (vLLM's PagedAttention);
 * ``continuous_batching``: ``serve``, a toy of continuous batching of requests (``Request``) over a paged cache;
 * ``quantized_cache``: ``QuantizedCache``, keys and values stored as int8 with one scale per vector, and what that
-  does to a model's next-token distributions (``kv_quantization_effect``).
+  does to a model's next-token distributions (``kv_quantization_effect``);
+* ``seq2seq``: decoding with an encoder-decoder ``Transformer`` (``greedy_decode``, ``beam_search``, ``translate``)
+  and scoring its translations (``exact_match``).
 
 The module holding ``generate`` is ``generation`` (as in Hugging Face's ``transformers.generation``), so that
 ``transformer_lib.serving.generate`` names one thing: the function.
@@ -27,6 +29,7 @@ from .decoding import MatvecWeights, cache_refusal, check_cacheable, decode_step
 from .generation import CACHE_IMPLEMENTATIONS, filter_logits, generate, sample_next
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, human_bytes, kv_cache_bytes
 from .paged_cache import PagedKVCache, memory_held
+from .seq2seq import beam_search, exact_match, greedy_decode, translate
 from .quantized_cache import (
     QMAX,
     SCALE_BYTES,
@@ -50,13 +53,16 @@ __all__ = [
     "SCALE_BYTES",
     "SlidingWindowCache",
     "StaticCache",
+    "beam_search",
     "cache_refusal",
     "check_cacheable",
     "decode_step",
     "dequantize_kv",
+    "exact_match",
     "fast_path_refusal",
     "filter_logits",
     "generate",
+    "greedy_decode",
     "human_bytes",
     "kv_cache_bytes",
     "kv_quantization_effect",
@@ -66,4 +72,5 @@ __all__ = [
     "quantized_kv_cache_bytes",
     "sample_next",
     "serve",
+    "translate",
 ]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import check_int
+from ..utils.checks import check_int
 from .decoding import decode_step
 from .paged_cache import PagedKVCache
 

@@ -20,9 +20,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..layers import DecoderLayer, FeedForward, LayerNorm, Residual
-from ..multihead import MultiHeadAttention
-from ..positional import alibi_bias
+from ..blocks.layers import DecoderLayer, FeedForward, LayerNorm, Residual
+from ..blocks.multihead import MultiHeadAttention
+from ..blocks.positional import alibi_bias
 
 
 def cache_refusal(model) -> str | None:

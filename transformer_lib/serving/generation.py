@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import check_bool, check_int, check_number
+from ..utils.checks import check_bool, check_int, check_number
 from .decoding import MatvecWeights, check_cacheable, fast_path_refusal, fused_decode_step
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache
 

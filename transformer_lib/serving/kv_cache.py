@@ -25,7 +25,7 @@ from typing import Sequence
 
 import torch
 
-from ..checks import check_int
+from ..utils.checks import check_int
 
 
 class DynamicCache:

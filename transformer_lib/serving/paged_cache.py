@@ -30,7 +30,7 @@ from typing import Hashable, Sequence
 
 import torch
 
-from ..checks import check_int
+from ..utils.checks import check_int
 from .kv_cache import kv_cache_bytes
 
 

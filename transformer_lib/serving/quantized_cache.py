@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..checks import check_int
+from ..utils.checks import check_int
 from .kv_cache import DynamicCache
 
 QMAX = 127  # symmetric int8: -127 .. 127 (-128 unused, so that q and -q are both representable)

@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt
 import torch.nn as nn
 from matplotlib.patches import FancyBboxPatch
 
-from ..layers import DecoderLayer, EncoderLayer, Residual
-from ..models import GPT, BertEncoder, Transformer
+from ..blocks.layers import DecoderLayer, EncoderLayer, Residual
+from ..models.transformer import GPT, BertEncoder, Transformer
 
 COLORS = {
     "embed": "#f6d5e5",

@@ -19,8 +19,8 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 
-from ..attention import attention_weights
-from ..head_stats import entropy_bits
+from ..blocks.attention import attention_weights
+from ..analysis.head_stats import entropy_bits
 from .plots import plot_attention
 from .widgets import live_view
 

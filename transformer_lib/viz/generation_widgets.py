@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..serving.generation import filter_logits, sample_next
-from ..head_stats import entropy_bits
+from ..analysis.head_stats import entropy_bits
 from ..serving.kv_cache import DynamicCache, kv_cache_bytes
 from .widgets import frame_slider
 

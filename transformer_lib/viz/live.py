@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import traitlets
 
-from ..checks import check_int, check_number
+from ..utils.checks import check_int, check_number
 from . import live_static
 from .esm import JS_DIR, bundle  # noqa: F401  (JS_DIR: where the figures' modules live, for the tests)
 

@@ -17,7 +17,7 @@ from typing import Sequence
 import torch.nn as nn
 import traitlets
 
-from ..lora import LoRAConfig, adam_state_bytes, lora_parameter_count, lora_targets
+from ..training.lora import LoRAConfig, adam_state_bytes, lora_parameter_count, lora_targets
 from . import live_static
 from .live import LiveWidget, check_range
 

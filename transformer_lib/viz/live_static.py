@@ -145,7 +145,7 @@ def token_flow(w) -> str:
 
 
 def attention_steps(w) -> str:
-    from ..attention import scaled_dot_product_attention
+    from ..blocks.attention import scaled_dot_product_attention
 
     T, d, dv = len(w.tokens), w.d, w.d_v
     q, k, v = (decode_float32(x, (T, n)).double() for x, n in ((w.q, d), (w.k, d), (w.v, dv)))
@@ -215,7 +215,7 @@ def attention_heatmap(w) -> str:
 
 
 def sinusoid_table(w) -> str:
-    from ..positional import sinusoidal_table
+    from ..blocks.positional import sinusoidal_table
 
     plt = _plt()
     n, d, p, p2 = w.n_positions, w.d_model, w.position, w.other
@@ -242,7 +242,7 @@ def sinusoid_table(w) -> str:
 
 
 def rope_rotation(w) -> str:
-    from ..positional import RotaryEmbedding
+    from ..blocks.positional import RotaryEmbedding
 
     plt = _plt()
     d = len(base64.b64decode(w.q)) // 4
@@ -341,7 +341,7 @@ def quant_grid(w) -> str:
 
 
 def online_softmax_tiles(w) -> str:
-    from ..flash import trace_one_query_block
+    from ..blocks.flash import trace_one_query_block
 
     plt = _plt()
     q, k, v = (decode_float32(x, (n, c)) for x, n, c in ((w.q, w.bq, w.d), (w.k, w.t_k, w.d), (w.v, w.t_k, w.d_v)))
@@ -369,7 +369,7 @@ def online_softmax_tiles(w) -> str:
 
 
 def expert_routing(w) -> str:
-    from ..moe import expert_shares, top_k_gating
+    from ..blocks.moe import expert_shares, top_k_gating
 
     plt = _plt()
     T, E = len(w.tokens), w.n_experts

@@ -17,9 +17,9 @@ from typing import Sequence
 import torch
 import traitlets
 
-from ..checks import check_tensor
-from ..models import GPT
-from ..modes import eval_mode
+from ..utils.checks import check_tensor
+from ..models.transformer import GPT
+from ..utils.modes import eval_mode
 from .live import LiveWidget, check_range, encode_float32
 
 STAGES = ("ids", "embedding", "attention", "feed-forward", "probabilities")

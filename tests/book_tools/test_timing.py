@@ -1,0 +1,94 @@
+"""transformer_lib.book_tools.timing: round-robin order, warm-up, medians (with a fake clock, no real timing)."""
+
+import pytest
+
+from transformer_lib.book_tools import timing
+
+
+class FakeClock:
+    """Each call to a timed function advances the clock by that function's next duration."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_interleaved_medians_runs_round_robin_after_warmup_and_takes_medians(monkeypatch):
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(timing, "_clock", clock)
+    durations = {"a": iter([9, 9, 1.0, 5.0, 2.0]), "b": iter([9, 9, 10.0, 30.0, 20.0])}
+
+    def make(name):
+        def fn():
+            calls.append(name)
+            clock.now += next(durations[name])
+
+        return fn
+
+    out = timing.interleaved_medians({"a": make("a"), "b": make("b")}, repeats=3, warmup=2)
+    assert calls == ["a", "b"] * 5  # 2 warm-up rounds, then 3 timed rounds, interleaved
+    assert out == {"a": 2.0, "b": 20.0}  # medians of the timed calls only
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(fns={}), "non-empty dict"),
+        (dict(fns={"a": 3}), "callable"),
+        (dict(fns={"a": lambda: None}, repeats=0), "repeats"),
+        (dict(fns={"a": lambda: None}, warmup=-1), "warmup"),
+    ],
+)
+def test_bad_arguments_raise_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        timing.interleaved_medians(**kwargs)
+
+
+def _scripted(clock, seconds):
+    it = iter(seconds)
+
+    def fn():
+        clock.now += next(it)
+
+    return fn
+
+
+def test_ratio_with_interval_pairs_rounds_and_bounds_the_median_by_order_statistics(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(timing, "_clock", clock)
+    # b always 1 s; a's timed calls give ratios 1..9 (after two warm-up calls), in a shuffled order
+    a = _scripted(clock, [0, 0, 5, 1, 9, 3, 7, 2, 8, 4, 6])
+    b = _scripted(clock, [0, 0] + [1.0] * 9)
+    r = timing.ratio_with_interval(a, b, repeats=9, warmup=2)
+    assert r.ratio == 5 and r.rounds == 9
+    # sign test, n = 9: P(Binomial(9, 1/2) <= 1) = 10/512, so the 2nd and 8th smallest bound the median at 96%
+    assert (r.low, r.high) == (2, 8)
+    assert r.verdict() == "slower" and r.excludes_one()
+
+
+def test_median_interval_ranks_cover_at_least_the_confidence_and_are_the_narrowest_that_do():
+    from math import comb
+
+    def coverage(n, k):  # P(x_(k) <= median <= x_(n-k+1)) for 1-based rank k, by the sign test
+        return 1 - 2 * sum(comb(n, i) for i in range(k)) / 2**n
+
+    for n in range(1, 40):
+        lo, hi = timing._median_interval_ranks(n, 0.95)
+        if n <= 5:  # even min..max covers only 1 - 2 / 2**n < 95%: the whole range is returned
+            assert (lo, hi) == (0, n - 1)
+            continue
+        k = lo + 1
+        assert hi == n - k and coverage(n, k) >= 0.95 and (k >= n // 2 or coverage(n, k + 1) < 0.95)
+
+
+def test_ratio_verdicts_and_printing():
+    within = timing.ratio_from_times([1.0, 1.2, 0.9], [1.0, 1.0, 1.0])
+    assert within.verdict() == "within_noise" and not within.excludes_one()
+    faster = timing.ratio_from_times([0.5, 0.6, 0.4], [1.0, 1.0, 1.0])
+    assert faster.verdict() == "faster"
+    assert str(faster).startswith("0.50x (0.40-0.60")
+    with pytest.raises(ValueError, match="paired"):
+        timing.ratio_from_times([1.0], [1.0, 2.0])
+    assert timing.median_with_spread([0.010, 0.012, 0.011]) == "11 ms (10-12 ms over 3 runs)"

@@ -1,0 +1,1 @@
+"""Reading a trained model: statistics of its attention maps."""

@@ -1,0 +1,150 @@
+"""Scaled dot-product attention, the teaching path and the fast path.
+
+Used in chapters 02 and 06.
+
+Vaswani et al. 2017, "Attention Is All You Need", eq. (1):
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+
+Shapes follow the book's notation: ``q: (..., Tq, D)``, ``k: (..., Tk, D)``, ``v: (..., Tk, Dv)``;
+the leading dimensions are usually ``(B, H)``.
+
+Masks use one convention everywhere in the library: a **boolean** mask is ``True`` where a query
+may attend to a key; a **float** mask is added to the scores (0 = keep, very negative = drop).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..utils.checks import broadcast_shape, check_number, check_probability
+from .masking import causal_mask, check_mask, combine_masks, to_additive, to_boolean
+
+
+def _check_temperature(temperature: float) -> None:
+    check_number(
+        "temperature",
+        temperature,
+        min=0,
+        min_open=True,
+        note="as T -> 0 the softmax tends to argmax (one-hot); as T -> inf it tends to uniform",
+    )
+
+
+def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim: int = -1) -> torch.Tensor:
+    """``softmax(scores / T)`` along ``dim``.
+
+    T = 1 is the ordinary softmax. As T -> 0+ the result tends to a one-hot vector at the
+    argmax (ties share the mass); as T -> inf it tends to the uniform distribution.
+    Rows whose scores are all ``-inf`` (fully masked) give zeros, never NaN.
+    """
+    _check_temperature(temperature)
+    weights = torch.softmax(scores.float() / temperature, dim=dim)
+    return torch.nan_to_num(weights, nan=0.0).to(scores.dtype)
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a floating-point tensor (..., T, D), got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor (..., T, D), got {x.dtype}")
+    shapes = f"q{tuple(q.shape)}, k{tuple(k.shape)}, v{tuple(v.shape)}"
+    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError(f"q, k, v must have the same number of dimensions (>= 2), got {shapes}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last dimension D, got q{tuple(q.shape)} and k{tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must share the key length Tk, got k{tuple(k.shape)} and v{tuple(v.shape)}")
+    if broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2]) is None:
+        raise ValueError(f"q, k, v leading dimensions (e.g. (B, H)) must broadcast, got {shapes}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def _scores_shape(q: torch.Tensor, k: torch.Tensor) -> tuple:
+    """``(..., Tq, Tk)``: the shape of ``q k^T``."""
+    return (*broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+
+
+def attention_weights(
+    q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None, temperature: float = 1.0
+) -> torch.Tensor:
+    """The attention weights ``softmax(q k^T / (sqrt(D) tau) + mask)``: ``(..., Tq, Tk)``, rows sum to 1.
+
+    The temperature divides the scores only, not the mask (as ``scale`` in ``F.scaled_dot_product_attention``).
+    Computed in fp32 and returned in ``q``'s dtype. A fully masked row is all zeros (documented choice:
+    that query reads nothing); for a float mask, "masked" means a value below ``finfo.min / 2``.
+    """
+    _check_temperature(temperature)
+    for name, x in (("q", q), ("k", k)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a floating-point tensor (..., T, D), got {type(x).__name__}")
+        if not x.is_floating_point() or x.dim() < 2:
+            raise ValueError(f"{name} must be a floating-point tensor (..., T, D), got {x.dtype} {tuple(x.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last dimension D, got q{tuple(q.shape)} and k{tuple(k.shape)}")
+    scores = q.float() @ k.float().transpose(-2, -1) / (math.sqrt(q.shape[-1]) * temperature)  # (..., Tq, Tk)
+    if mask is None:
+        return torch.softmax(scores, dim=-1).to(q.dtype)
+    check_mask(mask, scores.shape, "mask")
+    additive = to_additive(mask, torch.float32).clamp_min(torch.finfo(torch.float32).min)  # no -inf: no NaN
+    weights = torch.softmax(scores + additive, dim=-1)
+    # exact zeros where masked, and 0 (not a uniform row) on fully masked rows
+    return weights.masked_fill(~to_boolean(mask), 0.0).to(q.dtype)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
+    need_weights: bool = False,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+):
+    """Scaled dot-product attention.
+
+    Args:
+        q: ``(..., Tq, D)``; k: ``(..., Tk, D)``; v: ``(..., Tk, Dv)``.
+        mask: boolean (True = attend) or additive float, broadcastable to ``(..., Tq, Tk)`` by PyTorch's rules
+            (trailing dimensions aligned: a 3-D mask against 4-D ``(B, H, Tq, Tk)`` scores is read as
+            ``(H, Tq, Tk)``; ``MultiHeadAttention`` refuses 3-D masks for that reason).
+        temperature: divides the scaled scores (not the mask); must be > 0 (tau -> 0: argmax, tau -> inf: uniform).
+        need_weights: if True, take the explicit teaching path and also return the weights.
+        is_causal: add a causal mask aligned to the end of the keys (query i sees keys <= i + Tk - Tq).
+        dropout_p: dropout on the attention weights (training only; 0 at inference).
+
+    Returns:
+        ``out: (..., Tq, Dv)``, or ``(out, weights)`` with ``weights: (..., Tq, Tk)``.
+        A fully masked query row gets weights 0 and output 0 on both paths.
+    """
+    _check_qkv(q, k, v)
+    _check_temperature(temperature)
+    check_probability("dropout_p", dropout_p)
+    if mask is not None:
+        check_mask(mask, _scores_shape(q, k), "mask")
+    scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
+    if is_causal and mask is None and not need_weights and q.shape[-2] in (1, k.shape[-2]):
+        # Square: PyTorch's is_causal kernel skips the masked half instead of reading a mask.
+        # One query (decoding with a cache) is the newest position: it sees every key, no mask needed.
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=q.shape[-2] > 1, scale=scale)
+    if is_causal:
+        causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
+        mask = causal if mask is None else combine_masks(mask, causal)
+    if need_weights:
+        weights = attention_weights(q, k, mask, temperature)  # (..., Tq, Tk)
+        return F.dropout(weights, dropout_p) @ v, weights
+    keep = None if mask is None else to_boolean(mask)  # True where attention is allowed
+    if mask is not None and mask.dtype != torch.bool:
+        # finfo(float32).min would overflow to -inf in fp16/bf16; clamp to the input dtype's own minimum
+        mask = mask.float().clamp_min(torch.finfo(q.dtype).min).to(q.dtype)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+    if keep is not None:
+        # PyTorch's backends differ on fully masked rows (0, NaN or a uniform average): make it 0 everywhere.
+        out = out.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)
+    return out

@@ -1,0 +1,247 @@
+"""Multi-head attention (Vaswani et al. 2017, section 3.2.2).
+
+Used in chapters 01, 02, 03, 04, 07 and 11.
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O,  head_i = Attention(Q W_Q^i, K W_K^i, V W_V^i)
+
+The h projections are one matrix each (``d_model x d_model``) split into h slices of ``d_head``;
+the query/key/value weights are stacked in one ``qkv`` Linear laid out like
+``nn.MultiheadAttention.in_proj_weight`` so weights load one-to-one.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .attention import scaled_dot_product_attention
+from ..utils.checks import check_int, check_probability
+from .masking import check_mask, combine_masks, key_padding_to_attention
+
+
+ATTN_MASK_SHAPES = ("(Tq, Tk)", "(1, 1, Tq, Tk)", "(B, 1, Tq, Tk)", "(1, H, Tq, Tk)", "(B, H, Tq, Tk)")
+
+
+def sliding_window_mask(t_q: int, t_k: int, window: int, device=None) -> torch.Tensor:
+    """Bool ``(t_q, t_k)`` band, True where a query may attend: itself and the ``window - 1`` keys before it.
+
+    Aligned to the end of the keys (query ``i`` is key position ``t_k - t_q + i``, as with a cache), so
+    key ``j`` is visible when ``0 <= (t_k - t_q + i) - j < window``: causal and at most ``window`` keys.
+    """
+    q_pos = torch.arange(t_k - t_q, t_k, device=device)[:, None]  # (t_q, 1)
+    distance = q_pos - torch.arange(t_k, device=device)[None, :]  # (t_q, t_k): how far back each key is
+    return (distance >= 0) & (distance < window)
+
+
+def check_window(window) -> None:
+    """``window`` is None (full attention) or an int >= 1."""
+    check_int("window", window, min=1, note="keys a query sees, itself included", optional="full attention")
+
+
+def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> None:
+    """``attn_mask`` is 2-D ``(Tq, Tk)`` or 4-D ``(B or 1, H or 1, Tq, Tk)``, never 3-D (ambiguous)."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a bool or float tensor, got {type(mask).__name__}")
+    if mask.dim() not in (2, 4):
+        hint = (
+            " (ambiguous: write mask[:, None] for one mask per sequence (B, 1, Tq, Tk) or mask[None] for one "
+            "per head (1, H, Tq, Tk))"
+            if mask.dim() == 3
+            else ""
+        )
+        raise ValueError(
+            f"attn_mask must have one of the shapes {', '.join(ATTN_MASK_SHAPES)} with B={B}, H={H}, "
+            f"Tq={Tq}, Tk={Tk}; got {mask.dim()}-D shape {tuple(mask.shape)}{hint}"
+        )
+    check_mask(mask, (B, H, Tq, Tk), "attn_mask")
+
+
+class MultiHeadAttention(nn.Module):
+    """Self- or cross-attention with ``n_heads`` heads of size ``d_head`` (default ``d_model // n_heads``).
+
+    Inputs are batch-first: ``query: (B, Tq, d_model)``, ``key``/``value: (B, Tk, d_model)``.
+    Masks use the library convention, True = may attend (see ``masking.py``).
+
+    Optional extras used by later chapters:
+      * ``rope``: a ``RotaryEmbedding`` applied to queries and keys (chapter 04);
+      * ``cache``: an object with ``get_seq_length(layer_idx)`` and ``update(k, v, layer_idx) -> (k, v)``
+        (``serving/kv_cache.py``, chapter 07), with ``layer_idx`` set by the model;
+      * ``n_kv_heads < n_heads``: grouped-query attention (Ainslie et al. 2023; 1 = multi-query, Shazeer 2019):
+        each group of ``n_heads // n_kv_heads`` query heads shares one key/value head, so the cache shrinks;
+      * ``d_head``: set explicitly when ``n_heads * d_head != d_model`` (e.g. after pruning heads, chapter 08);
+      * ``window``: sliding-window attention (Beltagy et al. 2020, Mistral 7B): with ``is_causal`` each query sees
+        only itself and the ``window - 1`` keys before it (``sliding_window_mask``); None = full attention.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        rope: nn.Module | None = None,
+        layer_idx: int = 0,
+        n_kv_heads: int | None = None,
+        d_head: int | None = None,
+        window: int | None = None,
+    ):
+        super().__init__()
+        check_window(window)
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        sizes = dict(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head)
+        for name, value in sizes.items():
+            check_int(name, value, min=1, optional=name == "d_head")
+        if d_head is None and d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be a positive multiple of n_heads={n_heads}")
+        if n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
+        check_probability("dropout", dropout)
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_head = d_model // n_heads if d_head is None else d_head
+        self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
+        self.qkv = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)  # [W_Q; W_K; W_V] stacked
+        self.out = nn.Linear(self.q_dim, d_model, bias=bias)  # W_O
+        self.dropout = dropout
+        self.rope = rope
+        self.layer_idx = layer_idx
+        self.window = window
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, H * d_head) -> (B, H, T, d_head)``."""
+        B, T, _ = x.shape
+        return x.view(B, T, -1, self.d_head).transpose(1, 2)
+
+    def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, H, T, d_head) -> (B, T, d_model)``: the Concat of the paper."""
+        B, H, T, D = x.shape
+        return x.transpose(1, 2).reshape(B, T, H * D)
+
+    def project_qkv(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
+        """Project to per-head q ``(B, H, Tq, d_head)`` and k, v ``(B, H_kv, Tk, d_head)``.
+
+        ``key=None`` means self-attention."""
+        sizes = [self.q_dim, self.kv_dim, self.kv_dim]
+        if key is None:  # one fused matmul for self-attention
+            q, k, v = self.qkv(query).split(sizes, dim=-1)
+        else:
+            w_q, w_k, w_v = self.qkv.weight.split(sizes)
+            b_q, b_k, b_v = (None,) * 3 if self.qkv.bias is None else self.qkv.bias.split(sizes)
+            q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
+    def _check_inputs(self, query, key, value):
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x is not None and not isinstance(x, torch.Tensor):
+                raise TypeError(
+                    f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), got {type(x).__name__}"
+                )
+            if x is not None and not x.is_floating_point():
+                raise ValueError(
+                    f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), got {x.dtype}"
+                )
+        if query.dim() != 3 or query.shape[-1] != self.d_model:
+            raise ValueError(f"query must be (B, Tq, d_model={self.d_model}), got {tuple(query.shape)}")
+        if key is None:
+            if value is not None:
+                raise ValueError(
+                    f"value{tuple(value.shape)} was given without key: pass key too (cross-attention) "
+                    "or neither (self-attention)"
+                )
+            return
+        value = key if value is None else value
+        if key.dim() != 3 or key.shape[-1] != self.d_model or key.shape[0] != query.shape[0]:
+            raise ValueError(f"key must be (B={query.shape[0]}, Tk, d_model={self.d_model}), got {tuple(key.shape)}")
+        if value.shape != key.shape:
+            raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+
+    def forward(
+        self,
+        query,
+        key=None,
+        value=None,
+        attn_mask=None,
+        attention_mask=None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache=None,
+    ):
+        """Returns ``(out: (B, Tq, d_model), weights: (B, H, Tq, Tk) or None)``.
+
+        Args:
+            key, value: ``(B, Tk, d_model)`` for cross-attention; ``None`` for self-attention.
+            attn_mask: bool (True = may attend) or additive float, one of ``ATTN_MASK_SHAPES``: ``(Tq, Tk)``
+                (the same for every sequence and head) or 4-D ``(B or 1, H or 1, Tq, Tk)``. A 3-D mask is
+                rejected: ``(X, Tq, Tk)`` could be per sequence or per head, which cannot be told apart when
+                ``B == H``; write ``mask[:, None]`` (per sequence) or ``mask[None]`` (per head).
+            attention_mask: bool ``(B, Tk)``, True on real tokens (Hugging Face's name and meaning; PyTorch's
+                ``key_padding_mask`` means the opposite, True = ignore).
+            is_causal: add a causal mask aligned to the end of the keys (the band ``sliding_window_mask`` when
+                ``self.window`` is set; without ``is_causal`` the window is not applied).
+            need_weights: take the teaching path and return the per-head weights.
+        """
+        self._check_inputs(query, key, value)
+        value = key if value is None else value
+        q, k, v = self.project_qkv(query, key, value)  # (B, H, T, d_head)
+        past = 0 if cache is None else cache.get_seq_length(self.layer_idx)
+        if self.rope is not None:
+            q, k = self.rope(q, offset=past), self.rope(k, offset=past)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)  # (B, H_kv, past + T, d_head)
+        if self.n_kv_heads != self.n_heads:  # each kv head serves a group of query heads
+            group = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, Tk, d_head)
+        B, H, Tq, Tk = q.shape[0], self.n_heads, q.shape[2], k.shape[2]
+        if attn_mask is not None:
+            _check_attn_mask(attn_mask, B, H, Tq, Tk)
+        if attention_mask is not None:
+            if not isinstance(attention_mask, torch.Tensor):
+                raise TypeError(
+                    f"attention_mask must be a bool tensor (B={B}, Tk={Tk}), got {type(attention_mask).__name__}"
+                )
+            if attention_mask.shape != (B, Tk) or attention_mask.dtype != torch.bool:
+                raise ValueError(
+                    f"attention_mask must be bool (B={B}, Tk={Tk}), got "
+                    f"{attention_mask.dtype} {tuple(attention_mask.shape)}"
+                )
+            attention_mask = key_padding_to_attention(attention_mask)  # (B, 1, 1, Tk)
+        if is_causal and self.window is not None:  # the band already holds the causal mask
+            band = sliding_window_mask(Tq, Tk, self.window, device=q.device)  # (Tq, Tk)
+            attn_mask, is_causal = band if attn_mask is None else combine_masks(attn_mask, band), False
+        mask = combine_masks(attn_mask, attention_mask)
+        p = self.dropout if self.training else 0.0
+        y = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights, is_causal=is_causal, dropout_p=p)
+        y, weights = y if need_weights else (y, None)
+        return self.out(self.merge_heads(y)), weights  # (B, Tq, d_model)
+
+    @torch.no_grad()
+    def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """Copy the weights of a ``torch.nn.MultiheadAttention`` with the same d_model and heads."""
+        if self.n_kv_heads != self.n_heads or self.q_dim != self.d_model:
+            raise ValueError(
+                f"only plain multi-head attention loads from nn.MultiheadAttention, this module has "
+                f"n_kv_heads={self.n_kv_heads}, n_heads * d_head={self.q_dim}, d_model={self.d_model}"
+            )
+        if mha.embed_dim != self.d_model or mha.num_heads != self.n_heads:
+            raise ValueError(
+                f"nn.MultiheadAttention has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; "
+                f"this module has d_model={self.d_model}, n_heads={self.n_heads}"
+            )
+        if mha.in_proj_weight is None:
+            raise ValueError(
+                f"nn.MultiheadAttention with kdim={mha.kdim}, vdim={mha.vdim} != embed_dim="
+                f"{mha.embed_dim} is not supported"
+            )
+        if mha.bias_k is not None or mha.add_zero_attn:
+            raise ValueError("nn.MultiheadAttention with add_bias_kv=True or add_zero_attn=True is not supported")
+        if (mha.in_proj_bias is None) != (self.qkv.bias is None):
+            raise ValueError(
+                f"bias mismatch: nn.MultiheadAttention has bias={mha.in_proj_bias is not None}, "
+                f"this module has bias={self.qkv.bias is not None}"
+            )
+        self.qkv.weight.copy_(mha.in_proj_weight)
+        self.out.weight.copy_(mha.out_proj.weight)
+        if self.qkv.bias is not None:
+            self.qkv.bias.copy_(mha.in_proj_bias)
+            self.out.bias.copy_(mha.out_proj.bias)
+        return self

@@ -1,0 +1,341 @@
+"""Pruning: remove the parts of a trained Transformer it does not need.
+
+Used in chapter 08.
+
+* **Head masks** (``head_mask``): a gate ``xi[l, h]`` multiplies head ``h``'s slice of the input to ``W_O`` in
+  layer ``l``; 1 keeps the head, 0 silences it. Masking changes the function, not the work done.
+* **Head importance** (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", section 4.1):
+  ``I[l, h] = mean over sequences x of |dL(x) / d xi[l, h]|`` at ``xi = 1``: how much the loss reacts to the gate.
+  A simpler baseline is the size of a head's weights (``magnitude_importance``).
+* **Structural pruning**: ``prune_heads`` builds smaller ``MultiHeadAttention`` modules (fewer rows in
+  ``qkv``, fewer columns in ``out``) and ``drop_layers`` removes whole blocks, so the model does less work.
+* **Unstructured pruning** (``magnitude_prune``): zero the smallest weights with ``torch.nn.utils.prune``;
+  the matrices keep their shapes, so dense kernels do the same work.
+
+All functions that prune return a pruned *copy*; the model passed in is left unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from typing import Callable, Iterable, Mapping, Sequence
+
+import torch
+import torch.nn as nn
+from torch.nn.utils import prune
+
+from ..blocks.multihead import MultiHeadAttention
+from ..utils.device import to_device
+from ..training.losses import gpt_loss
+from ..utils.modes import eval_mode
+from ..utils.params import count_parameters as count_parameters  # P.count_parameters: the library's one counter
+
+
+# ----------------------------------------------------------------------------- the model's heads
+def _stack(model: nn.Module) -> tuple[str, nn.ModuleList]:
+    """``("blocks", model.blocks)`` for a ``GPT``, ``("layers", model.layers)`` for a ``BertEncoder``."""
+    for name in ("blocks", "layers"):
+        stack = getattr(model, name, None)
+        if (
+            isinstance(stack, nn.ModuleList)
+            and len(stack) > 0
+            and all(isinstance(getattr(b, "self_attn", None), MultiHeadAttention) for b in stack)
+        ):
+            return name, stack
+    raise ValueError(
+        f"model must have .blocks (a GPT) or .layers (a BertEncoder) whose items have a "
+        f"MultiHeadAttention .self_attn, got {type(model).__name__}"
+    )
+
+
+def attention_modules(model: nn.Module) -> list[MultiHeadAttention]:
+    """The self-attention module of each block: ``model.blocks[l].self_attn`` (``GPT``) or
+    ``model.layers[l].self_attn`` (``BertEncoder``)."""
+    return [b.self_attn for b in _stack(model)[1]]
+
+
+def head_counts(model: nn.Module) -> list[int]:
+    """Number of heads in each layer, e.g. ``[4, 4, 4, 4]`` (``[4, 2, 3, 4]`` after pruning)."""
+    return [attn.n_heads for attn in attention_modules(model)]
+
+
+def _check_mask(mask, counts: list[int]) -> list[torch.Tensor]:
+    ok = isinstance(mask, torch.Tensor) and mask.dim() in (2, 3) or isinstance(mask, (list, tuple))
+    rows = list(mask) if ok else []
+    if len(rows) != len(counts) or any(
+        not isinstance(r, torch.Tensor) or r.dim() not in (1, 2) or r.shape[-1] != n for r, n in zip(rows, counts)
+    ):
+        got = (
+            tuple(mask.shape)
+            if isinstance(mask, torch.Tensor)
+            else [tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__ for r in rows] or mask
+        )
+        raise ValueError(
+            f"mask must hold one (n_heads,) or (B, n_heads) tensor per layer, head counts {counts}, got {got}"
+        )
+    return rows
+
+
+@contextlib.contextmanager
+def head_mask(model: nn.Module, mask):
+    """Within the ``with`` block, multiply each head's output by its gate ``mask[l][h]`` before ``W_O``.
+
+    ``mask``: ``(n_layers, n_heads)``, or one ``(n_heads_l,)`` tensor per layer; ``(n_layers, B, n_heads)`` gives
+    every sequence of a batch its own gates. It may require grad (``head_importance`` differentiates through it).
+    A forward pre-hook on each ``out`` Linear scales head ``h``'s slice ``h * d_head : (h + 1) * d_head`` of its
+    input ``(B, T, H * d_head)``.
+    """
+    attns = attention_modules(model)
+    rows = _check_mask(mask, [a.n_heads for a in attns])
+
+    def make_hook(attn: MultiHeadAttention, gate: torch.Tensor):
+        def hook(module, args):
+            x = args[0]  # (B, T, H * d_head): the concatenated heads
+            heads = x.unflatten(-1, (attn.n_heads, attn.d_head))  # (B, T, H, d_head)
+            g = gate.to(x.dtype)[..., None, :, None]  # (1 or B, 1, H, 1)
+            return ((heads * g).flatten(-2),) + tuple(args[1:])
+
+        return hook
+
+    handles = [a.out.register_forward_pre_hook(make_hook(a, g)) for a, g in zip(attns, rows)]
+    try:
+        yield model
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def mask_from_heads(counts: Sequence[int], heads: Mapping[int, Sequence[int]]) -> torch.Tensor:
+    """``(n_layers, n_heads)`` float mask: 0 at the ``heads`` to prune (``{layer: [head, ...]}``), 1 elsewhere."""
+    if len(set(counts)) != 1:
+        raise ValueError(f"a (n_layers, n_heads) mask needs the same head count in every layer, got {list(counts)}")
+    _check_heads(list(counts), heads, allow_empty_layer=True)
+    mask = torch.ones(len(counts), counts[0])
+    for layer, hs in heads.items():
+        mask[layer, list(hs)] = 0.0
+    return mask
+
+
+# ----------------------------------------------------------------------------- importance scores
+def head_importance(
+    model: nn.Module, batches: Iterable, loss_fn: Callable = gpt_loss, normalize: bool = False
+) -> torch.Tensor:
+    """Michel et al. 2019: ``I[l, h] = mean over sequences x of |dL(x) / d xi[l, h]|`` at ``xi = 1``.
+
+    Returns ``(n_layers, n_heads)``. ``batches``: e.g. ``(x: (B, T), y: (B, T))`` pairs for
+    ``loss_fn(model, batch) -> scalar``, which must be the *mean* of the B sequences' losses with equal weights
+    (true for ``gpt_loss`` when no target is ignored). Each sequence gets its own gates, so one backward pass
+    per batch gives every sequence's gradient: ``dL(x_b) / d xi[l, b, h] = B * d loss / d xi[l, b, h]``.
+    The absolute value is taken per sequence, before averaging: a trained model's *mean* gradient is near 0.
+    ``normalize``: divide each layer's scores by their L2 norm, as the paper does. Parameters get no
+    gradient; the model runs in eval mode (no dropout), so the scores are deterministic.
+    """
+    counts = head_counts(model)
+    if len(set(counts)) != 1:
+        raise ValueError(f"head_importance needs the same head count in every layer, got {counts}")
+    p = next(model.parameters())
+    scores, n = torch.zeros(len(counts), counts[0], device=p.device), 0
+    with eval_mode(model):
+        for batch in batches:
+            batch = to_device(batch, p.device)
+            B = batch[0].shape[0]
+            xi = torch.ones(len(counts), B, counts[0], device=p.device, requires_grad=True)  # (L, B, H)
+            with torch.enable_grad(), head_mask(model, xi):
+                (grad,) = torch.autograd.grad(loss_fn(model, batch), xi)  # (L, B, H); parameters untouched
+            scores += (grad * B).abs().sum(dim=1)
+            n += B
+    if n == 0:
+        raise ValueError("batches must hold at least one batch, got none")
+    scores = scores / n
+    if normalize:
+        scores = scores / scores.norm(dim=-1, keepdim=True).clamp_min(1e-20)
+    return scores.detach().cpu()
+
+
+@torch.no_grad()
+def head_weight_norms(attn: MultiHeadAttention) -> torch.Tensor:
+    """``(n_heads,)``: the L2 norm of each head's own weights: its rows of ``W_Q``, ``W_K``, ``W_V``
+    (``(d_head, d_model)`` each) and its columns of ``W_O`` (``(d_model, d_head)``)."""
+    H, D = attn.n_heads, attn.d_head
+    if attn.n_kv_heads != H:
+        raise ValueError(f"head_weight_norms needs n_kv_heads == n_heads, got {attn.n_kv_heads} and {H}")
+    w_qkv = attn.qkv.weight.float().view(3, H, D, -1)  # (3 = q/k/v, H, d_head, d_model)
+    w_o = attn.out.weight.float().view(attn.d_model, H, D)  # (d_model, H, d_head)
+    return (w_qkv.pow(2).sum(dim=(0, 2, 3)) + w_o.pow(2).sum(dim=(0, 2))).sqrt().cpu()
+
+
+def magnitude_importance(model: nn.Module) -> torch.Tensor:
+    """Baseline score ``(n_layers, n_heads)``: ``head_weight_norms`` of every layer (big weights = important)."""
+    return torch.stack([head_weight_norms(a) for a in attention_modules(model)])
+
+
+def random_importance(model: nn.Module, seed: int = 0) -> torch.Tensor:
+    """Control: ``(n_layers, n_heads)`` uniform random scores (a random pruning order)."""
+    counts = head_counts(model)
+    return torch.rand(len(counts), max(counts), generator=torch.Generator().manual_seed(seed))
+
+
+def heads_to_prune(scores: torch.Tensor, n: int, per_layer: bool = False) -> dict[int, list[int]]:
+    """The lowest-scoring heads as ``{layer: [head, ...]}``, never a layer's last head.
+
+    ``scores: (n_layers, n_heads)``. ``per_layer=False``: the ``n`` lowest over the whole model (at most
+    ``n_layers * (n_heads - 1)``: one head stays per layer); ``per_layer=True``: the ``n`` lowest of *each*
+    layer (``n < n_heads``). Ties go to the lower (layer, head) index.
+    """
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be (n_layers, n_heads), got shape {tuple(scores.shape)}")
+    L, H = scores.shape
+    if per_layer:
+        if not 0 <= n < H:
+            raise ValueError(f"n must be in [0, {H - 1}] per layer (one of {H} heads stays), got {n}")
+        order = torch.argsort(scores, dim=-1, stable=True)[:, :n]  # (L, n)
+        return {layer: sorted(order[layer].tolist()) for layer in range(L) if n > 0}
+    if not 0 <= n <= L * (H - 1):
+        raise ValueError(f"n must be in [0, {L * (H - 1)}] (one head stays in each of {L} layers), got {n}")
+    plan, left, taken = {}, [H] * L, 0
+    for i in torch.argsort(scores.flatten(), stable=True).tolist():
+        if taken == n:
+            break
+        layer, head = divmod(i, H)
+        if left[layer] > 1:
+            plan.setdefault(layer, []).append(head)
+            left[layer] -= 1
+            taken += 1
+    return {layer: sorted(hs) for layer, hs in sorted(plan.items())}
+
+
+# ----------------------------------------------------------------------------- structural pruning
+def _check_heads(counts: list[int], heads: Mapping[int, Sequence[int]], allow_empty_layer: bool = False) -> None:
+    if not isinstance(heads, Mapping):
+        raise ValueError(f"heads must be a dict {{layer: [head, ...]}}, got {type(heads).__name__}")
+    for layer, hs in heads.items():
+        if not isinstance(layer, int) or not 0 <= layer < len(counts):
+            raise ValueError(f"layer index must be in [0, {len(counts)}), got {layer!r}")
+        hs = list(hs)
+        bad = [h for h in hs if not isinstance(h, int) or not 0 <= h < counts[layer]]
+        if bad:
+            raise ValueError(f"head indices of layer {layer} must be in [0, {counts[layer]}), got {bad}")
+        if len(set(hs)) != len(hs):
+            raise ValueError(f"head indices of layer {layer} must be distinct, got {hs}")
+        if not allow_empty_layer and len(hs) == counts[layer]:
+            raise ValueError(
+                f"cannot prune all {counts[layer]} heads of layer {layer} (got {sorted(hs)}); "
+                "drop the whole layer with drop_layers instead"
+            )
+
+
+@torch.no_grad()
+def prune_attention_heads(attn: MultiHeadAttention, keep: Sequence[int]) -> MultiHeadAttention:
+    """A new, smaller ``MultiHeadAttention`` holding only the heads ``keep`` (in that order).
+
+    ``qkv`` keeps rows ``h * d_head : (h + 1) * d_head`` of each of its ``W_Q``, ``W_K``, ``W_V`` blocks;
+    ``out`` keeps the same columns of ``W_O`` (and its whole bias, which belongs to no head).
+    """
+    H, D = attn.n_heads, attn.d_head
+    keep = list(keep)
+    if attn.n_kv_heads != H:
+        raise ValueError(
+            f"pruning heads needs n_kv_heads == n_heads (no grouped-query attention), "
+            f"got n_kv_heads={attn.n_kv_heads}, n_heads={H}"
+        )
+    if not keep or len(set(keep)) != len(keep) or any(not isinstance(h, int) or not 0 <= h < H for h in keep):
+        raise ValueError(f"keep must be distinct head indices in [0, {H}), at least one, got {keep}")
+    cols = torch.cat([torch.arange(h * D, (h + 1) * D) for h in keep])  # features of the kept heads
+    rows = torch.cat([cols + block * H * D for block in range(3)])  # the same features in W_Q, W_K, W_V
+    device = attn.qkv.weight.device
+    new = MultiHeadAttention(
+        attn.d_model,
+        len(keep),
+        attn.dropout,
+        bias=attn.qkv.bias is not None,
+        rope=attn.rope,
+        layer_idx=attn.layer_idx,
+        d_head=D,
+        window=attn.window,
+    )
+    new.to(device=device, dtype=attn.qkv.weight.dtype)
+    new.qkv.weight.copy_(attn.qkv.weight[rows.to(device)])  # (3 * kept * d_head, d_model)
+    new.out.weight.copy_(attn.out.weight[:, cols.to(device)])  # (d_model, kept * d_head)
+    if attn.qkv.bias is not None:
+        new.qkv.bias.copy_(attn.qkv.bias[rows.to(device)])
+        new.out.bias.copy_(attn.out.bias)
+    return new.train(attn.training)
+
+
+def prune_heads(model: nn.Module, heads: Mapping[int, Sequence[int]]) -> nn.Module:
+    """A copy of ``model`` (a ``GPT`` or ``BertEncoder``) with the ``heads`` ``{layer: [head, ...]}`` removed.
+
+    Head indices refer to ``model``'s current heads. Raises ``ValueError`` for a bad index or for all
+    heads of a layer. The copy computes exactly what ``model`` computes under ``head_mask`` with those
+    heads at 0. Layers may now differ in head count; ``StaticCache.for_model`` sizes each layer's own.
+    """
+    counts = head_counts(model)
+    _check_heads(counts, heads)
+    if getattr(getattr(model, "cfg", None), "positional", None) == "alibi":
+        raise ValueError("cannot prune heads of an ALiBi model: its per-head slopes come from cfg.n_heads")
+    pruned = copy.deepcopy(model)
+    stack = _stack(pruned)[1]
+    for layer, hs in heads.items():
+        if hs:
+            block = stack[layer]
+            block.self_attn = prune_attention_heads(
+                block.self_attn, [h for h in range(counts[layer]) if h not in set(hs)]
+            )
+    return pruned
+
+
+def drop_layers(model: nn.Module, layers: Sequence[int]) -> nn.Module:
+    """A copy of ``model`` (a ``GPT`` or ``BertEncoder``) without the blocks ``layers``; the others keep their order.
+
+    Each remaining block's ``layer_idx`` is renumbered ``0 .. n - 1`` (the KV cache indexes by it) and
+    ``cfg.n_layers`` is updated.
+    """
+    n = len(attention_modules(model))
+    layers = list(layers)
+    if any(not isinstance(i, int) or not 0 <= i < n for i in layers) or len(set(layers)) != len(layers):
+        raise ValueError(f"layers must be distinct indices in [0, {n}), got {layers}")
+    if len(layers) == n:
+        raise ValueError(f"cannot drop all {n} layers, got {sorted(layers)}")
+    pruned = copy.deepcopy(model)
+    name, stack = _stack(pruned)
+    stack = nn.ModuleList(b for i, b in enumerate(stack) if i not in set(layers))
+    setattr(pruned, name, stack)
+    for i, block in enumerate(stack):
+        block.self_attn.layer_idx = i
+    if dataclasses.is_dataclass(getattr(pruned, "cfg", None)) and hasattr(pruned.cfg, "n_layers"):
+        pruned.cfg = dataclasses.replace(pruned.cfg, n_layers=len(stack))
+    return pruned
+
+
+# ----------------------------------------------------------------------------- unstructured pruning
+def prunable_weights(model: nn.Module) -> list[tuple[nn.Module, str]]:
+    """``(module, "weight")`` of every Linear inside the blocks (``qkv``, ``out``, FFN ``up``/``down``).
+
+    The embedding (tied to the output layer) and the LayerNorms are left dense."""
+    return [(m, "weight") for block in _stack(model)[1] for m in block.modules() if isinstance(m, nn.Linear)]
+
+
+def magnitude_prune(model: nn.Module, amount: float, permanent: bool = True) -> nn.Module:
+    """A copy of ``model`` with the fraction ``amount`` of its smallest block weights set to 0.
+
+    One global threshold over all ``prunable_weights`` (``prune.global_unstructured`` with L1 magnitude).
+    ``permanent=False`` keeps PyTorch's mask: each forward recomputes ``weight = weight_orig * weight_mask``.
+    """
+    if not 0.0 <= amount <= 1.0:
+        raise ValueError(f"amount must be in [0, 1], got {amount}")
+    pruned = copy.deepcopy(model)
+    params = prunable_weights(pruned)
+    prune.global_unstructured(params, pruning_method=prune.L1Unstructured, amount=float(amount))
+    if permanent:
+        for module, name in params:
+            prune.remove(module, name)  # bake the zeros into .weight, drop mask and hook
+    return pruned
+
+
+@torch.no_grad()
+def sparsity(model: nn.Module) -> float:
+    """Fraction of exact zeros in the ``prunable_weights``."""
+    ws = [getattr(m, name) for m, name in prunable_weights(model)]
+    return sum(int((w == 0).sum()) for w in ws) / sum(w.numel() for w in ws)

@@ -1,0 +1,1 @@
+"""Data and files: tokenizers, the Shakespeare corpus, the dates, pre-training objectives, checkpoint files."""

@@ -1,0 +1,1 @@
+"""Training: the one training loop, the losses, and fine-tuning with LoRA and QLoRA."""
