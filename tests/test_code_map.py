@@ -102,19 +102,19 @@ def test_the_map_is_what_python_finds_when_it_runs_the_imports(path):
 
 def test_the_modules_the_hand_written_table_had_lost_are_listed():
     rows = {line.split("|")[1].strip(): line for line in code_map.readme_table(ROOT).splitlines()[2:]}
-    chapter = {re.search(r"\[(\d\d)", k).group(1): row for k, row in rows.items()}
-    for number, module in [
-        ("01", "experiments/training_step_cost.py"),
-        ("02", "experiments/score_scale.py"),
-        ("03", "experiments/head_batching.py"),
-        ("03", "experiments/head_count.py"),
-        ("05", "experiments/causal_leak.py"),
-        ("05", "experiments/param_shares.py"),
-        ("08", "experiments/minilm_pruning.py"),
-        ("07", "serving/paged_cache.py"),
-        ("09", "quant/gptq.py"),
+    chapter = {re.search(r"\(notebooks/(\w+)\.ipynb\)", k).group(1): row for k, row in rows.items()}
+    for slug, module in [
+        ("rnn_limits", "experiments/training_step_cost.py"),
+        ("attention", "experiments/score_scale.py"),
+        ("multi_head_attention", "experiments/head_batching.py"),
+        ("multi_head_attention", "experiments/head_count.py"),
+        ("encoder_decoder", "experiments/causal_leak.py"),
+        ("encoder_decoder", "experiments/param_shares.py"),
+        ("pruning", "experiments/minilm_pruning.py"),
+        ("kv_cache", "serving/paged_cache.py"),
+        ("quantization", "quant/gptq.py"),
     ]:
-        assert f"`{module}`" in chapter[number], (number, module)
+        assert f"`{module}`" in chapter[slug], (slug, module)
 
 
 def test_experiments_package_lists_every_experiment_with_the_chapters_that_import_it():

@@ -216,6 +216,7 @@ def test_readme_blocks_follow_a_changed_repository(tmp_path):
     config = dict(CONFIG, repository=dict(CONFIG["repository"], url="https://github.com/Someone/else", branch="dev"))
     (tmp_path / "_config.yml").write_text(yaml.safe_dump(config))
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks", ignore=shutil.ignore_patterns("*checkpoint*"))
+    shutil.copy(ROOT / "_toc.yml", tmp_path / "_toc.yml")
     new = sync.sync_readme(README.read_text(), tmp_path)
     assert "https://someone.github.io/else/" in new and "github.com/Someone/else/actions/workflows/" in new
     assert new.count("colab.research.google.com/github/Someone/else/blob/dev/notebooks/") == len(NOTEBOOKS)

@@ -310,8 +310,8 @@ def test_check_lets_a_cross_reference_translate_its_text_but_not_its_target(tmp_
     tool = _book_i18n()
     path = _po(
         tmp_path,
-        'msgid "See {doc}`the source articles <../book/sources>` and {doc}`../notebooks/02_attention`."\n'
-        'msgstr "见{doc}`源文章 <../book/sources>`和{doc}`第 02 章 <../notebooks/02_attention>`。"\n\n'
+        'msgid "See {doc}`the source articles <../book/sources>` and {doc}`../notebooks/attention`."\n'
+        'msgstr "见{doc}`源文章 <../book/sources>`和{doc}`第 02 章 <../notebooks/attention>`。"\n\n'
         'msgid "Read {doc}`the notation <../book/notation>`."\nmsgstr "读{doc}`记号 <../book/sources>`。"\n',
     )
     problems = tool.check_catalog(path, release=True)
@@ -428,7 +428,7 @@ def _choice_words(page: str) -> set[str]:
 def test_every_chinese_page_shows_the_english_pages_glued_values():
     zh = _chinese_edition()
     pages = _pages(zh)
-    assert (SITE.parent / "jupyter_execute" / "notebooks" / "00_quickstart.glue.json").is_file()
+    assert (SITE.parent / "jupyter_execute" / "notebooks" / "quickstart.glue.json").is_file()
     differ = [str(p) for p in pages if (SITE / p).is_file() and _glued(SITE / p) != _glued(zh / p)]
     assert not differ, f"glued values differ between the editions on: {differ}"
     assert sum(sum(_glued(zh / p).values()) for p in pages) > 500  # a test that compared nothing would pass
@@ -438,7 +438,7 @@ def test_every_chinese_page_shows_the_english_pages_glued_values():
 def test_every_page_links_to_the_same_page_in_the_other_edition():
     zh = _chinese_edition()
     pages = _pages(zh)
-    assert "notebooks/00_quickstart.html" in map(str, pages) and len(pages) >= 18
+    assert "notebooks/quickstart.html" in map(str, pages) and len(pages) >= 18
     assert set(pages) <= {p for p in _pages(SITE) if p.parts[0] != "zh"} | {Path("404.html")}
     for name in pages:
         for here, there in ((SITE, zh), (zh, SITE)):

@@ -39,7 +39,7 @@ pytest.importorskip("jupyterlab")
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTER = ROOT / "notebooks" / "02_attention.ipynb"  # the README's example; it has a kernel-backed live view
+CHAPTER = ROOT / "notebooks" / "attention.ipynb"  # the README's example; it has a kernel-backed live view
 START_TIMEOUT_S = 90
 RUN_ALL_TIMEOUT_S = 240
 REDRAW_TIMEOUT_S = 60

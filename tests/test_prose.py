@@ -25,7 +25,10 @@ import pytest
 import transformer_lib
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+_spec = importlib.util.spec_from_file_location("code_map", ROOT / "tools" / "code_map.py")
+CODE_MAP = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(CODE_MAP)  # the chapters' order and numbers (_toc.yml)
 FRONT = sorted((ROOT / "book").glob("*.md"))
 
 
@@ -210,10 +213,10 @@ def test_every_library_name_in_prose_resolves(path):
 
 def _chapter_titles() -> dict[int, str]:
     titles = {}
-    for nb in NOTEBOOKS:
+    for number, nb in enumerate(CODE_MAP.notebooks(ROOT)):  # numbered by their order in _toc.yml
         cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
         first = next("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-        titles[int(nb.name[:2])] = first.splitlines()[0].lstrip("# ").lower()
+        titles[number] = first.splitlines()[0].lstrip("# ").lower()
     return titles
 
 

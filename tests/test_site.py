@@ -39,7 +39,7 @@ from devtools import Chromium
 browser_test = pytest.mark.usefixtures("_websocket_client")
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = "notebooks/07_kv_cache"  # the page under test: a chapter with math and a frame_slider (02 went live)
+TARGET = "notebooks/kv_cache"  # the page under test: a chapter with math and a frame_slider (02 went live)
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 NON_NETWORK_SCHEMES = {"data", "blob", "about", "chrome", "chrome-extension", "devtools"}
 

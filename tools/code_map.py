@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import nbformat
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "transformer_lib"
@@ -144,13 +145,23 @@ def used_modules(path: Path, root: Path = ROOT) -> set[str]:
     return {m for m in used if module_file(m, root) and not is_package(m, root)}
 
 
-def chapter_of(path: Path) -> str:
-    """``07`` for ``notebooks/07_kv_cache.ipynb``."""
-    return path.stem[:2]
-
-
 def notebooks(root: Path = ROOT) -> list[Path]:
-    return sorted((root / "notebooks").glob("*.ipynb"))
+    """The chapters' notebooks in reading order: the order of ``_toc.yml``, which numbers them (files carry slugs)."""
+    found, entries = [], [yaml.safe_load((root / "_toc.yml").read_text())]
+    while entries:
+        entry = entries.pop(0)
+        if isinstance(entry, list):
+            entries[:0] = entry
+        elif isinstance(entry, dict):
+            if str(entry.get("file", "")).startswith("notebooks/"):
+                found.append(root / f"{entry['file']}.ipynb")
+            entries[:0] = [entry[k] for k in ("parts", "chapters", "sections") if k in entry]
+    return found
+
+
+def chapter_of(path: Path, root: Path = ROOT) -> str:
+    """``07`` for ``notebooks/kv_cache.ipynb`` when it is the eighth chapter of ``_toc.yml`` (the first is 00)."""
+    return f"{[p.name for p in notebooks(root)].index(path.name):02d}"
 
 
 def code_map(root: Path = ROOT) -> dict[Path, set[str]]:
@@ -163,7 +174,7 @@ def chapters_by_module(root: Path = ROOT) -> dict[str, list[str]]:
     found: dict[str, set[str]] = {}
     for path, modules in code_map(root).items():
         for module in modules:
-            found.setdefault(module, set()).add(chapter_of(path))
+            found.setdefault(module, set()).add(chapter_of(path, root))
     return {m: sorted(c) for m, c in found.items()}
 
 
@@ -185,7 +196,7 @@ def readme_table(root: Path = ROOT) -> str:
             else:  # library modules: everything not in one of the other folders
                 mine = [f for f in files if not any(f.startswith(p) for p in COLUMNS.values() if p)]
             cells.append(", ".join(f"`{f}`" for f in mine))
-        label = path.stem[:2] + " " + path.stem[3:].replace("_", " ")
+        label = chapter_of(path, root) + " " + path.stem.replace("_", " ")
         rows.append(f"| [{label}](notebooks/{path.name}) | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

@@ -1,7 +1,7 @@
 """Run chapters under settings that change their arithmetic or their speed, and tabulate every claim's verdict.
 
     .venv/bin/python tools/perturb.py [NOTEBOOK ...] [--settings default,seed-offset,...] [--timeout S]
-    make perturb NOTEBOOKS="notebooks/05_encoder_decoder.ipynb notebooks/09_quantization.ipynb"
+    make perturb NOTEBOOKS="notebooks/encoder_decoder.ipynb notebooks/quantization.ipynb"
 
 A claim that the book makes has to hold on the readers' machines, not only on the one it was written on. Each
 setting below draws another sample of what a reader's machine does (other kernels, another reduction order,

@@ -36,6 +36,7 @@ image would be fetched from Google's servers by the otherwise self-contained sit
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -150,7 +151,7 @@ def readme_blocks(root: Path = ROOT) -> dict[str, str]:
         page = f"{site}notebooks/{path.stem}.html"
         colab = colab_link(config, f"notebooks/{path.name}")
         rows.append(
-            f"| {path.stem[:2]}. {chapter_title(path)} | [online]({page}) | "
+            f"| {code_map().chapter_of(path, root)}. {chapter_title(path)} | [online]({page}) | "
             f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) |"
         )
     return {"header": header, "chapters": "\n".join(rows)}
@@ -220,7 +221,16 @@ def sync(nb, root: Path = ROOT):
 
 
 def notebooks(root: Path = ROOT) -> list[Path]:
-    return sorted((root / "notebooks").glob("*.ipynb"))
+    """The chapters in reading order (``code_map.notebooks``: ``_toc.yml`` numbers them)."""
+    return code_map().notebooks(root)
+
+
+def code_map():
+    """``tools/code_map.py``, imported from beside this file (the tools are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("code_map", Path(__file__).resolve().parent / "code_map.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(argv: list[str]) -> int:
@@ -239,7 +249,7 @@ def main(argv: list[str]) -> int:
         stale.append(Path(README_PATH))
         if not check:
             readme.write_text(sync_readme(text))
-    stale += __import__("code_map").sync(ROOT, check)  # README's code table, modules' "Used in chapter" lines
+    stale += code_map().sync(ROOT, check)  # README's code table, modules' "Used in chapter" lines
     if check and stale:
         print("out of date (run: python tools/sync_setup_cells.py):", *stale, sep="\n  ")
         return 1

@@ -1136,15 +1136,15 @@ def test_a_live_figure_writes_its_labels_in_the_page_language(page, name):
 
 # Chapter pages and the number of live figures each must show.
 LIVE_PAGES = {
-    "notebooks/00_quickstart": 1,
-    "notebooks/02_attention": 2,
-    "notebooks/03_multi_head_attention": 1,
-    "notebooks/04_positional_encoding": 2,
-    "notebooks/07_kv_cache": 1,
-    "notebooks/09_quantization": 1,
-    "notebooks/10_flash_attention": 1,
-    "notebooks/11_modern_decoder": 1,
-    "notebooks/12_fine_tuning": 1,
+    "notebooks/quickstart": 1,
+    "notebooks/attention": 2,
+    "notebooks/multi_head_attention": 1,
+    "notebooks/positional_encoding": 2,
+    "notebooks/kv_cache": 1,
+    "notebooks/quantization": 1,
+    "notebooks/flash_attention": 1,
+    "notebooks/modern_decoder": 1,
+    "notebooks/fine_tuning": 1,
 }
 SITE = Path(os.environ.get("LIVE_SITE_HTML", BUILT))  # another built copy of the book, e.g. a one-page build
 

@@ -1,4 +1,5 @@
-"""Self-checking exercises: each chapter's checks live in ``chNN.py`` and all use ``checking.check_against``.
+"""Self-checking exercises: each chapter's checks live in a module named for the chapter's slug
+(``kv_cache.py``), and all use ``checking.check_against``.
 
 A check runs the reader's function and the library's reference on the same random inputs and explains the
 first mismatch (an exception, wrong type, shape or dtype, NaN, or the largest wrong value), then names a common
