@@ -396,7 +396,7 @@ def test_a_lost_wake_up_costs_at_most_one_slice(monkeypatch):
 
     fixes = _book_fixes()
     clock = _FakeClock()
-    monkeypatch.setattr(fixes, "time", clock)
+    monkeypatch.setattr(fixes.nbclient_stall, "time", clock)  # the module whose get_msg this is
     slice_ms = int(fixes.SLICE_S * 1000)
 
     channel = _deaf_channel(clock, arrives_at=0.2)  # a reply 0.2 s in, the build's 240 s timeout
@@ -595,7 +595,7 @@ def test_a_cell_that_timed_out_is_named_as_such_in_the_banner():
     doctree = new_document("notebooks/04_x.ipynb")
     section = nodes.section()
     section += nodes.title(text="A chapter")
-    section += nodes.raw("", fixes._cell_mark(7, "KeyboardInterrupt: "), format="html")
+    section += nodes.raw("", fixes.cell_mark(7, "KeyboardInterrupt: "), format="html")
     doctree += section
     exec_data = {"mtime": 0, "succeeded": False, "error": "CellTimeoutError", "traceback": "..."}
     env = SimpleNamespace(

@@ -60,6 +60,7 @@ def _inputs_of_target() -> list[Path]:
         ROOT / "vendor_static" / "VERSIONS",
         ROOT / "tools" / "book_fixes.py",
     ]
+    files += list((ROOT / "tools" / "book_build").glob("*.py"))  # the parts book_fixes.py loads
     files += list((ROOT / "book" / "static").glob("*"))
     files += list((ROOT / "transformer_lib").rglob("*.py"))
     return [f for f in files if f.exists()]
