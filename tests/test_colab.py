@@ -212,6 +212,27 @@ def test_readme_has_badges_address_and_a_colab_link_per_chapter():
     assert links == [f"notebooks/{p.name}" for p in NOTEBOOKS]  # one per chapter, in order, to real files
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_removed_cell_is_folded_in_jupyter_and_colab(path):
+    """The checks and glue the book's pages leave out (``remove-cell``) are folded for a reader of the notebook:
+    JupyterLab reads ``jupyter.source_hidden``, Colab ``cellView: form``."""
+    nb = nbformat.read(path, as_version=4)
+    removed = [c for c in nb.cells if "remove-cell" in c.metadata.get("tags", [])]
+    unfolded = [c.get("id") for c in removed if not c.metadata.get("jupyter", {}).get("source_hidden")]
+    no_form = [c.get("id") for c in removed if c.metadata.get("cellView") != "form"]
+    assert not unfolded and not no_form, f"run tools/sync_setup_cells.py: {path.name} {unfolded or no_form}"
+
+
+def test_sync_folds_a_removed_cell():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("claim(True, 'x')")]
+    nb.cells[1].metadata["tags"] = ["remove-cell"]
+    assert not sync.hidden_in_sync(nb)
+    out = sync.sync(nb, ROOT)
+    assert sync.hidden_in_sync(out) and sync.in_sync(out, ROOT)
+    assert out.cells[-1].metadata["jupyter"] == {"source_hidden": True} and "jupyter" not in out.cells[-2].metadata
+
+
 def test_readme_blocks_follow_a_changed_repository(tmp_path):
     config = dict(CONFIG, repository=dict(CONFIG["repository"], url="https://github.com/Someone/else", branch="dev"))
     (tmp_path / "_config.yml").write_text(yaml.safe_dump(config))

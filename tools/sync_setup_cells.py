@@ -25,7 +25,13 @@ The README's generated blocks come from the same address (between ``<!-- BEGIN n
 ``<!-- END name -->`` markers): the badges of the test and book workflows, the address where the
 book is read online (GitHub Pages: ``https://<owner>.github.io/<repo>/``), and the table of
 chapters with one Colab link each (titles from each notebook's first heading).
-tools/book_fixes.py derives the site's ``html_baseurl`` from the same address with ``pages_url``.
+The book build (tools/book_build/site_pages.py) derives the site's ``html_baseurl`` from the same address
+with ``pages_url``.
+
+Every cell tagged ``remove-cell`` (the checks and glue the book's pages leave out) is collapsed for a reader who
+opens the notebook itself: ``metadata.jupyter.source_hidden`` (JupyterLab and Notebook 7 fold the source) and
+``metadata.cellView = "form"`` (Colab shows such a cell folded, "Show code"). The cell still runs; ``hidden_in_sync``
+checks the metadata and ``sync`` writes it.
 
 No "Open in Colab" badge cell is added: every chapter page has the Colab launch button, and a badge
 image would be fetched from Google's servers by the otherwise self-contained site.
@@ -198,17 +204,32 @@ def first_code_index(nb) -> int:
     return next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
 
 
+HIDDEN = {"jupyter": {"source_hidden": True}, "cellView": "form"}  # folded in JupyterLab / Notebook 7 and Colab
+
+
+def removed_cells(nb) -> list:
+    """The cells the book leaves out of its pages (tagged ``remove-cell``)."""
+    return [c for c in nb.cells if "remove-cell" in c.metadata.get("tags", [])]
+
+
+def hidden_in_sync(nb) -> bool:
+    """True when every ``remove-cell`` cell is folded for a reader of the notebook (``HIDDEN``'s metadata)."""
+    return all(c.metadata.get(k) == v for c in removed_cells(nb) for k, v in HIDDEN.items())
+
+
 def in_sync(nb, root: Path = ROOT) -> bool:
-    """True when the notebook's first code cell is the current set-up cell."""
+    """True when the notebook's first code cell is the current set-up cell and its removed cells are folded."""
     i = find_setup(nb)
     if i is None or i != first_code_index(nb):
         return False
     cell = nb.cells[i]
-    return cell.source == setup_source(root) and cell.metadata.get("tags") == TAGS
+    return cell.source == setup_source(root) and cell.metadata.get("tags") == TAGS and hidden_in_sync(nb)
 
 
 def sync(nb, root: Path = ROOT):
-    """Return ``nb`` with its set-up cell (re)written as the first code cell."""
+    """Return ``nb`` with its set-up cell (re)written as the first code cell and its removed cells folded."""
+    for c in removed_cells(nb):
+        c.metadata.update(HIDDEN)
     i = find_setup(nb)
     if i is not None:
         del nb.cells[i]

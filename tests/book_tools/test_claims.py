@@ -465,7 +465,7 @@ def test_glue_ratio_glues_the_median_and_the_interval_ends_as_numbers(monkeypatc
     monkeypatch.setattr(C, "glue", lambda name, value, display=True: glued.__setitem__(name, value))
     r = ratio_from_times([0.5, 0.6, 0.4, 0.5, 0.55, 0.45, 0.52, 0.48, 0.5], [1.0] * 9)
     assert C.glue_ratio("speed", r) is r
-    assert glued == {"speed": r.ratio, "speed_low": r.low, "speed_high": r.high}
+    assert glued == {"speed": r.ratio, "speed_low": r.low, "speed_high": r.high, "speed_coverage": 96.09375}
     assert all(isinstance(v, float) for v in glued.values())  # numbers: no English words in any edition
     assert (glued["speed_low"], glued["speed"], glued["speed_high"]) == (0.45, 0.5, 0.55)  # 2nd, 5th, 8th of 9
 

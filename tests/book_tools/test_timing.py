@@ -1,6 +1,7 @@
 """transformer_lib.book_tools.timing: round-robin order, warm-up, medians (with a fake clock, no real timing)."""
 
 import pytest
+import torch
 
 from transformer_lib.book_tools import timing
 
@@ -75,12 +76,37 @@ def test_median_interval_ranks_cover_at_least_the_confidence_and_are_the_narrowe
         return 1 - 2 * sum(comb(n, i) for i in range(k)) / 2**n
 
     for n in range(1, 40):
-        lo, hi = timing._median_interval_ranks(n, 0.95)
+        lo, hi = timing.median_interval_ranks(n, 0.95)
         if n <= 5:  # even min..max covers only 1 - 2 / 2**n < 95%: the whole range is returned
             assert (lo, hi) == (0, n - 1)
             continue
         k = lo + 1
         assert hi == n - k and coverage(n, k) >= 0.95 and (k >= n // 2 or coverage(n, k + 1) < 0.95)
+
+
+def test_every_interval_the_library_can_print_states_its_true_coverage():
+    """Each rank pair ``ratio_from_times`` can use (every number of rounds up to 60) against the binomial law as
+    torch computes it: the coverage printed is P(lo < N <= hi) for N ~ Binomial(n, 1/2), never the level asked."""
+    for n in range(1, 61):
+        lo, hi = timing.median_interval_ranks(n)
+        counts = torch.arange(n + 1, dtype=torch.float64)
+        pmf = torch.distributions.Binomial(n, torch.tensor(0.5, dtype=torch.float64)).log_prob(counts).exp()
+        expected = float(pmf[lo + 1 : hi + 1].sum())
+        assert timing.rank_coverage(n, lo, hi) == pytest.approx(expected, abs=1e-12), n
+        assert timing.interval_coverage(n) == pytest.approx(expected, abs=1e-12), n
+        r = timing.ratio_from_times([float(i + 1) for i in range(n)], [1.0] * n)
+        assert r.coverage == pytest.approx(expected, abs=1e-12) and f"{r.coverage:.1%} interval over {n} rounds" in str(
+            r
+        )
+        assert expected >= timing.CONFIDENCE or (lo, hi) == (0, n - 1), n  # below the level only as min..max
+    assert str(timing.ratio_from_times([1.0, 2, 3, 4, 5], [1.0] * 5)).endswith(
+        "(1.00-5.00, 93.8% interval over 5 rounds)"
+    )
+    assert str(timing.ratio_from_times([float(i) for i in range(1, 10)], [1.0] * 9)).endswith(
+        "96.1% interval over 9 rounds)"
+    )
+    with pytest.raises(ValueError, match="ranks"):
+        timing.rank_coverage(5, 3, 2)
 
 
 def test_ratio_verdicts_and_printing():

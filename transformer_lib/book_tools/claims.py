@@ -218,13 +218,15 @@ def glue_choice(name: str, key: str, words: dict[str, str]) -> str:
 
 
 def glue_ratio(name: str, ratio):
-    """Glue a measured ratio (a ``timing.Ratio``) as three numbers, so a sentence in any language can write it:
-    the median as ``name``, its interval's ends as ``name_low`` and ``name_high``; return ``ratio``.
+    """Glue a measured ratio (a ``timing.Ratio``) as four numbers, so a sentence in any language can write it:
+    the median as ``name``, its interval's ends as ``name_low`` and ``name_high``, and the interval's true
+    coverage in percent as ``name_coverage`` (96.09375 over 9 rounds: write it ``:.1f``); return ``ratio``.
 
-    The prose writes ``{glue:text}`name:.2f`x ({glue:text}`name_low:.2f`-{glue:text}`name_high:.2f`)`` and says
-    in its own words what the interval is (``str(ratio)`` would glue English words into every edition).
+    The prose writes ``{glue:text}`name:.2f`x ({glue:text}`name_low:.2f`-{glue:text}`name_high:.2f`,
+    {glue:text}`name_coverage:.1f`% interval)`` in its own words (``str(ratio)`` would glue English into every edition).
     """
     glue_number(f"{name}_low", ratio.low), glue_number(f"{name}_high", ratio.high)
+    glue_number(f"{name}_coverage", 100 * ratio.coverage)
     glue_number(name, ratio.ratio)
     return ratio
 
