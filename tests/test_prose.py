@@ -286,3 +286,36 @@ def test_a_key_glued_as_text_is_shown_without_a_format_spec(path):
     roles = re.findall(r"\{glue(?::text)?\}`([A-Za-z_]\w*):([^`]+)`", "\n".join(_markdown(path)))
     bad = sorted({f"{k}:{spec}" for k, spec in roles if k in text_keys})
     assert not bad, f"{path.name}: keys glued as strings, written with a format spec: {bad}"
+
+
+def _leaked_value(source: str) -> str | None:
+    """What a visible cell's last line would print as a bare value (a glued number, a claim's None, a constant)."""
+    tree = ast.parse(source)
+    if source.rstrip().endswith(";") or not tree.body or not isinstance(tree.body[-1], ast.Expr):
+        return None
+    value = tree.body[-1].value
+
+    def book_call(node):
+        func = getattr(node, "func", None)
+        name = getattr(func, "id", None) or getattr(func, "attr", "")
+        return isinstance(node, ast.Call) and name.startswith(("glue", "claim"))
+
+    if book_call(value) or (isinstance(value, ast.Tuple) and any(book_call(e) for e in value.elts)):
+        return ast.unparse(value)[:60]
+    if isinstance(value, (ast.Constant, ast.BinOp, ast.Compare, ast.Subscript, ast.Attribute)):
+        return ast.unparse(value)[:60]
+    return None
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_visible_cell_ends_in_a_stray_value(path):
+    """A cell the page shows ends in an experiment, a table, a figure or a widget, never in a glued number or a
+    bookkeeping call whose return value Jupyter would print (gluing belongs in remove-cell cells)."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    leaks = [
+        f"cell {c.get('id')}: {leak}"
+        for c in cells
+        if c["cell_type"] == "code" and "remove-cell" not in c.get("metadata", {}).get("tags", [])
+        if (leak := _leaked_value("".join(c["source"])))
+    ]
+    assert not leaks, "\n".join(leaks)
