@@ -319,3 +319,24 @@ def test_no_visible_cell_ends_in_a_stray_value(path):
         if (leak := _leaked_value("".join(c["source"])))
     ]
     assert not leaks, "\n".join(leaks)
+
+
+def test_the_page_shows_the_experiment_not_the_bookkeeping():
+    """Glue and claims live in remove-cell cells: across the book at most three visible cells may call them (to
+    show the method itself once), so that the reader sees experiments, tables and figures."""
+    shown = []
+    for path in NOTEBOOKS:
+        for c in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if c["cell_type"] != "code" or "remove-cell" in c.get("metadata", {}).get("tags", []):
+                continue
+            calls = [
+                n
+                for n in ast.walk(ast.parse("".join(c["source"])))
+                if isinstance(n, ast.Call)
+                and (getattr(n.func, "id", None) or getattr(n.func, "attr", "")).startswith(("glue", "claim"))
+            ]
+            if calls:
+                shown.append(f"{path.name} cell {c.get('id')}: {ast.unparse(calls[0])[:60]}")
+    assert len(shown) <= 3, f"{len(shown)} visible cells glue or claim; move it into a remove-cell cell:\n" + "\n".join(
+        shown
+    )

