@@ -605,7 +605,7 @@ def test_a_cell_that_timed_out_is_named_as_such_in_the_banner():
         mystnb_config=SimpleNamespace(execution_timeout=240),
     )
     fixes.annotate_page(SimpleNamespace(env=env, config=SimpleNamespace(language="en")), doctree)
-    banner, provenance = section[1].astext(), section[2].astext()
+    banner, provenance = section[1].astext(), section[-1].astext()  # the banner under the title, the line at the foot
     assert fixes.BANNER_CLASS in banner and "This page is incomplete" in banner
     assert "CellTimeoutError: the cell ran past the build&#x27;s per-cell limit of 240 s" in banner
     assert 'href="#failed-cell"' in banner and "book-provenance" in provenance

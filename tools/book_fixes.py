@@ -7,7 +7,7 @@ them into Sphinx (``setup``) and holds the last one, which pins the page to the 
 2. Drop duplicate <script> tags; 3. ``html_baseurl`` from the repository address; 4. a 404 page: site_pages.py.
 5. A failed check shows on its page (``BOOK_CLAIMS=strict|report``): its box where the hidden cell was
    (failure_slots.py), a banner under the title and the build's last lines listing every failure (page_header.py).
-6. Provenance: under its title, every notebook page says what produced its numbers: provenance.py.
+6. Provenance: at its foot, every notebook page says what produced its numbers: provenance.py.
 7. Execution cache without stale numbers (emptied when the library, the requirements or torch's set-up change;
    every notebook executed in strict mode and CI): execution_cache.py.
 8. The set-up cell installs what the page was built from. The committed set-up cell installs

@@ -1,6 +1,7 @@
 """Fix 5, around the page, and the place of fix 6: under each notebook page's title, a banner for every failed claim
 (linking to its box, failure_slots.py) and one for a failed cell ("everything after it is missing", linking to it),
-then the provenance line (provenance.py); at the end of the build, the list of every failed claim (chapter, sentence)
+and at its foot the provenance line (provenance.py); at the end of the build, the list of every failed claim
+(chapter, sentence)
 and failed notebook. In strict mode those lines are warnings (fatal under ``-W``), in report mode information. Any
 exception other than a report-mode claim still fails ``make book`` in both modes: myst-nb's "Executing notebook
 failed" is a warning.
@@ -45,8 +46,8 @@ def _banner(claims: list[tuple[str, str]], cell: dict | None) -> str:
 
 
 def annotate_page(app, doctree) -> None:
-    """Number the failure boxes of a notebook page, put the banner and the provenance line under its title, and
-    note the failures for the end of the build."""
+    """Number the failure boxes of a notebook page, put the banner under its title and the provenance line at its
+    foot, and note the failures for the end of the build."""
     env = app.env
     docname = env.docname
     if not is_notebook(env, docname):
@@ -83,15 +84,13 @@ def annotate_page(app, doctree) -> None:
         cell["error"] = "CellTimeoutError: the cell ran past the build's per-cell limit" + (
             f" of {limit} s" if limit else ""
         )
-    added = [nodes.raw("", provenance_html(exec_data, app.config.language), format="html")]
-    if claims or cell:
-        added.insert(0, nodes.raw("", _banner(claims, cell), format="html"))
     section = next(iter(doctree.findall(nodes.section)), None)
     parent, at = (
         (section, 1) if section is not None and len(section) and isinstance(section[0], nodes.title) else (doctree, 0)
     )
-    for node in reversed(added):
-        parent.insert(at, node)
+    if claims or cell:  # the banner under the title; the provenance line at the page's foot, after the last cell
+        parent.insert(at, nodes.raw("", _banner(claims, cell), format="html"))
+    parent.append(nodes.raw("", provenance_html(exec_data, app.config.language), format="html"))
     failures = getattr(env, "book_failures", None)
     if failures is None:
         env.book_failures = failures = {}

@@ -1,4 +1,4 @@
-"""Fix 6: provenance. Under its title, every notebook page says what produced its numbers: when the notebook was
+"""Fix 6: provenance. At its foot, every notebook page says what produced its numbers: when the notebook was
 executed (myst-nb's execution record; for a cached notebook, when it was cached), the commit built, the torch build,
 the CPU capability torch reports (``torch.backends.cpu.get_cpu_capability()``), torch's thread count and the device,
 taken in the build process, whose environment the kernels inherit. page_header.py puts the line on the page."""
