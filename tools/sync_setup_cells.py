@@ -14,12 +14,13 @@ that it installs ``git+<repository.url>@<commit built>``, and points the page's 
 the notebook that runs in the build (and the execution cache) keeps this cell as committed.
 
 On Colab (detected by ``google.colab`` being imported, as it is in every Colab kernel) the cell also
-calls ``google.colab.output.enable_custom_widget_manager()``, every time it runs: Colab's built-in
-widget manager serves ipywidgets 7, and this book's widgets are ipywidgets 8 (and custom widgets),
-which Colab displays only through its "custom widget manager" (Colab's documented switch for
-third-party widgets; it loads the widgets' JavaScript from a CDN). If Colab had already imported an
-older ipywidgets before the install upgraded it, the cell says to restart the session. Elsewhere the
-Colab branch does nothing.
+calls ``google.colab.output.enable_custom_widget_manager()``, every time it runs: the live figures are custom
+widgets (anywidget), which Colab displays only through its "custom widget manager" (Colab's documented switch for
+third-party widgets; it loads the widgets' JavaScript from a CDN). Colab preloads ipywidgets 7.7, and the library
+works with it (``pyproject.toml`` asks for ``ipywidgets>=7.6``; ``viz.widgets`` swaps a frame slider's frames in the
+kernel where ipywidgets 7 has no ``Stack``), so the install leaves Colab's ipywidgets alone and no restart is needed.
+Only if the install replaced an ipywidgets that was already loaded does the cell say to restart the session.
+Elsewhere the Colab branch does nothing.
 
 The README's generated blocks come from the same address (between ``<!-- BEGIN name -->`` and
 ``<!-- END name -->`` markers): the badges of the test and book workflows, the address where the
@@ -61,6 +62,7 @@ TEMPLATE = """\
 # Set-up: installs this book's library if it is missing (on Colab, or in any fresh Python), and on Colab
 # turns on the widget support the book's sliders need. After `make book` or `make test` it does nothing.
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -78,13 +80,14 @@ if importlib.util.find_spec("transformer_lib") is None:
     subprocess.run(pip + ["--no-deps", {nodeps}], check=True)
     importlib.invalidate_caches()
     print("Done: transformer_lib is installed.")
-if "google.colab" in sys.modules:  # Colab: display ipywidgets 8 and custom widgets (its custom widget manager)
+if "google.colab" in sys.modules:  # Colab: display the book's custom widgets (its custom widget manager)
     from google.colab import output
 
     output.enable_custom_widget_manager()
-    if int(getattr(sys.modules.get("ipywidgets"), "__version__", "8").split(".")[0]) < 8:
+    loaded = getattr(sys.modules.get("ipywidgets"), "__version__", None)  # the library works with ipywidgets 7 and 8
+    if loaded and loaded != importlib.metadata.version("ipywidgets"):
         print(
-            "Colab had already loaded an older ipywidgets: choose Runtime > Restart session, "
+            f"Colab had loaded ipywidgets {{loaded}} and the install replaced it: choose Runtime > Restart session, "
             "then run the notebook again from the top."
         )"""
 README_PATH = "README.md"

@@ -33,6 +33,22 @@ def test_forward_time_plot_draws_one_line_per_model_and_device_with_the_rates():
     plt.close(fig)
 
 
+def test_forward_time_plot_puts_the_medians_interval_on_every_time_when_given_the_rounds():
+    flops = {name: [T * 1e3 for T in LENGTHS] for name in STYLE}
+    rounds = {
+        key: [[t * f for f in (0.8, 0.9, 0.95, 1.0, 1.0, 1.05, 1.1, 1.2, 1.5)] for t in ts] for key, ts in TIMES.items()
+    }
+    fig = plot_step_times(LENGTHS, TIMES, flops, rounds=rounds)
+    ax_t = fig.axes[0]
+    assert "96.1% interval" in ax_t.get_ylabel() and len(ax_t.containers) == len(TIMES)
+    (key, seconds) = next(iter(TIMES.items()))
+    bars = ax_t.containers[0].lines[2][0].get_segments()  # one vertical segment per length
+    # 9 rounds: the sign test's interval runs from the 2nd to the 8th smallest (0.9 and 1.2 of the median here)
+    assert [s[0][1] for s in bars] == pytest.approx([0.9 * t * 1e3 for t in seconds])
+    assert [s[1][1] for s in bars] == pytest.approx([1.2 * t * 1e3 for t in seconds])
+    plt.close(fig)
+
+
 def test_rnn_vs_attention_caption_quotes_the_times_at_that_length():
     fig, caption = draw_rnn_vs_attention(16, LENGTHS, TIMES)
     assert "T = 16" in caption and f"{TIMES['RNN (Python loop)', 'cpu'][1] * 1e3:.2f} ms" in caption

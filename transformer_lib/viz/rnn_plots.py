@@ -12,6 +12,8 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from ..book_tools.timing import interval_coverage, median_interval_ranks
+
 STYLE = {"RNN (Python loop)": "tab:red", "nn.LSTM (C++ loop)": "tab:orange", "attention": "tab:blue"}
 
 
@@ -20,17 +22,30 @@ def plot_step_times(
     times: dict[tuple[str, str], list[float]],
     flops: dict[str, list[float]],
     what: str = "forward pass",
+    rounds: dict[tuple[str, str], list[list[float]]] | None = None,
 ):
     """Left: the time of one ``what`` (a forward pass, a training step) against T (log-log); right: the arithmetic
     rate reached (FLOPs / time).
 
     ``times: {(model name, device type): [seconds per length]}``; ``flops: {model name: [FLOPs per length]}``.
-    Model names are the keys of ``STYLE``; CPU lines are solid, GPU lines dashed.
+    Model names are the keys of ``STYLE``; CPU lines are solid, GPU lines dashed. With ``rounds`` (the same keys,
+    every round's seconds per length) each time gets the bar of the median's interval (``timing``'s ranks).
     """
     fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    coverage = None
     for (name, dev), ts in times.items():
         ls = "-" if dev == "cpu" else "--"
-        ax_t.loglog(lengths, [t * 1e3 for t in ts], ls, marker="o", ms=3, color=STYLE[name], label=f"{name}, {dev}")
+        ms = [t * 1e3 for t in ts]
+        ax_t.loglog(lengths, ms, ls, marker="o", ms=3, color=STYLE[name], label=f"{name}, {dev}")
+        if rounds is not None:
+            per_length = [sorted(r) for r in rounds[name, dev]]
+            lo, hi = median_interval_ranks(len(per_length[0]))
+            coverage = interval_coverage(len(per_length[0]))
+            yerr = [
+                [m - r[lo] * 1e3 for m, r in zip(ms, per_length)],
+                [r[hi] * 1e3 - m for m, r in zip(ms, per_length)],
+            ]
+            ax_t.errorbar(lengths, ms, yerr=yerr, fmt="none", ecolor=STYLE[name], capsize=2)
         ax_r.semilogx(
             lengths,
             [f / t / 1e9 for f, t in zip(flops[name], ts)],
@@ -40,7 +55,8 @@ def plot_step_times(
             color=STYLE[name],
             label=f"{name}, {dev}",
         )
-    ax_t.set(xlabel="sequence length T", ylabel=f"time of one {what} (ms)", title=f"Time of one {what}")
+    interval = "" if coverage is None else f"\n(median, {coverage:.1%} interval)"
+    ax_t.set(xlabel="sequence length T", ylabel=f"time of one {what} (ms){interval}", title=f"Time of one {what}")
     ax_r.set(xlabel="sequence length T", ylabel="GFLOP/s reached", title="Arithmetic rate (FLOPs / time)")
     ax_r.set_ylim(bottom=0)
     for ax in (ax_t, ax_r):

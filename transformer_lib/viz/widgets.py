@@ -16,6 +16,8 @@ from typing import Callable, Sequence
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 
+HAS_STACK = hasattr(widgets, "Stack")  # ipywidgets >= 8
+
 WIDE = {"description_width": "initial"}  # labels are never truncated
 
 
@@ -42,12 +44,13 @@ def frame_slider(
     ``render(value)`` returns a matplotlib figure, or ``(figure, caption_html)``.
     The slider's ``index`` is ``jslink``ed to the frames' ``Stack.selected_index``, so it works
     in the static book as well as in a kernel. ``play=True`` adds a Play button that animates it.
+    With ipywidgets 7 (Colab preloads 7.7), which has no ``Stack``, the kernel swaps the frame instead.
     """
     values = list(values)
     if not values:
         raise ValueError("values must not be empty")
     start = values.index(initial) if initial is not None else 0
-    stack = widgets.Stack([_frame(render, v, dpi) for v in values], selected_index=start)
+    frames = [_frame(render, v, dpi) for v in values]
     slider = widgets.SelectionSlider(
         options=[(str(v), i) for i, v in enumerate(values)],
         index=start,
@@ -55,7 +58,12 @@ def frame_slider(
         style=WIDE,
         layout=widgets.Layout(width="min(520px, 95%)"),
     )
-    widgets.jslink((slider, "index"), (stack, "selected_index"))
+    if HAS_STACK:  # ipywidgets 8: the browser switches frames, with or without a kernel
+        stack = widgets.Stack(frames, selected_index=start)
+        widgets.jslink((slider, "index"), (stack, "selected_index"))
+    else:  # ipywidgets 7 (Colab's own): no Stack, so the kernel swaps the frame shown when the slider moves
+        stack = widgets.Box([frames[start]])
+        slider.observe(lambda change: setattr(stack, "children", (frames[change["new"]],)), names="index")
     controls = [slider]
     if play:
         player = widgets.Play(min=0, max=len(values) - 1, value=start, interval=700, description="play")
@@ -68,7 +76,8 @@ def frame_tabs(render: Callable, values: Sequence, titles: Sequence[str] | None 
     """One precomputed frame per tab (tabs switch in the browser, no kernel needed)."""
     values = list(values)
     tab = widgets.Tab([_frame(render, v, dpi) for v in values])
-    tab.titles = [str(t) for t in (titles or values)]
+    for i, title in enumerate(titles or values):
+        tab.set_title(i, str(title))  # ipywidgets 7 and 8 (8 also has the ``titles`` trait)
     return tab
 
 
