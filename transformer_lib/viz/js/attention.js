@@ -128,7 +128,7 @@ function render({ model, el: widget }) {
   const controls = h("div", { style: "margin-bottom:6px" }, [
     ...(tokensOf.length > 1 ? [labelled(text.sentence, sentenceBox)] : []), labelled(text.layer, layerBox),
     ...(allHeads ? [] : [labelled(text.head, headBox)]),
-    labelled(text.temperature, tauBox), tauText, " ", labelled(text.queryRow, rowBox),
+    labelled(text.temperature, tauBox, tauText), labelled(text.queryRow, rowBox),
   ]);
   const figures = h("div", { style: "display:flex;flex-wrap:wrap;gap:8px" });
   el.append(controls, figures, colourBar(text), hover, rowInfo);

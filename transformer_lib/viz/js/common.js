@@ -74,9 +74,11 @@ export function h(tag, attrs = {}, children = []) {
   return node;
 }
 
-// A labelled control: <label>text <input|select></label>.
-export function labelled(text, control) {
-  return h("label", { style: "margin-right:1em;white-space:nowrap" }, [text + " ", control]);
+// A labelled control: <label>text <input|select> value</label>. The control's readout (``value``) sits inside its
+// own label, before the gap to the next one, so "2" never reads as part of the next label ("2 kv heads").
+export function labelled(text, control, value = null) {
+  const children = value === null ? [text + " ", control] : [text + " ", control, " ", value];
+  return h("label", { style: "margin-right:1.2em;white-space:nowrap" }, children);
 }
 
 export function slider(min, max, step, value) {

@@ -92,7 +92,7 @@ function render({ model, el: widget }) {
     "aria-label": text.mapLabel });
   const info = readout();
   el.append(h("div", {}, [labelled(text.tileSize, blockBox), labelled(text.showRow, rowBox),
-                          labelled(text.tilesDone, stepBox), stepText]), canvas, info);
+                          labelled(text.tilesDone, stepBox, stepText)]), canvas, info);
   let steps = [];
   const all = tileScores(q, k, bq, d, 0, tk).flat(), lo = Math.min(...all), hi = Math.max(...all);
 

@@ -76,7 +76,7 @@ function render({ model, el: widget }) {
   const info = readout();
   // each slider's label is the entry of TEXT named as the slider (text.layers, text.heads, ...)
   el.append(h("div", {}, [labelled(text.model, presetBox), labelled(text.numbers, dtypeBox)]),
-            h("div", {}, Object.keys(boxes).map((k) => h("span", {}, [labelled(text[k], boxes[k]), texts[k], " "]))),
+            h("div", {}, Object.keys(boxes).map((k) => labelled(text[k], boxes[k], texts[k]))),
             bar, info);
 
   function draw() {

@@ -187,7 +187,7 @@ function render({ model, el: widget }) {
   const counts = h("canvas", { width: "560", height: "190", role: "img", "aria-label": data.text.countsLabel });
   const accuracy = h("canvas", { width: "560", height: "190", role: "img", "aria-label": data.text.accuracyLabel });
   const info = readout();
-  el.append(h("div", {}, [labelled(data.text.rank, rankBox), rankText, labelled(data.text.targets, targetBox)]),
+  el.append(h("div", {}, [labelled(data.text.rank, rankBox, rankText), labelled(data.text.targets, targetBox)]),
             counts, accuracy, info);
 
   function draw() {

@@ -129,8 +129,8 @@ function renderTable(model, el, text) {
   const clocks = canvas(520, 156, text.clocksLabel);
   const curve = canvas(520, 150, text.curveLabel);
   const info = readout(), hover = readout(text.tableHint);
-  el.append(h("div", {}, [labelled("d_model", dBox), dText, " ", labelled(text.position, pBox), pText, " ",
-                           labelled(text.other, p2Box), p2Text]), table, hover, clocks, curve, info);
+  el.append(h("div", {}, [labelled("d_model", dBox, dText), labelled(text.position, pBox, pText),
+                           labelled(text.other, p2Box, p2Text)]), table, hover, clocks, curve, info);
 
   function draw() {
     const { d, p, p2 } = state;
@@ -180,7 +180,7 @@ function renderRope(model, el, text) {
   const mText = h("output"), nText = h("output");
   const clocks = canvas(Math.min(8, d / 2) * 64 + 8, Math.ceil(d / 16) * 76 + 8, text.ropeLabel);
   const info = readout();
-  el.append(h("div", {}, [labelled(text.m, mBox), mText, " ", labelled(text.n, nBox), nText]),
+  el.append(h("div", {}, [labelled(text.m, mBox, mText), labelled(text.n, nBox, nText)]),
             clocks, info);
 
   function draw() {

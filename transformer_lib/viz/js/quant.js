@@ -127,7 +127,7 @@ function render({ model, el: widget }) {
   const errs = h("canvas", { width: "520", height: "170", role: "img", "aria-label": text.errorsLabel });
   const info = readout(), hover = readout(text.hint);
   el.append(h("div", {}, [labelled(text.bits, bitsBox), labelled(text.scale, groupBox),
-                           labelled(text.outlier, outBox), outText]), hist, errs, hover, info);
+                           labelled(text.outlier, outBox, outText)]), hist, errs, hover, info);
   let X = null, last = null;
 
   function draw() {

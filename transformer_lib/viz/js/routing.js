@@ -62,7 +62,7 @@ function render({ model, el: widget }) {
   const canvas = h("canvas", { width: String(left + T * cell + 10), height: String(top + E * 22 + 30), role: "img",
                                "aria-label": text.mapLabel });
   const info = readout();
-  el.append(h("div", {}, [labelled(text.layer, layerBox), labelled(text.k, kBox), kText]), canvas, info);
+  el.append(h("div", {}, [labelled(text.layer, layerBox), labelled(text.k, kBox, kText)]), canvas, info);
 
   function rowOf(layer, t) {
     const start = (layer * T + t) * E;

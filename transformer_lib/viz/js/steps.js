@@ -53,7 +53,7 @@ function render({ model, el: widget }) {
   const queryBox = select(tokens, state.i), tauBox = slider(0.05, 5, 0.01, state.tau), tauText = h("output");
   const table = h("table", { style: "border-collapse:collapse;font-size:90%;margin:6px 0" });
   const out = readout();
-  el.append(h("div", {}, [labelled(text.query, queryBox), labelled(text.temperature, tauBox), tauText]), table, out);
+  el.append(h("div", {}, [labelled(text.query, queryBox), labelled(text.temperature, tauBox, tauText)]), table, out);
 
   function cell(content, style = "") {
     return h("td", { style: "padding:2px 8px;border-bottom:1px solid #ddd;" + style }, [content]);
