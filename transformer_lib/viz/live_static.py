@@ -118,7 +118,7 @@ def token_flow(w) -> str:
     row = att[lay, hd, t]
     j = int(row.argmax())
     flow = (
-        f"{show(w.tokens[t])} → id {w.ids[t]} → |x| = {emb_norm[t]:.2f} → layer {lay + 1} head {hd + 1} looks "
+        f"{show(w.tokens[t])} → id {w.ids[t]} → |x| = {emb_norm[t]:.2f} → layer {lay} head {hd} looks "
         f"most at {show(w.tokens[j])} ({row[j]:.2f}) → FFN adds |f| = {f_norm[lay, t]:.2f} → next: "
         f"{show(w.top_tokens[t][0])} ({p[0]:.3f})"
     )
@@ -131,7 +131,7 @@ def token_flow(w) -> str:
         rows, what = [(show(x), f"{a:.3f}") for x, a in zip(w.tokens[: t + 1], row[: t + 1])], ("key token", "weight")
     elif stage == "feed-forward":
         rows = [
-            (f"{name} {m + 1}", f"{v[m, t]:.3f}") for m in range(L) for name, v in (("attn", a_norm), ("FFN", f_norm))
+            (f"{name} {m}", f"{v[m, t]:.3f}") for m in range(L) for name, v in (("attn", a_norm), ("FFN", f_norm))
         ]
         what = ("sub-layer", "norm of what it adds")
     else:
@@ -140,7 +140,7 @@ def token_flow(w) -> str:
         what,
         rows,
         f"Position {t} ({show(w.tokens[t])}), stage {stage!r}: {flow}",
-        f"Stage {stage!r} of layer {lay + 1}, head {hd + 1} at position {t}.",
+        f"Stage {stage!r} of layer {lay}, head {hd} at position {t}.",
     )
 
 

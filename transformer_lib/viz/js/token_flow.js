@@ -1,5 +1,6 @@
 // Chapter 00: follow one token through a GPT. Python (viz/token_flow.py) sends the numbers of one real
 // forward pass; this module picks out the chosen position, layer, head and stage and computes what it shows.
+// Layers and heads are numbered from 0, as in every chapter's code and figures.
 
 import { commit, decodeFloat32, figureRoot, fmt, follow, h, hideFallback, labelled, readout, select,
          strings } from "./common.js";
@@ -117,8 +118,8 @@ export default {
     const root = figureRoot(el, "token-flow");
     const text = strings(TEXT);
     const pos = select(tokens.map((t, i) => `${i}: ${show(t)}`), get("position"));
-    const layer = select(Array.from({ length: L }, (_, i) => text.layerOption(i + 1)), get("layer"));
-    const head = select(Array.from({ length: H }, (_, i) => text.headOption(i + 1)), get("head"));
+    const layer = select(Array.from({ length: L }, (_, i) => text.layerOption(i)), get("layer"));
+    const head = select(Array.from({ length: H }, (_, i) => text.headOption(i)), get("head"));
     const stage = select(text.stages, STAGES.indexOf(get("stage")));
     const flow = h("div", { class: "tl-flow", style: "font-family:monospace;font-size:90%;margin:0.4em 0" });
     const cv = h("canvas", { width: "460", height: "120", role: "img", "aria-label": text.canvasLabel });
@@ -131,7 +132,7 @@ export default {
       const row = attentionRow(att, H, T, l, hd, t), j = argmax(row);
       const p = nextTokenProbs(topLogits.subarray(t * k, (t + 1) * k), lse[t]);
       const an = aNorm[l * T + t], fn = fNorm[l * T + t];
-      flow.textContent = text.flow(show(tokens[t]), ids[t], fmt(embNorm[t], 2), l + 1, hd + 1, show(tokens[j]),
+      flow.textContent = text.flow(show(tokens[t]), ids[t], fmt(embNorm[t], 2), l, hd, show(tokens[j]),
                                    fmt(row[j], 2), fmt(fn, 2), show(topTokens[t][0]), fmt(p[0], 3));
       let said; // the readout: what this stage shows, in a sentence
       if (s === "ids") {
@@ -142,16 +143,16 @@ export default {
         bars(cv, v.map((_, i) => `x[${i}]`), v, Math.max(...v.map(Math.abs)), text.embeddingTitle(nd, D));
         said = text.embedding(show(tokens[t]), D, fmt(embNorm[t], 3));
       } else if (s === "attention") {
-        bars(cv, tokens.map(show), row, 1, text.attentionTitle(t, l + 1, hd + 1));
+        bars(cv, tokens.map(show), row, 1, text.attentionTitle(t, l, hd));
         said = text.attention(t, show(tokens[j]), fmt(row[j], 3), fmt(an, 3));
       } else if (s === "feed-forward") {
         const norms = [], labels = [];
         for (let m = 0; m < L; m++) {
           norms.push(aNorm[m * T + t], fNorm[m * T + t]);
-          labels.push(text.attentionBar(m + 1), text.ffnBar(m + 1));
+          labels.push(text.attentionBar(m), text.ffnBar(m));
         }
         bars(cv, labels, norms, Math.max(...norms), text.ffnTitle(t));
-        said = text.ffn(l + 1, fmt(fn, 3), t);
+        said = text.ffn(l, fmt(fn, 3), t);
       } else {
         bars(cv, topTokens[t].map(show), p, 1, text.probabilitiesTitle(show(tokens[t])));
         said = text.probabilities(show(topTokens[t][0]), topIds[t][0], fmt(p[0], 3), k,
