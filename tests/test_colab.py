@@ -426,7 +426,8 @@ slider_view = frame_slider(render, [1, 2, 3], "v", play=True)
 shown = frame.children[0]
 controls.children[-1].index = 2  # the kernel swaps the frame (ipywidgets 7 has no Stack)
 assert frame.children[0] is not shown
-assert frame_tabs(render, [1, 2], titles=["a", "b"]).get_title(1) == "b"
+assert frame_tabs(render, [1, 2], titles=["a", "b"]).children[0].get_title(1) == "b"
+slider_view._ipython_display_()  # the picture for pages without JavaScript, then the widget
 live_view(render, v=(1, 3, 1))
 SinusoidTable()._repr_mimebundle_()
 print("widgets built")

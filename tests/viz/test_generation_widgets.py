@@ -28,3 +28,28 @@ def test_greedy_has_zero_bits():
     fig, caption = sampling_frame(torch.tensor([0.5, 2.0, 1.0]), list("abc"), Sampling(0.0), "b", "ctx", n_show=3)
     plt.close(fig)
     assert "1 of 3 tokens can be drawn; entropy 0.00 bits" in caption
+
+
+def test_a_frame_slider_shows_its_first_frame_as_a_picture_without_javascript(monkeypatch):
+    """Displayed, a frame slider first writes the frame it starts on as a plain <img> inside <noscript> (a page read
+    without JavaScript shows it), then the widget itself."""
+    import base64
+
+    import matplotlib.pyplot as plt
+    from IPython import display as ipd
+
+    from transformer_lib.viz.widgets import figure_to_png, frame_slider
+
+    def render(v):
+        fig, ax = plt.subplots(figsize=(2, 1))
+        ax.plot([0, v])
+        return fig, f"<b>value {v}</b>"
+
+    shown = []
+    monkeypatch.setattr(ipd, "display", lambda obj, raw=False, **kw: shown.append(obj))
+    frame_slider(render, [1, 2, 3], "v", initial=2)._ipython_display_()
+    picture, widget = shown
+    first = base64.b64encode(figure_to_png(render(2)[0])).decode("ascii")
+    assert picture["text/html"].startswith("<noscript><figure><img") and first in picture["text/html"]
+    assert 'alt="v = 2"' in picture["text/html"] and "<b>value 2</b>" in picture["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" in widget

@@ -10,6 +10,8 @@ in the browser (``jslink``): moving the slider switches frames with no kernel at
 
 from __future__ import annotations
 
+import base64
+import html
 import io
 from typing import Callable, Sequence
 
@@ -29,17 +31,48 @@ def figure_to_png(fig, dpi: int = 80) -> bytes:
     return buf.getvalue()
 
 
-def _frame(render: Callable, value, dpi: int) -> widgets.Widget:
+def _frame(render: Callable, value, dpi: int) -> tuple[bytes, str | None]:
+    """``render(value)`` as PNG bytes, with its caption (HTML) or None."""
     out = render(value)
     fig, caption = out if isinstance(out, tuple) else (out, None)
-    image = widgets.Image(value=figure_to_png(fig, dpi), format="png")
+    return figure_to_png(fig, dpi), caption
+
+
+def _frame_widget(png: bytes, caption: str | None) -> widgets.Widget:
+    image = widgets.Image(value=png, format="png")
     return image if caption is None else widgets.VBox([image, widgets.HTML(caption)])
+
+
+def _picture_html(png: bytes, caption: str | None, alt: str) -> str:
+    """One frame as an inline ``<figure>``, for a page read without JavaScript (``<noscript>``)."""
+    img = f'<img src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" alt="{html.escape(alt)}">'
+    return f"<noscript><figure>{img}{f'<figcaption>{caption}</figcaption>' if caption else ''}</figure></noscript>"
+
+
+class FramesView(widgets.VBox):
+    """A frame slider's or tabs' widget that, displayed, first writes its first frame as a plain picture inside
+    ``<noscript>``: a page read without JavaScript (where no widget can render) shows that frame instead of nothing,
+    and a page with JavaScript shows only the widget."""
+
+    def __init__(self, children, picture_html: str):
+        super().__init__(children)
+        self.picture_html = picture_html
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display({"text/html": self.picture_html, "text/plain": ""}, raw=True)
+        if hasattr(widgets.VBox, "_repr_mimebundle_"):  # ipywidgets 8
+            display(self._repr_mimebundle_(), raw=True)
+        else:  # ipywidgets 7
+            super()._ipython_display_()
 
 
 def frame_slider(
     render: Callable, values: Sequence, description: str, initial=None, dpi: int = 80, play: bool = False
 ) -> widgets.VBox:
-    """A slider over ``values`` that shows ``render(value)``, precomputed for every value.
+    """A slider over ``values`` that shows ``render(value)``, precomputed for every value (a ``FramesView``: the
+    controls, then the frames; without JavaScript the page shows the first frame as a picture).
 
     ``render(value)`` returns a matplotlib figure, or ``(figure, caption_html)``.
     The slider's ``index`` is ``jslink``ed to the frames' ``Stack.selected_index``, so it works
@@ -50,7 +83,8 @@ def frame_slider(
     if not values:
         raise ValueError("values must not be empty")
     start = values.index(initial) if initial is not None else 0
-    frames = [_frame(render, v, dpi) for v in values]
+    rendered = [_frame(render, v, dpi) for v in values]
+    frames = [_frame_widget(*r) for r in rendered]
     slider = widgets.SelectionSlider(
         options=[(str(v), i) for i, v in enumerate(values)],
         index=start,
@@ -69,16 +103,20 @@ def frame_slider(
         player = widgets.Play(min=0, max=len(values) - 1, value=start, interval=700, description="play")
         widgets.jslink((player, "value"), (slider, "index"))
         controls.insert(0, player)
-    return widgets.VBox([widgets.HBox(controls), stack])
+    picture = _picture_html(*rendered[start], alt=f"{description} = {values[start]}")
+    return FramesView([widgets.HBox(controls), stack], picture)
 
 
-def frame_tabs(render: Callable, values: Sequence, titles: Sequence[str] | None = None, dpi: int = 80) -> widgets.Tab:
-    """One precomputed frame per tab (tabs switch in the browser, no kernel needed)."""
+def frame_tabs(render: Callable, values: Sequence, titles: Sequence[str] | None = None, dpi: int = 80) -> widgets.VBox:
+    """One precomputed frame per tab (tabs switch in the browser, no kernel needed), in a ``FramesView`` whose
+    first child is the ``Tab``."""
     values = list(values)
-    tab = widgets.Tab([_frame(render, v, dpi) for v in values])
-    for i, title in enumerate(titles or values):
-        tab.set_title(i, str(title))  # ipywidgets 7 and 8 (8 also has the ``titles`` trait)
-    return tab
+    rendered = [_frame(render, v, dpi) for v in values]
+    tab = widgets.Tab([_frame_widget(*r) for r in rendered])
+    names = [str(t) for t in (titles or values)]
+    for i, title in enumerate(names):
+        tab.set_title(i, title)  # ipywidgets 7 and 8 (8 also has the ``titles`` trait)
+    return FramesView([tab], _picture_html(*rendered[0], alt=names[0]))
 
 
 def live_view(render: Callable, **controls) -> widgets.VBox:
