@@ -1,5 +1,5 @@
-"""Small measures chapters 05 and 06 put on their outputs: known_word_share (generated text) and scale_embeddings
-(the control of the gradient profile), on hand-made inputs."""
+"""Small measures the encoder_decoder and masking chapters put on their outputs: known_word_share (generated text)
+and scale_embeddings (the control of the gradient profile), on hand-made inputs."""
 
 from transformer_lib.experiments.causal_leak import known_word_share, word_set
 
