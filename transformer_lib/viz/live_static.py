@@ -130,9 +130,7 @@ def token_flow(w) -> str:
     elif stage == "attention":
         rows, what = [(show(x), f"{a:.3f}") for x, a in zip(w.tokens[: t + 1], row[: t + 1])], ("key token", "weight")
     elif stage == "feed-forward":
-        rows = [
-            (f"{name} {m}", f"{v[m, t]:.3f}") for m in range(L) for name, v in (("attn", a_norm), ("FFN", f_norm))
-        ]
+        rows = [(f"{name} {m}", f"{v[m, t]:.3f}") for m in range(L) for name, v in (("attn", a_norm), ("FFN", f_norm))]
         what = ("sub-layer", "norm of what it adds")
     else:
         rows, what = [(show(x), f"{q:.3f}") for x, q in zip(w.top_tokens[t], p)], ("next token", "probability")
