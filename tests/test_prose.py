@@ -340,3 +340,23 @@ def test_the_page_shows_the_experiment_not_the_bookkeeping():
     assert len(shown) <= 3, f"{len(shown)} visible cells glue or claim; move it into a remove-cell cell:\n" + "\n".join(
         shown
     )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_glue_key_is_glued_twice_in_a_chapter(path):
+    """myst-nb warns on a key glued twice in one document, and the book builds with -W: catch it in the fast loop.
+    Keys written as string literals (``glue_number("n_test", ...)``) are checked; computed keys are not."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    seen = {}
+    for c in cells:
+        if c["cell_type"] != "code":
+            continue
+        for node in ast.walk(ast.parse("".join(c["source"]))):
+            func = getattr(node, "func", None)
+            name = getattr(func, "id", None) or getattr(func, "attr", "")
+            if isinstance(node, ast.Call) and name.startswith("glue") and node.args:
+                key = node.args[0]
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    seen.setdefault(key.value, []).append(c.get("id"))
+    twice = {k: ids for k, ids in seen.items() if len(ids) > 1}
+    assert not twice, f"glued more than once: {twice}"
