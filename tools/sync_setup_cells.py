@@ -43,6 +43,7 @@ image would be fetched from Google's servers by the otherwise self-contained sit
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import sys
@@ -249,8 +250,9 @@ def notebooks(root: Path = ROOT) -> list[Path]:
     return code_map().notebooks(root)
 
 
+@functools.lru_cache(maxsize=1)
 def code_map():
-    """``tools/code_map.py``, imported from beside this file (the tools are scripts, not a package)."""
+    """``tools/code_map.py``, imported once from beside this file (the tools are scripts, not a package)."""
     spec = importlib.util.spec_from_file_location("code_map", Path(__file__).resolve().parent / "code_map.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

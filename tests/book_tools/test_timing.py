@@ -94,6 +94,8 @@ def test_every_interval_the_library_can_print_states_its_true_coverage():
         expected = float(pmf[lo + 1 : hi + 1].sum())
         assert timing.rank_coverage(n, lo, hi) == pytest.approx(expected, abs=1e-12), n
         assert timing.interval_coverage(n) == pytest.approx(expected, abs=1e-12), n
+        values = [float((7 * i) % (n + 3)) for i in range(n)]  # unsorted, with repeats
+        assert timing.median_interval(values) == (sorted(values)[lo], sorted(values)[hi]), n
         r = timing.ratio_from_times([float(i + 1) for i in range(n)], [1.0] * n)
         assert r.coverage == pytest.approx(expected, abs=1e-12) and f"{r.coverage:.1%} interval over {n} rounds" in str(
             r

@@ -105,6 +105,14 @@ def interval_coverage(rounds: int) -> float:
     return rank_coverage(rounds, *median_interval_ranks(rounds))
 
 
+def median_interval(values: list[float]) -> tuple[float, float]:
+    """The interval around the median of ``values`` that ``ratio_from_times`` uses (``median_interval_ranks``'
+    order statistics); its coverage is ``interval_coverage(len(values))``."""
+    ordered = sorted(values)
+    lo, hi = median_interval_ranks(len(ordered))
+    return ordered[lo], ordered[hi]
+
+
 @dataclass(frozen=True)
 class Ratio:
     """A median ratio ``a / b`` of paired, interleaved timings with a distribution-free interval.
@@ -168,12 +176,12 @@ def ratio_from_times(times_a: list[float], times_b: list[float]) -> Ratio:
         )
     if min(times_a) < 0 or min(times_b) <= 0:
         raise ValueError(f"timings must be positive seconds, got min {min(times_a)!r} and {min(times_b)!r}")
-    ratios = sorted(a / b for a, b in zip(times_a, times_b))
-    lo, hi = median_interval_ranks(len(ratios))
+    ratios = [a / b for a, b in zip(times_a, times_b)]
+    low, high = median_interval(ratios)
     return Ratio(
         ratio=statistics.median(ratios),
-        low=ratios[lo],
-        high=ratios[hi],
+        low=low,
+        high=high,
         coverage=interval_coverage(len(ratios)),
         rounds=len(ratios),
         seconds_a=statistics.median(times_a),

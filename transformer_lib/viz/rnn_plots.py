@@ -12,7 +12,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from ..book_tools.timing import interval_coverage, median_interval_ranks
+from ..book_tools.timing import interval_coverage, median_interval
 
 STYLE = {"RNN (Python loop)": "tab:red", "nn.LSTM (C++ loop)": "tab:orange", "attention": "tab:blue"}
 
@@ -38,12 +38,11 @@ def plot_step_times(
         ms = [t * 1e3 for t in ts]
         ax_t.loglog(lengths, ms, ls, marker="o", ms=3, color=STYLE[name], label=f"{name}, {dev}")
         if rounds is not None:
-            per_length = [sorted(r) for r in rounds[name, dev]]
-            lo, hi = median_interval_ranks(len(per_length[0]))
-            coverage = interval_coverage(len(per_length[0]))
+            bounds = [median_interval(r) for r in rounds[name, dev]]  # (low, high) seconds, per length
+            coverage = interval_coverage(len(rounds[name, dev][0]))
             yerr = [
-                [m - r[lo] * 1e3 for m, r in zip(ms, per_length)],
-                [r[hi] * 1e3 - m for m, r in zip(ms, per_length)],
+                [m - low * 1e3 for m, (low, _) in zip(ms, bounds)],
+                [high * 1e3 - m for m, (_, high) in zip(ms, bounds)],
             ]
             ax_t.errorbar(lengths, ms, yerr=yerr, fmt="none", ecolor=STYLE[name], capsize=2)
         ax_r.semilogx(
