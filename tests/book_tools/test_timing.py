@@ -120,3 +120,5 @@ def test_ratio_verdicts_and_printing():
     with pytest.raises(ValueError, match="paired"):
         timing.ratio_from_times([1.0], [1.0, 2.0])
     assert timing.median_with_spread([0.010, 0.012, 0.011]) == "11 ms (10-12 ms over 3 runs)"
+    assert timing.median_with_range([0.010, 0.012, 0.011]) == "11 ms (10-12)"
+    assert faster.short() == "0.50x (0.40-0.60)" and timing.interval_note(3) == "75.0% interval over 3 rounds"

@@ -75,6 +75,16 @@ def test_markdown_table_has_a_header_a_rule_and_one_line_per_row():
     assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | x |", "| 2 | y |"]
 
 
+def test_config_text_wraps_a_dataclass_within_the_width_and_keeps_every_field():
+    from transformer_lib.models.configs import GPTConfig
+    from transformer_lib.viz.tables import config_text
+
+    config = GPTConfig(vocab_size=1024)
+    text = config_text(config, width=60)
+    assert all(len(line) <= 60 for line in text.splitlines()) and len(text.splitlines()) > 1
+    assert " ".join(text.split()) == " ".join(repr(config).split())  # the dataclass's own repr, wrapped
+
+
 def test_batching_roofline_draws_the_measured_and_bytes_bound_lines_and_the_balance_point():
     from transformer_lib.viz.serving_plots import plot_batching_roofline
 

@@ -105,6 +105,11 @@ def interval_coverage(rounds: int) -> float:
     return rank_coverage(rounds, *median_interval_ranks(rounds))
 
 
+def interval_note(rounds: int) -> str:
+    """``"96.1% interval over 9 rounds"``: what a ratio's interval covers, said once under a table of them."""
+    return f"{interval_coverage(rounds):.1%} interval over {rounds} rounds"
+
+
 def median_interval(values: list[float]) -> tuple[float, float]:
     """The interval around the median of ``values`` that ``ratio_from_times`` uses (``median_interval_ranks``'
     order statistics); its coverage is ``interval_coverage(len(values))``."""
@@ -145,10 +150,12 @@ class Ratio:
         return "within_noise"
 
     def __str__(self) -> str:
-        return (
-            f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f}, "
-            f"{self.coverage:.1%} interval over {self.rounds} rounds)"
-        )
+        return f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f}, {interval_note(self.rounds)})"
+
+    def short(self) -> str:
+        """``"1.91x (1.82-2.02)"``: the ratio and its interval, for a table that states the coverage once
+        (``interval_note``) under it."""
+        return f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f})"
 
 
 def ratio_with_interval(
@@ -189,10 +196,23 @@ def ratio_from_times(times_a: list[float], times_b: list[float]) -> Ratio:
     )
 
 
-def median_with_spread(times: list[float]) -> str:
-    """``"12.3 ms (11.8-13.1 ms over 9 runs)"``: a median time printed with its range, for the book's prose."""
+def _median_and_range(times: list[float]) -> tuple[str, str, str, str]:
+    """Median, fastest and slowest of ``times`` (seconds) as 3-digit strings, and their unit (ms below 1 s)."""
     if not times:
         raise ValueError("times must be a non-empty list of seconds")
     med, lo, hi = statistics.median(times), min(times), max(times)
     scale, unit = (1e3, "ms") if hi < 1.0 else (1.0, "s")
-    return f"{med * scale:.3g} {unit} ({lo * scale:.3g}-{hi * scale:.3g} {unit} over {len(times)} runs)"
+    return f"{med * scale:.3g}", f"{lo * scale:.3g}", f"{hi * scale:.3g}", unit
+
+
+def median_with_spread(times: list[float]) -> str:
+    """``"12.3 ms (11.8-13.1 ms over 9 runs)"``: a median time printed with its range, for the book's prose."""
+    med, lo, hi, unit = _median_and_range(times)
+    return f"{med} {unit} ({lo}-{hi} {unit} over {len(times)} runs)"
+
+
+def median_with_range(times: list[float]) -> str:
+    """``"12.3 ms (11.8-13.1)"``: a median time and its fastest-slowest range, for a table column whose header
+    says over how many runs."""
+    med, lo, hi, unit = _median_and_range(times)
+    return f"{med} {unit} ({lo}-{hi})"

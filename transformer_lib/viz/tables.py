@@ -1,9 +1,12 @@
 """Tables for chapters: a list of row dicts as Markdown (shown with ``IPython.display.Markdown``).
 
-Used in chapters 05, 06 and 07.
+Used in chapters 05, 06 and 07 (``config_text``: wherever a chapter prints a config).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import textwrap
 
 
 def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
@@ -12,3 +15,11 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def config_text(config, width: int = 100) -> str:
+    """A dataclass config as ``Name(field=value, ...)`` wrapped to ``width`` columns (a printed config fits the
+    book's text column), continuation lines indented under the first field."""
+    fields = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config))
+    head = f"{type(config).__name__}("
+    return textwrap.fill(fields + ")", width=width, initial_indent=head, subsequent_indent=" " * len(head))
