@@ -12,9 +12,12 @@ import torch
 from transformer_lib.utils.checks import (
     broadcast_shape,
     check_bool,
+    check_dtype,
+    check_ids,
     check_int,
     check_number,
     check_probability,
+    check_sequence,
     check_tensor,
 )
 
@@ -185,3 +188,44 @@ def test_broadcast_shape_of_tensor_shapes_and_edge_cases():
     assert broadcast_shape((0,), (1,)) == (0,)
     assert broadcast_shape((2,), (3,)) is None
     assert broadcast_shape((2, 3), (4, 3)) is None
+
+
+def test_check_tensor_can_allow_minus_inf_and_none():
+    masked = torch.tensor([0.0, -INF])
+    assert check_tensor("s", masked, finite=True, allow_neg_inf=True) is masked
+    for bad in (NAN, INF):
+        with pytest.raises(ValueError, match=r"s must be finite \(no NaN or \+inf; -inf masks\), got 1"):
+            check_tensor("s", torch.tensor([0.0, bad, -INF]), finite=True, allow_neg_inf=True)
+    with pytest.raises(ValueError, match=r"no NaN or inf\)"):
+        check_tensor("s", masked, finite=True)
+    assert check_tensor("m", None, optional=True) is None
+    with pytest.raises(ValueError, match=r"m must be a tensor of shape \(2,\) \(B\), got \(3,\)"):
+        check_tensor("m", torch.zeros(3), shape=(2,), note="B")
+
+
+def test_check_ids_names_the_first_id_out_of_range_and_accepts_the_ignore_index():
+    ids = torch.tensor([[0, 4, -100]])
+    assert check_ids("t", ids, 5, shape=(1, 3), ignore_index=-100) is ids
+    with pytest.raises(ValueError, match=r"t must hold ids in \[0, 5\), got -100"):
+        check_ids("t", ids, 5)
+    with pytest.raises(ValueError, match=r"t must hold ids in \[0, 4\) or -100 \(ignored\), got 4"):
+        check_ids("t", ids, 4, ignore_index=-100)
+    for bad in (ids.float(), ids > 0):
+        with pytest.raises(ValueError, match=r"t must be an integer tensor"):
+            check_ids("t", bad, 5)
+    assert check_ids("t", None, 5, optional=True) is None
+
+
+def test_check_dtype_and_check_sequence():
+    assert check_dtype("dtype", torch.float16, floating=True) is torch.float16
+    with pytest.raises(ValueError, match=r"dtype must be a floating-point torch.dtype, got torch.int64"):
+        check_dtype("dtype", torch.long, floating=True)
+    with pytest.raises(TypeError, match=r"dtype must be a torch.dtype, got str 'float32'"):
+        check_dtype("dtype", "float32")
+    assert check_sequence("xs", [1], min_len=1) == [1]
+    with pytest.raises(ValueError, match=r"xs must hold at least 1 item\(s\) \(outputs\), got 0"):
+        check_sequence("xs", [], min_len=1, note="outputs")
+    with pytest.raises(ValueError, match=r"xs must hold exactly 2 item\(s\), got 1"):
+        check_sequence("xs", (1,), length=2)
+    with pytest.raises(TypeError, match=r"xs must be a list or tuple, got int 3"):
+        check_sequence("xs", 3)

@@ -13,8 +13,12 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
 * ``check_number(name, value, min=None, max=None, min_open=False, max_open=False, finite=True, ...)``: a real number;
 * ``check_probability(name, value, allow_one=False)``: a number in ``[0, 1)`` (dropout) or ``[0, 1]``;
 * ``check_bool(name, value)``: exactly ``True`` or ``False``;
-* ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False)``: a tensor, of ``shape``
+* ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False, ...)``: a tensor, of ``shape``
   (``None`` entries match any size >= 1) and, with ``finite=True``, holding no NaN or infinity;
+* ``check_ids(name, value, vocab_size, shape=None, ignore_index=None)``: an integer tensor of token ids (or targets)
+  in ``[0, vocab_size)``, ``ignore_index`` allowed where given;
+* ``check_dtype(name, value, floating=False)``: a ``torch.dtype`` (a floating-point one with ``floating``);
+* ``check_sequence(name, value, min_len=0, length=None, note="")``: a list or tuple of a length;
 * ``broadcast_shape(*shapes)``: the shape they broadcast to, or None (``torch.broadcast_shapes``, without its
   cost per call).
 """
@@ -132,22 +136,34 @@ def _shape_text(shape) -> str:
 
 
 def check_tensor(
-    name: str, value, shape: tuple | None = None, finite: bool = False, dtype=None, floating: bool = False
-) -> torch.Tensor:
+    name: str,
+    value,
+    shape: tuple | None = None,
+    finite: bool = False,
+    dtype=None,
+    floating: bool = False,
+    allow_neg_inf: bool = False,
+    note: str = "",
+    optional: bool | str = False,
+) -> torch.Tensor | None:
     """``value`` checked to be a ``torch.Tensor`` and returned as it is.
 
     ``shape``: the sizes it must have (``None`` entries match any size >= 1); ``dtype``: one dtype or a tuple of
-    them; ``floating``: a floating-point dtype; ``finite``: no NaN or infinity. ``TypeError`` for a non-tensor,
-    ``ValueError`` for the rest, naming the shape or dtype received and, for ``finite``, how many values are not
-    finite and where the first is.
+    them; ``floating``: a floating-point dtype; ``finite``: no NaN or infinity (with ``allow_neg_inf``, ``-inf`` is
+    accepted: a masked score). ``TypeError`` for a non-tensor, ``ValueError`` for the rest, naming the shape or
+    dtype received and, for ``finite``, how many values are not finite and where the first is. ``note`` says in
+    the shape message what the sizes are; ``optional`` as in ``check_int``.
     """
+    if optional and value is None:
+        return None
     if not isinstance(value, torch.Tensor):
         want = "a tensor" if shape is None else f"a tensor of shape {_shape_text(shape)}"
-        raise TypeError(f"{name} must be {want}, got {type(value).__name__}")
+        raise TypeError(f"{name} must be {_expected(want, note, optional)}, got {type(value).__name__}")
     if shape is not None:
         ok = value.dim() == len(shape) and all(s is None and v >= 1 or v == s for v, s in zip(value.shape, shape))
         if not ok:
-            raise ValueError(f"{name} must be a tensor of shape {_shape_text(shape)}, got {tuple(value.shape)}")
+            want = _expected(f"a tensor of shape {_shape_text(shape)}", note, False)
+            raise ValueError(f"{name} must be {want}, got {tuple(value.shape)}")
     dtypes = (dtype,) if isinstance(dtype, torch.dtype) else dtype
     if dtypes is not None and value.dtype not in dtypes:
         want = " or ".join(str(d) for d in dtypes)
@@ -155,13 +171,52 @@ def check_tensor(
     if floating and not value.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {value.dtype}")
     if finite and (value.is_floating_point() or value.is_complex()):
-        bad = ~torch.isfinite(value)
+        bad = (value.isnan() | (value == math.inf)) if allow_neg_inf else ~torch.isfinite(value)
         if bad.any():
             first = tuple(int(i) for i in bad.nonzero()[0])
+            allowed = "no NaN or +inf; -inf masks" if allow_neg_inf else "no NaN or inf"
             raise ValueError(
-                f"{name} must be finite (no NaN or inf), got {int(bad.sum())} non-finite value(s), "
+                f"{name} must be finite ({allowed}), got {int(bad.sum())} non-finite value(s), "
                 f"the first {value[first].item()} at index {first}"
             )
+    return value
+
+
+def check_ids(
+    name: str, value, vocab_size: int, shape: tuple | None = None, ignore_index: int | None = None, optional=False
+) -> torch.Tensor | None:
+    """Token ids (or targets): an integer tensor (not bool) of ``shape`` whose values are in ``[0, vocab_size)``
+    or equal ``ignore_index`` (a target the loss skips, e.g. -100). The message names the first id out of range."""
+    if check_tensor(name, value, shape=shape, optional=optional) is None:
+        return None
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor (int64, int32, ...), got {value.dtype}")
+    bad = (value < 0) | (value >= vocab_size)
+    if ignore_index is not None:
+        bad &= value != ignore_index
+    if bad.any():
+        ignored = "" if ignore_index is None else f" or {ignore_index} (ignored)"
+        raise ValueError(f"{name} must hold ids in [0, {vocab_size}){ignored}, got {int(value[bad][0])}")
+    return value
+
+
+def check_dtype(name: str, value, floating: bool = False) -> torch.dtype:
+    """A ``torch.dtype``, and a floating-point one with ``floating`` (``ValueError`` for ``torch.long`` then)."""
+    want = "a floating-point torch.dtype" if floating else "a torch.dtype"
+    if not isinstance(value, torch.dtype):
+        raise _wrong_type(name, want, value)
+    if floating and not value.is_floating_point:
+        raise ValueError(f"{name} must be {want}, got {value}")
+    return value
+
+
+def check_sequence(name: str, value, min_len: int = 0, length: int | None = None, note: str = "") -> list | tuple:
+    """A list or tuple of at least ``min_len`` items, or exactly ``length``; ``note`` says what they are."""
+    if not isinstance(value, (list, tuple)):
+        raise _wrong_type(name, "a list or tuple", value)
+    want = f"exactly {length}" if length is not None else f"at least {min_len}"
+    if len(value) < min_len or length is not None and len(value) != length:
+        raise ValueError(f"{name} must hold {want} item(s){f' ({note})' if note else ''}, got {len(value)}")
     return value
 
 
