@@ -155,6 +155,22 @@ class MultiHeadAttention(nn.Module):
         if value.shape != key.shape:
             raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
 
+    def _check_masks(self, attn_mask, attention_mask, B: int, Tq: int, Tk: int) -> None:
+        """``attn_mask`` one of ``ATTN_MASK_SHAPES``; ``attention_mask`` bool ``(B, Tk)``."""
+        if attn_mask is not None:
+            _check_attn_mask(attn_mask, B, self.n_heads, Tq, Tk)
+        if attention_mask is None:
+            return
+        if not isinstance(attention_mask, torch.Tensor):
+            raise TypeError(
+                f"attention_mask must be a bool tensor (B={B}, Tk={Tk}), got {type(attention_mask).__name__}"
+            )
+        if attention_mask.shape != (B, Tk) or attention_mask.dtype != torch.bool:
+            raise ValueError(
+                f"attention_mask must be bool (B={B}, Tk={Tk}), got "
+                f"{attention_mask.dtype} {tuple(attention_mask.shape)}"
+            )
+
     def forward(
         self,
         query,
@@ -182,8 +198,10 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(query, key, value)
         value = key if value is None else value
-        q, k, v = self.project_qkv(query, key, value)  # (B, H, T, d_head)
         past = 0 if cache is None else cache.get_seq_length(self.layer_idx)
+        Tq, Tk = query.shape[1], past + (query if key is None else key).shape[1]  # keys: the cached ones and T new
+        self._check_masks(attn_mask, attention_mask, query.shape[0], Tq, Tk)  # before the cache changes
+        q, k, v = self.project_qkv(query, key, value)  # (B, H, T, d_head)
         if self.rope is not None:
             q, k = self.rope(q, offset=past), self.rope(k, offset=past)
         if cache is not None:
@@ -191,22 +209,10 @@ class MultiHeadAttention(nn.Module):
         if self.n_kv_heads != self.n_heads:  # each kv head serves a group of query heads
             group = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, Tk, d_head)
-        B, H, Tq, Tk = q.shape[0], self.n_heads, q.shape[2], k.shape[2]
-        if attn_mask is not None:
-            _check_attn_mask(attn_mask, B, H, Tq, Tk)
         if attention_mask is not None:
-            if not isinstance(attention_mask, torch.Tensor):
-                raise TypeError(
-                    f"attention_mask must be a bool tensor (B={B}, Tk={Tk}), got {type(attention_mask).__name__}"
-                )
-            if attention_mask.shape != (B, Tk) or attention_mask.dtype != torch.bool:
-                raise ValueError(
-                    f"attention_mask must be bool (B={B}, Tk={Tk}), got "
-                    f"{attention_mask.dtype} {tuple(attention_mask.shape)}"
-                )
             attention_mask = key_padding_to_attention(attention_mask)  # (B, 1, 1, Tk)
         if is_causal and self.window is not None:  # the band already holds the causal mask
-            band = sliding_window_mask(Tq, Tk, self.window, device=q.device)  # (Tq, Tk)
+            band = sliding_window_mask(Tq, k.shape[2], self.window, device=q.device)  # (Tq, Tk held)
             attn_mask, is_causal = band if attn_mask is None else combine_masks(attn_mask, band), False
         mask = combine_masks(attn_mask, attention_mask)
         p = self.dropout if self.training else 0.0
