@@ -153,3 +153,24 @@ def test_alibi_bias_is_minus_slope_times_distance(t_q, t_k):
             for j in range(t_k):
                 expected = -slope * (i - j) if j <= i else 0.0
                 assert abs(bias[h, qi, j].item() - expected) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.long, torch.bool, torch.int32])
+def test_alibi_bias_refuses_a_non_floating_dtype(dtype):
+    with pytest.raises(ValueError, match=rf"dtype must be a floating-point torch.dtype, got {dtype}"):
+        alibi_bias(4, 3, dtype=dtype)
+    assert alibi_bias(4, 3, dtype=torch.float16).dtype == torch.float16
+
+
+@pytest.mark.parametrize(
+    "module, shape",
+    [
+        (SinusoidalPositionalEncoding(8, 16), (1, 3, 8)),
+        (LearnedPositionalEmbedding(8, 16), (1, 3, 8)),
+        (RotaryEmbedding(8), (1, 2, 3, 8)),
+    ],
+    ids=["sinusoidal", "learned", "rope"],
+)
+def test_positional_encodings_refuse_integer_input(module, shape):
+    with pytest.raises(ValueError, match=r"x must be a floating-point tensor, got torch.int64"):
+        module(torch.ones(shape, dtype=torch.long))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..utils.checks import check_int, check_number
+from ..utils.checks import check_int, check_number, check_tensor
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -23,6 +23,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     ``weight`` (g): ``(d_model,)``. The mean square is taken in fp32; the normalized ``x`` is cast back to its
     dtype before the gain multiplies it (the order LLaMA's reference code and Hugging Face use).
     """
+    check_tensor("x", x, floating=True)
+    check_tensor("weight", weight, shape=(x.shape[-1],))
+    check_number("eps", eps, min=0, min_open=True, note="a small positive number")
     xf = x.float()
     ms = (xf * xf).mean(dim=-1, keepdim=True)  # (..., 1): mean of squares, no centering
     return weight * (xf * torch.rsqrt(ms + eps)).to(x.dtype)

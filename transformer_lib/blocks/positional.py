@@ -19,7 +19,7 @@ import operator
 import torch
 import torch.nn as nn
 
-from ..utils.checks import check_int, check_number
+from ..utils.checks import check_dtype, check_int, check_number, check_tensor
 
 
 def _check_offset(offset) -> None:
@@ -58,6 +58,7 @@ def _check_length(t: int, max_len: int, what: str, offset: int = 0) -> None:
 
 
 def _check_input(x: torch.Tensor, d_model: int) -> None:
+    check_tensor("x", x, floating=True)  # an int x would get the table truncated to integers
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"x must be (B, T, d_model={d_model}), got {tuple(x.shape)}")
 
@@ -111,6 +112,7 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         _check_offset(offset)
+        check_tensor("x", x, floating=True)  # rotated in fp32, then cast back: an int x would be truncated
         if x.shape[-1] != 2 * self.inv_freq.shape[0]:
             raise ValueError(f"x must be (..., T, d_head={2 * self.inv_freq.shape[0]}), got {tuple(x.shape)}")
         ang = self.angles(x.shape[-2], offset, x.device)
@@ -143,6 +145,7 @@ def alibi_bias(n_heads: int, t_q: int, t_k: int | None = None, device=None, dtyp
     t_k = t_q if t_k is None else t_k
     check_int("t_q", t_q, min=0)
     check_int("t_k", t_k, min=t_q)
+    check_dtype("dtype", dtype, floating=True)  # an integer bias would round every slope to 0
     i = torch.arange(t_k - t_q, t_k, device=device)[:, None]  # query positions (Tq, 1)
     j = torch.arange(t_k, device=device)[None, :]  # key positions (1, Tk)
     distance = (i - j).clamp_min(0).to(dtype)  # (Tq, Tk)
