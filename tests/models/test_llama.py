@@ -326,3 +326,58 @@ def test_llama_matches_hf_on_cuda():
     ids = torch.randint(0, 97, (2, 20), device="cuda")
     with torch.no_grad():
         assert (ours(ids)[0] - hf(ids).logits).abs().max() < 1e-4
+
+
+# ----------------------------------------------------------------------------- a refused call changes nothing
+def _snapshot(cache):
+    return [t.clone() for t in cache.keys + cache.values]
+
+
+def _unchanged(cache, lengths, snapshot):
+    held = [cache.get_seq_length(i) for i in range(len(lengths))]
+    return held == lengths and all(torch.equal(a, b) for a, b in zip(cache.keys + cache.values, snapshot))
+
+
+def test_failed_mask_check_leaves_the_cache_unchanged_and_a_retry_decodes():
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(vocab_size=50, n_layers=3, n_heads=4, n_kv_heads=2, d_model=32)).eval()
+    prompt, token = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 1))
+    cache, clean = DynamicCache(), DynamicCache()
+    model(prompt, cache=cache)
+    model(prompt, cache=clean)
+    before = _snapshot(cache)
+    with pytest.raises(ValueError, match=r"attention_mask must be a torch.bool tensor, got torch.int64"):
+        model(token, cache=cache, attention_mask=torch.ones(2, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"attention_mask must be a tensor of shape \(2, 9\), got \(2, 8\)"):
+        model(token, cache=cache, attention_mask=torch.ones(2, 8, dtype=torch.bool))
+    assert _unchanged(cache, [8, 8, 8], before)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    torch.testing.assert_close(
+        model(token, cache=cache, attention_mask=mask)[0], model(token, cache=clean, attention_mask=mask)[0]
+    )
+    assert [cache.get_seq_length(i) for i in range(3)] == [9, 9, 9]
+
+
+def test_float_targets_are_refused_naming_targets():
+    model = Llama(LlamaConfig(vocab_size=50, n_layers=1, n_heads=2, d_model=16))
+    idx = torch.randint(0, 50, (2, 5))
+    with pytest.raises(ValueError, match=r"targets must be an integer tensor.*got torch.float32"):
+        model(idx, targets=idx.float())
+    with pytest.raises(ValueError, match=r"targets must hold ids in \[0, 50\) or -100 \(ignored\), got 50"):
+        model(idx, targets=torch.full((2, 5), 50))
+    assert model(idx, targets=idx.masked_fill(idx > 25, -100))[1].isfinite()
+
+
+@pytest.mark.parametrize("eps", [-1.0, 0.0, float("nan")])
+def test_rms_norm_refuses_a_non_positive_eps(eps):
+    with pytest.raises(ValueError, match=r"eps must be a finite number > 0 .*got"):
+        rms_norm(torch.randn(2, 4), torch.ones(4), eps=eps)
+
+
+def test_rms_norm_and_half_split_rope_refuse_integer_input():
+    with pytest.raises(ValueError, match=r"x must be a floating-point tensor, got torch.int64"):
+        rms_norm(torch.ones(2, 4, dtype=torch.long), torch.ones(4))
+    with pytest.raises(ValueError, match=r"weight must be a tensor of shape \(4,\), got \(3,\)"):
+        rms_norm(torch.ones(2, 4), torch.ones(3))
+    with pytest.raises(ValueError, match=r"x must be a floating-point tensor, got torch.int64"):
+        HalfSplitRotary(8)(torch.ones(1, 2, 3, 8, dtype=torch.long))

@@ -6,6 +6,7 @@ import functools
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -342,3 +343,21 @@ def test_shared_embeddings_are_one_matrix_whose_gradient_sums_its_three_uses():
 def test_shared_embeddings_need_one_vocabulary():
     with pytest.raises(ValueError, match=r"share_embeddings=True .*src_vocab_size=13 must equal tgt_vocab_size=11"):
         TransformerConfig(13, 11, share_embeddings=True)
+
+
+def test_gpt_refuses_targets_outside_the_vocabulary_but_not_the_ignore_index():
+    model = toy_gpt("learned")
+    idx = random_ids((2, 5), V, seed=3)
+    with pytest.raises(ValueError, match=rf"targets must hold ids in \[0, {V}\) or -100 \(ignored\), got {V}"):
+        model(idx, targets=idx.masked_fill(idx == idx[0, 0], V))
+    with pytest.raises(ValueError, match=r"targets must hold ids in .*, got -1"):
+        model(idx, targets=idx - 1 - idx.max())
+    with pytest.raises(ValueError, match=r"targets must be an integer tensor.*got torch.float32"):
+        model(idx, targets=idx.float())
+    with pytest.raises(ValueError, match=r"targets must be a tensor of shape \(2, 5\).*got \(2, 4\)"):
+        model(idx, targets=idx[:, :4])
+    ignored = idx.clone()
+    ignored[:, :2] = -100
+    logits, loss = model(idx, targets=ignored)
+    torch.testing.assert_close(loss, F.cross_entropy(logits[:, 2:].flatten(0, 1), idx[:, 2:].flatten()))
+    assert model(idx, targets=idx.int())[1] == model(idx, targets=idx)[1]  # int32 targets work as int64 ones

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_int
+from ..utils.checks import check_ids, check_int, check_tensor
 from ..blocks.activations import SwiGLU, swiglu_hidden
 from .transformer import init_weights
 from ..blocks.moe import MoE
@@ -51,6 +51,7 @@ class HalfSplitRotary(RotaryEmbedding):
     """
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        check_tensor("x", x, floating=True)
         d = 2 * self.inv_freq.shape[0]
         if x.shape[-1] != d:
             raise ValueError(f"x must be (..., T, d_head={d}), got {tuple(x.shape)}")
@@ -176,18 +177,16 @@ class Llama(nn.Module):
             )
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
             raise ValueError(f"idx ids must be in [0, {self.cfg.vocab_size}), got [{int(idx.min())}, {int(idx.max())}]")
+        (B, T), past = idx.shape, 0 if cache is None else cache.get_seq_length(0)
+        check_tensor("attention_mask", attention_mask, (B, past + T), dtype=torch.bool, optional=True)
+        check_ids("targets", targets, self.cfg.vocab_size, shape=(B, T), ignore_index=-100, optional=True)
         x = self.tok_emb(idx)  # (B, T, d_model)
         for block in self.blocks:
             x = block(x, attention_mask=attention_mask, need_weights=need_weights, cache=cache)
         logits = self.lm_head(self.norm(x))  # (B, T, V)
         loss = None
         if targets is not None:
-            if not isinstance(targets, torch.Tensor) or targets.shape != idx.shape:
-                raise ValueError(
-                    f"targets must be an integer tensor of idx's shape {tuple(idx.shape)}, got "
-                    f"{tuple(getattr(targets, 'shape', ()))}"
-                )
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten().long(), ignore_index=-100)
             if self.cfg.n_experts and self.cfg.aux_loss_coef > 0:
                 loss = loss + self.cfg.aux_loss_coef * self.balance_loss()
         return logits, loss

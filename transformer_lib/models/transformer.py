@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_number
+from ..utils.checks import check_ids, check_number, check_tensor
 from ..blocks.layers import DecoderLayer, EncoderLayer, LayerNorm
 from .configs import BertConfig, GPTConfig, TransformerConfig
 from ..utils.params import count_parameters
@@ -195,14 +195,9 @@ class GPT(nn.Module):
         """
         _check_ids(idx, self.cfg.vocab_size, "idx")
         B, T = idx.shape
-        if targets is not None and (
-            not isinstance(targets, torch.Tensor)
-            or targets.shape != idx.shape
-            or targets.dtype not in (torch.long, torch.int, torch.int32)
-        ):
-            got = f"{targets.dtype} {tuple(targets.shape)}" if isinstance(targets, torch.Tensor) else type(targets)
-            raise ValueError(f"targets must be an integer tensor of idx's shape {(B, T)}, got {got}")
+        check_ids("targets", targets, self.cfg.vocab_size, shape=(B, T), ignore_index=-100, optional=True)
         past = 0 if cache is None else cache.get_seq_length(0)
+        check_tensor("attention_mask", attention_mask, (B, past + T), dtype=torch.bool, optional=True)
         if past + T > self.cfg.block_size and self.cfg.positional in ("learned", "sinusoidal"):
             raise ValueError(
                 f"sequence length {past + T} (past={past} + T={T}) exceeds block_size={self.cfg.block_size}"
@@ -224,7 +219,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.norm(x))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten().long(), ignore_index=-100)
         return logits, loss
 
     def position_table(self) -> torch.Tensor | None:
