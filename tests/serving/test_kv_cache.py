@@ -186,3 +186,57 @@ def test_human_bytes_prints_binary_units_as_the_calculator_does(n, text):
 def test_human_bytes_refuses_what_is_not_a_finite_count(bad):
     with pytest.raises(ValueError, match=r"n must be a finite number of bytes >= 0, got"):
         human_bytes(bad)
+
+
+# ----------------------------------------------------------------------------- a refused update writes nothing
+def _state(cache):
+    return [cache.get_seq_length(i) for i in range(L)], [t.clone() for t in cache.keys + cache.values]
+
+
+def _assert_state(cache, state):
+    lengths, tensors = state
+    assert [cache.get_seq_length(i) for i in range(L)] == lengths
+    assert all(torch.equal(a, b) for a, b in zip(cache.keys + cache.values, tensors, strict=True))
+
+
+MAKERS = [DynamicCache, lambda: StaticCache(L, B, H_KV, sum(CHUNKS), D)]
+
+
+@pytest.mark.parametrize("make", MAKERS, ids=["dynamic", "static"])
+def test_values_of_the_wrong_size_are_refused_before_the_keys_are_written(make):
+    cache, first = make(), chunks()[0]
+    for layer, (k, v) in enumerate(first):
+        cache.update(k, v, layer)
+    state = _state(cache)
+    k, v = torch.randn(B, H_KV, 1, D), torch.randn(B, H_KV, 1, D + 1)
+    with pytest.raises(ValueError, match=r"v of shape \(2, 3, 1, 5\) does not fit layer 0's cache"):
+        cache.update(k, v, 0)
+    with pytest.raises(
+        ValueError, match=r"k and v must share \(B, H_kv, T_new\), got k\(2, 3, 1, 4\), v\(2, 3, 2, 4\)"
+    ):
+        cache.update(k, torch.randn(B, H_KV, 2, D), 0)
+    _assert_state(cache, state)
+    got_k, got_v = cache.update(k, v[..., :D], 0)  # the corrected retry
+    assert torch.equal(got_k, torch.cat([first[0][0], k], dim=2)) and torch.equal(got_v[:, :, -1:], v[..., :D])
+
+
+def test_dynamic_cache_refuses_values_of_a_new_size_on_a_layer_s_first_update():
+    cache = DynamicCache()
+    with pytest.raises(ValueError, match=r"k and v must share \(B, H_kv, T_new\)"):
+        cache.update(torch.randn(B, H_KV, 2, D), torch.randn(B + 1, H_KV, 2, D), 0)
+    assert cache.keys == [] and cache.values == []
+
+
+@pytest.mark.parametrize("make", MAKERS, ids=["dynamic", "static"])
+def test_a_new_batch_size_is_refused_before_anything_is_written(make):
+    cache, first = make(), chunks()[0]
+    for layer, (k, v) in enumerate(first):
+        cache.update(k, v, layer)
+    state = _state(cache)
+    k = torch.randn(B + 1, H_KV, 1, D)
+    for layer in range(L):
+        with pytest.raises(ValueError, match=rf"k has batch size 3, layer {layer} of the cache holds batch size 2"):
+            cache.update(k, k, layer)
+    _assert_state(cache, state)
+    cache.update(k[:B], k[:B], 0)
+    assert cache.get_seq_length(0) == CHUNKS[0] + 1

@@ -118,3 +118,19 @@ def test_bad_input_gets_clear_errors():
         kv_quantization_effect(None, torch.zeros(5))
     with pytest.raises(ValueError, match="seq_len must be an int >= 0, got -1"):
         quantized_kv_cache_bytes(1, 1, 1, -1)
+
+
+def test_a_refused_update_leaves_every_store_as_it_was():
+    cache = QuantizedCache()
+    k, v = vectors((2, 3, 4, 8), seed=1), vectors((2, 3, 4, 8), seed=2)
+    cache.update(k, v, 0)
+    before = [t.clone() for t in cache.keys + cache.values + cache.key_scales + cache.value_scales]
+    new_k, new_v = vectors((2, 3, 1, 8), seed=3), vectors((2, 3, 1, 8), seed=4)
+    with pytest.raises(ValueError, match=r"v of shape \(2, 3, 1, 7\) does not fit layer 0's cache"):
+        cache.update(new_k, new_v[..., :7], 0)
+    with pytest.raises(ValueError, match=r"k has batch size 1, layer 0 of the cache holds batch size 2"):
+        cache.update(new_k[:1], new_v[:1], 0)
+    after = cache.keys + cache.values + cache.key_scales + cache.value_scales
+    assert cache.get_seq_length(0) == 4 and all(torch.equal(a, b) for a, b in zip(after, before, strict=True))
+    got_k, got_v = cache.update(new_k, new_v, 0)
+    assert got_k.shape == got_v.shape == (2, 3, 5, 8) and cache.get_seq_length(0) == 5

@@ -9,8 +9,9 @@ This package's face gathers every public name of its modules (``from transformer
   weight copies it reads (``MatvecWeights``), and why a model cannot take that path or use a cache
   (``fast_path_refusal``, ``cache_refusal``, ``check_cacheable``);
 * ``kv_cache``: the caches threaded through the layers, ``DynamicCache`` (concatenation), ``StaticCache``
-  (preallocated) and ``SlidingWindowCache`` (the last ``window`` positions), their bytes (``kv_cache_bytes``) and
-  how a byte count reads (``human_bytes``, the twin of the live calculator's formatter);
+  (preallocated) and ``SlidingWindowCache`` (the last ``window`` positions), the check each makes before it
+  writes (``check_kv_update``), their bytes (``kv_cache_bytes``) and how a byte count reads (``human_bytes``, the
+  twin of the live calculator's formatter);
 * ``paged_cache``: ``PagedKVCache``, fixed-size blocks shared by many sequences (vLLM's PagedAttention);
 * ``continuous_batching``: ``serve``, a toy of continuous batching of requests (``Request``) over a paged cache;
 * ``quantized_cache``: ``QuantizedCache``, keys and values stored as int8 with one scale per vector, and what that
@@ -27,7 +28,7 @@ from __future__ import annotations
 from .continuous_batching import Request, serve
 from .decoding import MatvecWeights, cache_refusal, check_cacheable, decode_step, fast_path_refusal, fused_decode_step
 from .generation import CACHE_IMPLEMENTATIONS, filter_logits, generate, sample_next
-from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, human_bytes, kv_cache_bytes
+from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, check_kv_update, human_bytes, kv_cache_bytes
 from .paged_cache import PagedKVCache, memory_held
 from .seq2seq import beam_search, exact_match, greedy_decode, translate
 from .quantized_cache import (
@@ -56,6 +57,7 @@ __all__ = [
     "beam_search",
     "cache_refusal",
     "check_cacheable",
+    "check_kv_update",
     "decode_step",
     "dequantize_kv",
     "exact_match",

@@ -11,6 +11,9 @@ each ``MultiHeadAttention`` calls ``cache.update(k, v, layer_idx)`` with its new
 * ``SlidingWindowCache`` keeps only the last ``window`` positions, for a model with sliding-window attention
   (``GPTConfig(window=...)``): older keys are never attended again, so its memory stops growing.
 
+Every cache checks an update (``check_kv_update``: the batch size, heads and head size it holds) before it writes
+anything, so an update it refuses leaves it as it was.
+
 Elsewhere: ``paged_cache.PagedKVCache`` (fixed-size blocks shared by many sequences) and
 ``quantized_cache.QuantizedCache`` (int8 keys and values).
 
@@ -28,6 +31,33 @@ import torch
 from ..utils.checks import check_int
 
 
+def check_kv_update(k, v, layer_idx: int, held_k=None, held_v=None) -> None:
+    """What every cache checks before it writes anything: ``k, v: (B, H_kv, T_new, d_head)`` tensors that share
+    ``(B, H_kv, T_new)`` and, when layer ``layer_idx`` already holds keys ``held_k`` and values ``held_v``
+    ``(B, H_kv, T, d_head)``, have their batch size, heads and head size."""
+    if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
+        raise TypeError(f"k and v must be tensors (B, H_kv, T_new, d_head), got {type(k).__name__}, {type(v).__name__}")
+    if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must share (B, H_kv, T_new), got k{tuple(k.shape)}, v{tuple(v.shape)}")
+    if (
+        held_k is None
+        or k.shape[:2] == held_k.shape[:2]
+        and (k.shape[3], v.shape[3]) == (held_k.shape[3], held_v.shape[3])
+    ):
+        return  # the common case, decided in one comparison; the messages below say what differs
+    for name, new, held in (("k", k, held_k), ("v", v, held_v)):
+        if new.shape[0] != held.shape[0]:
+            raise ValueError(
+                f"{name} has batch size {new.shape[0]}, layer {layer_idx} of the cache holds batch size "
+                f"{held.shape[0]}: a cache serves one batch; start a new cache for a new batch"
+            )
+        if new.shape[1] != held.shape[1] or new.shape[3] != held.shape[3]:
+            raise ValueError(
+                f"{name} of shape {tuple(new.shape)} does not fit layer {layer_idx}'s cache "
+                f"(B, H_kv, T, d_head) = {tuple(held.shape[:2])} + (T, {held.shape[-1]})"
+            )
+
+
 class DynamicCache:
     """Concatenating cache: one growing ``(B, H_kv, T, d_head)`` tensor pair per layer."""
 
@@ -41,6 +71,8 @@ class DynamicCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Append ``k, v: (B, H_kv, T_new, d_head)``; return the layer's keys and values so far."""
+        held = (self.keys[layer_idx], self.values[layer_idx]) if layer_idx < len(self.keys) else ()
+        check_kv_update(k, v, layer_idx, *held)  # before anything is written
         if layer_idx == len(self.keys):  # first call for this layer
             # copies: k and v are often views of the layer's whole q|k|v projection, which would stay alive
             self.keys.append(k.clone(memory_format=torch.contiguous_format))
@@ -86,6 +118,8 @@ class SlidingWindowCache:
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Append ``k, v: (B, H_kv, T_new, d_head)``; return ``(B, H_kv, held + T_new, d_head)``, then keep the last
         ``window``."""
+        held = (self.keys[layer_idx], self.values[layer_idx]) if layer_idx < len(self.keys) else ()
+        check_kv_update(k, v, layer_idx, *held)  # before anything is written
         if layer_idx == len(self.keys):  # first call for this layer
             full_k, full_v = k, v
             self.keys.append(k)
@@ -163,15 +197,11 @@ class StaticCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Write ``k, v: (B, H_kv, T_new, d_head)`` into the next free slots; return views of the filled part."""
-        start, t = self.lengths[layer_idx], k.shape[-2]
         buf_k, buf_v = self.keys[layer_idx], self.values[layer_idx]
+        check_kv_update(k, v, layer_idx, buf_k, buf_v)  # before anything is written
+        start, t = self.lengths[layer_idx], k.shape[-2]
         if start + t > self.max_len:
             raise ValueError(f"StaticCache is full: {start} cached + {t} new > max_len={self.max_len}")
-        if k.shape[:2] != buf_k.shape[:2] or k.shape[-1] != buf_k.shape[-1]:
-            raise ValueError(
-                f"k of shape {tuple(k.shape)} does not fit layer {layer_idx}'s cache "
-                f"(B, H_kv, T, d_head) = {tuple(buf_k.shape[:2])} + (T, {buf_k.shape[-1]})"
-            )
         buf_k.narrow(2, start, t).copy_(k)  # slots start .. start + t - 1
         buf_v.narrow(2, start, t).copy_(v)
         self.lengths[layer_idx] = start + t

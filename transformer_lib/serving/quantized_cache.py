@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..utils.checks import check_int
-from .kv_cache import DynamicCache
+from .kv_cache import DynamicCache, check_kv_update
 
 QMAX = 127  # symmetric int8: -127 .. 127 (-128 unused, so that q and -q are both representable)
 SCALE_BYTES = 4  # scales are kept in fp32
@@ -65,6 +65,8 @@ class QuantizedCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Store ``k, v: (B, H_kv, T_new, d_head)`` as int8; return all keys and values so far, dequantized."""
+        held = (self.keys[layer_idx], self.values[layer_idx]) if layer_idx < len(self.keys) else ()
+        check_kv_update(k, v, layer_idx, *held)  # before anything is written
         (qk, sk), (qv, sv) = quantize_kv(k), quantize_kv(v)
         stores = (self.keys, self.key_scales, self.values, self.value_scales)
         if layer_idx == len(self.keys):  # first call for this layer
