@@ -250,3 +250,21 @@ def test_bad_input_gets_clear_errors():
             [Request(torch.tensor([1]), 1), Request(torch.tensor([1]), 1, -1)],
             PagedKVCache.for_model(model, 4, 4),
         )
+
+
+@pytest.mark.parametrize(
+    "prompt, match",
+    [
+        (torch.tensor([1, 99]), r"requests\[0\].prompt must hold ids in \[0, 23\), got 99"),
+        (torch.tensor([1.0, 2.0]), r"requests\[0\].prompt must be an integer tensor .*got torch.float32"),
+    ],
+    ids=["out of range id", "float prompt"],
+)
+def test_a_refused_request_leaves_the_cache_as_it_was(prompt, match):
+    model = toy_gpt()
+    cache = PagedKVCache.for_model(model, n_blocks=8, block_size=4)
+    with pytest.raises(ValueError, match=match):
+        serve(model, [Request(prompt, 2)], cache)
+    assert cache.block_tables == {} and cache.lengths == {} and cache.blocks_in_use() == 0
+    outputs, _ = serve(model, [Request(torch.tensor([1, 2]), 2)], cache)  # the corrected retry
+    assert torch.equal(outputs[0], generate(model, torch.tensor([[1, 2]]), 2)[0, 2:])

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import check_ids, check_int
 from .decoding import decode_step
 from .paged_cache import PagedKVCache
 
@@ -50,6 +50,7 @@ def _check_requests(model, requests, cache: PagedKVCache) -> None:
         if not isinstance(r.prompt, torch.Tensor) or r.prompt.dim() != 1 or len(r.prompt) < 1:
             got = tuple(r.prompt.shape) if isinstance(r.prompt, torch.Tensor) else type(r.prompt).__name__
             raise ValueError(f"requests[{i}].prompt must be a 1-D tensor of >= 1 token ids, got {got}")
+        check_ids(f"requests[{i}].prompt", r.prompt, model.cfg.vocab_size)  # before any prefill touches the cache
         check_int(f"requests[{i}].max_new_tokens", r.max_new_tokens, min=1)
         check_int(f"requests[{i}].arrival", r.arrival, min=0, note="a decoding step")
         total = len(r.prompt) + r.max_new_tokens - 1
