@@ -655,3 +655,26 @@ def test_generate_is_its_prefill_then_one_decode_step_per_token_bit_for_bit(posi
             want.append(logits)
     assert torch.equal(got[:, :10], seq) and torch.equal(got[:, 10], logits.argmax(-1))
     assert torch.equal(got_logits, torch.stack(want, 1))
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope"])  # the fused path and the module path
+def test_decode_step_refuses_a_wrong_mask_before_the_cache_grows(positional):
+    model = toy_gpt(positional)
+    prompt, token = ids((2, 4), seed=3), ids((2, 1), seed=4)
+    cache, clean = StaticCache.for_model(model, 2, BLOCK), StaticCache.for_model(model, 2, BLOCK)
+    model(prompt, cache=cache)
+    model(prompt, cache=clean)
+    keys = [k.clone() for k in cache.keys + cache.values]
+    for bad, match in [
+        (torch.ones(2, 4, dtype=torch.bool), r"attention_mask must be a tensor of shape \(2, 5\)"),
+        (torch.ones(2, 5, dtype=torch.long), r"attention_mask must be a torch.bool tensor, got torch.int64"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            decode_step(model, token, cache, attention_mask=bad)
+    with pytest.raises(ValueError, match=r"token must hold ids in \[0, 23\), got 23"):
+        decode_step(model, torch.full((2, 1), V), cache)
+    assert cache.lengths == [4, 4] and all(torch.equal(a, b) for a, b in zip(cache.keys + cache.values, keys))
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    torch.testing.assert_close(
+        decode_step(model, token, cache, attention_mask=mask), decode_step(model, token, clean, attention_mask=mask)
+    )

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from ..blocks.layers import DecoderLayer, FeedForward, LayerNorm, Residual
 from ..blocks.multihead import MultiHeadAttention
 from ..blocks.positional import alibi_bias
+from ..utils.checks import check_ids, check_tensor
 
 
 def cache_refusal(model) -> str | None:
@@ -207,8 +208,12 @@ def decode_step(
     ``token: (B, 1)`` ids; ``position: (B, 1)`` per-row positions for learned/sinusoidal tables (default: the cache
     length); ``attention_mask: (B, past + 1)`` bool; ``matvec_weights``: optional ``MatvecWeights(model)``.
     A non-causal model raises ``ValueError`` (``cache_refusal``); one that ``fused_decode_step`` does not write out
-    (``fast_path_refusal``) runs through its modules; any other takes ``fused_decode_step``, the same numbers."""
+    (``fast_path_refusal``) runs through its modules; any other takes ``fused_decode_step``, the same numbers.
+    Everything is checked before the cache is touched, so a refused call leaves it as it was."""
     check_cacheable(model)
+    check_ids("token", token, model.cfg.vocab_size, shape=(None, 1))
+    mask_shape = (token.shape[0], cache.get_seq_length(0) + 1)  # (B, past + 1)
+    check_tensor("attention_mask", attention_mask, mask_shape, dtype=torch.bool, optional=True)
     if fast_path_refusal(model) is not None:
         return model(token, cache=cache, attention_mask=attention_mask, position_ids=position)[0][:, -1]
     return fused_decode_step(model, token, cache, position, attention_mask, matvec_weights)
