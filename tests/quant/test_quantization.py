@@ -441,3 +441,17 @@ def test_quant_linear_on_cuda_matches_cpu():
     for bits, g, a in [(8, None, None), (8, None, 8), (4, 16, None)]:
         layer = QuantLinear.from_linear(lin, bits, g, a)
         torch.testing.assert_close(layer.cuda()(x.cuda()).cpu(), layer.cpu()(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_non_finite_weight_is_refused_before_any_layer_is_replaced():
+    model = small_gpt(n_layers=2)
+    with torch.no_grad():
+        model.blocks[1].ffn.down.weight[3, 5] = float("inf")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"blocks.1.ffn.down.weight must hold only finite values"):
+        quantize_model(model)
+    assert not any(isinstance(m, (QuantLinear, QuantEmbedding)) for m in model.modules())
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    with torch.no_grad():
+        model.blocks[1].ffn.down.weight[3, 5] = 0.0
+    assert isinstance(quantize_model(model).blocks[1].ffn.down, QuantLinear)  # the corrected retry

@@ -222,7 +222,8 @@ def quantize_model(
     Tied weights: an ``nn.Embedding`` sharing its weight with a quantized ``nn.Linear`` (GPT's ``tok_emb`` and
     ``lm_head``) becomes a ``QuantEmbedding`` over the same integer buffers, so the tie (and the single copy in
     the saved file) survives. That ``QuantLinear`` stays weight-only even with ``act_bits=8``.
-    ``group_size`` must divide the ``in_features`` of every replaced layer (checked before anything changes).
+    ``group_size`` must divide the ``in_features`` of every replaced layer and every weight must be finite (both
+    checked before anything changes).
     """
     check_bits(bits)
     linears = linears_to_replace(model, skip, group_size)
@@ -237,7 +238,8 @@ def quantize_model(
 
 
 def linears_to_replace(model: nn.Module, skip, group_size) -> list[tuple[str, nn.Linear]]:
-    """``[(name, layer)]`` of the model's ``nn.Linear`` not in ``skip``; checks ``group_size`` divides each."""
+    """``[(name, layer)]`` of the model's ``nn.Linear`` not in ``skip``; checks ``group_size`` divides each and each
+    weight is finite, so that a replacement loop over them never stops half way."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if isinstance(skip, str) or not all(isinstance(name, str) for name in skip):
@@ -251,6 +253,7 @@ def linears_to_replace(model: nn.Module, skip, group_size) -> list[tuple[str, nn
                 f"group_size must divide in_features of every layer: {name} has "
                 f"in_features={lin.in_features}, got group_size={group_size!r}"
             )
+        check_finite(lin.weight, f"{name}.weight")
     return linears
 
 
