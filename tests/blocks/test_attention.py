@@ -265,3 +265,17 @@ def test_causal_with_more_queries_than_keys_is_rejected():
     q, k, v = make_qkv(tq=7, tk=5)
     with pytest.raises(ValueError, match=r"t_q=7, t_k=5"):
         scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_softmax_with_temperature_refuses_nan_and_plus_inf_scores(bad):
+    with pytest.raises(ValueError, match=r"scores must be finite \(no NaN or \+inf; -inf masks\)"):
+        softmax_with_temperature(torch.tensor([[1.0, bad, 0.0]]))
+    masked = softmax_with_temperature(torch.tensor([[1.0, -math.inf, 0.0], [-math.inf] * 3]))  # -inf still masks
+    assert torch.allclose(masked[0], torch.softmax(torch.tensor([1.0, 0.0]), -1)[[0, 0, 1]] * torch.tensor([1, 0, 1]))
+    assert torch.equal(masked[1], torch.zeros(3))
+
+
+def test_softmax_with_temperature_refuses_integer_scores():
+    with pytest.raises(ValueError, match=r"scores must be a floating-point tensor, got torch.int64"):
+        softmax_with_temperature(torch.tensor([[1, 2, 3]]))

@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..utils.checks import broadcast_shape, check_number, check_probability
+from ..utils.checks import broadcast_shape, check_number, check_probability, check_tensor
 from .masking import causal_mask, check_mask, combine_masks, to_additive, to_boolean
 
 
@@ -39,8 +39,10 @@ def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim
 
     T = 1 is the ordinary softmax. As T -> 0+ the result tends to a one-hot vector at the
     argmax (ties share the mass); as T -> inf it tends to the uniform distribution.
-    Rows whose scores are all ``-inf`` (fully masked) give zeros, never NaN.
+    Rows whose scores are all ``-inf`` (fully masked) give zeros, never NaN; a NaN or ``+inf`` score is refused
+    (it would turn its whole row into zeros).
     """
+    check_tensor("scores", scores, floating=True, finite=True, allow_neg_inf=True)
     _check_temperature(temperature)
     weights = torch.softmax(scores.float() / temperature, dim=dim)
     return torch.nan_to_num(weights, nan=0.0).to(scores.dtype)
