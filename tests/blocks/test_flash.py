@@ -212,3 +212,26 @@ def test_bad_inputs_are_named(call, message):
     with pytest.raises(ValueError) as error:
         call(q, k, v)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), 0.0, -0.5])
+def test_tiled_attention_refuses_a_non_finite_or_non_positive_scale(scale):
+    q, k, v = qkv(1, 2, 5, 6, 8)
+    with pytest.raises(ValueError, match=r"scale must be a finite number > 0 .*got"):
+        tiled_attention(q, k, v, scale=scale)
+    torch.testing.assert_close(tiled_attention(q, k, v, scale=0.5), sdpa_scaled(q, k, v, 0.5))
+
+
+def sdpa_scaled(q, k, v, scale):
+    return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
+def test_merge_partials_refuses_empty_or_unequal_lists():
+    o, lse = attention_with_lse(*qkv(1, 1, 2, 3, 4))
+    with pytest.raises(
+        ValueError, match=r"outs must hold at least 1 item\(s\) \(one partial output per key set\), got 0"
+    ):
+        merge_partials([], [])
+    with pytest.raises(ValueError, match=r"lses must hold exactly 1 item\(s\) \(one log-sum-exp per output\), got 2"):
+        merge_partials([o], [lse, lse])
+    torch.testing.assert_close(merge_partials([o], [lse]), o)

@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_number, check_sequence
 
 
 def _check_inputs(q, k, v, key_mask, block_q: int, block_k: int) -> None:
@@ -106,6 +106,7 @@ def attention_with_lse(
     ``lse`` is ``-inf`` for a query that sees no key (and its output is 0).
     """
     _check_inputs(q, k, v, key_mask, block_q, block_k)
+    check_number("scale", scale, min=0, min_open=True, note="multiplies q k^T", optional="1/sqrt(D)")
     t_q, t_k = q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     acc = torch.promote_types(q.dtype, torch.float32)  # fp32 accumulation (fp64 stays fp64)
@@ -147,6 +148,8 @@ def merge_partials(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> torch.
     with ``lses[s]: (..., Tq)`` the log-sum-exp of its scores. The exact result over all keys is the sum of the
     parts weighted by ``exp(lse_s - lse)``, where ``lse = logsumexp_s(lse_s)``.
     """
+    check_sequence("outs", outs, min_len=1, note="one partial output per key set")
+    check_sequence("lses", lses, length=len(outs), note="one log-sum-exp per output")
     lse = torch.stack(lses)  # (S, ..., Tq)
     total = torch.logsumexp(lse, dim=0)  # (..., Tq)
     total_safe = torch.where(torch.isinf(total), torch.zeros_like(total), total)
