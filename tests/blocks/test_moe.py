@@ -241,3 +241,12 @@ def test_hf_reference_sets_every_weight_and_restores_loggers():
     x = torch.randn(1, 5, 16)
     with torch.no_grad():
         assert (moe(x) - block(x)).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("top_k", [0, 5, -1])
+def test_load_balancing_loss_refuses_top_k_outside_one_to_n_experts(top_k):
+    logits = torch.randn(6, 4)
+    with pytest.raises(ValueError, match=rf"top_k must be an int in \[1, 4\] \(n_experts\), got {top_k}"):
+        load_balancing_loss(logits, top_k)
+    with pytest.raises(ValueError, match=r"router_logits must be a tensor of shape \(any, any\), got \(4,\)"):
+        load_balancing_loss(logits[0], 1)

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_int, check_number
+from ..utils.checks import check_int, check_number, check_tensor
 from .activations import SwiGLU
 
 
@@ -71,7 +71,8 @@ def load_balancing_loss(router_logits: torch.Tensor, top_k: int) -> torch.Tensor
     ``P_e``: the mean softmax probability of e. A perfectly even router gives ``top_k``; one expert taking
     everything gives ``top_k * E``. ``f`` has no gradient; ``P`` carries it to the router.
     """
-    N, E = router_logits.shape
+    N, E = check_tensor("router_logits", router_logits, shape=(None, None), floating=True).shape
+    check_int("top_k", top_k, 1, E, note="n_experts")
     probs = router_logits.float().softmax(dim=-1)  # (N, E)
     experts = probs.topk(top_k, dim=-1).indices  # (N, k)
     f = F.one_hot(experts, E).sum(dim=(0, 1)).float() / N  # (E,)
