@@ -282,3 +282,24 @@ def test_the_progress_bar_shows_its_last_step_before_it_closes(monkeypatch):
         device="cpu",
     )
     assert shown == [(7, 7)]
+
+
+@pytest.mark.parametrize("grad_clip", [-1.0, 0.0, float("nan"), float("inf")])
+def test_grad_clip_must_be_a_positive_norm_or_none(grad_clip):
+    with pytest.raises(ValueError, match=r"grad_clip must be a finite number > 0 .*or None \(no clipping\), got"):
+        TrainConfig(grad_clip=grad_clip)
+    assert TrainConfig(grad_clip=None).grad_clip is None
+
+
+@pytest.mark.parametrize("lr", [float("nan"), float("inf"), 0.0, -1e-3])
+def test_a_learning_rate_that_is_not_a_positive_finite_number_is_refused(lr):
+    with pytest.raises(ValueError, match=r"lr must be a finite number > 0"):
+        TrainConfig(lr=lr)
+    cfg = TrainConfig(steps=2, progress=False)
+    cfg.lr = lr  # a config changed after construction is checked again by train
+    model = _tiny_gpt()
+    before = [p.clone() for p in model.parameters()]
+    x = torch.randint(0, 20, (2, 8))
+    with pytest.raises(ValueError, match=r"lr must be a finite number > 0 \(the peak learning rate\), got"):
+        train(model, lambda s: (x, x), cfg, device="cpu")
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before))

@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 import torch
 import torch.nn as nn
 
+from ..utils.checks import check_number
 from ..utils.device import default_device, seed_everything, to_device
 from .losses import gpt_loss
 from ..utils.modes import eval_mode
@@ -46,9 +47,19 @@ class TrainConfig:
     on_nonfinite: str = "raise"  # "stop": a NaN/inf loss ends the run (History.stopped_by == "nonfinite")
 
     def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Raise, naming the field, unless the choices are known, ``lr`` is a finite number > 0 and ``grad_clip`` one
+        or None (``clip_grad_norm_`` with 0 zeroes every gradient, with a negative norm it flips them: ascent).
+        ``train`` calls it again: a dataclass can be changed after it is made."""
         for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("on_nonfinite", ON_NONFINITE)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_number("lr", self.lr, min=0, min_open=True, note="the peak learning rate")
+        check_number(
+            "grad_clip", self.grad_clip, min=0, min_open=True, note="max gradient norm", optional="no clipping"
+        )
 
 
 @dataclass
@@ -129,8 +140,9 @@ def train(
         desc: the progress bar's label.
     Stops after ``cfg.steps`` steps, ``cfg.max_seconds`` seconds, or (``on_nonfinite="stop"``) a NaN/inf loss.
     """
-    if cfg.steps < 1 or cfg.warmup_steps < 0 or cfg.lr <= 0:
-        raise ValueError(f"need steps >= 1, warmup_steps >= 0, lr > 0; got {cfg.steps}, {cfg.warmup_steps}, {cfg.lr}")
+    cfg.check()
+    if cfg.steps < 1 or cfg.warmup_steps < 0:
+        raise ValueError(f"need steps >= 1, warmup_steps >= 0; got {cfg.steps}, {cfg.warmup_steps}")
     from tqdm.auto import tqdm
 
     device = torch.device(device) if device is not None else default_device()
