@@ -454,3 +454,14 @@ def test_optimizer_state_bytes_equal_adam_s_closed_form_and_scale_with_trainable
     assert sizes["lora"] == 8 * (2 * (16 + 32) + 2 * (32 + 8)) + 4 * 4  # only the adapters' A and B
     with pytest.raises(TypeError, match="optimizer"):
         optimizer_state_bytes([])
+
+
+def test_a_target_name_that_matches_nothing_is_named_before_anything_is_wrapped():
+    model = nn.Sequential(toy(), nn.Linear(8, 4))  # linears named 0.0, 0.2 and 1
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"target_modules entries \['qkv', 'proj'\] match no module .*'0.0'"):
+        apply_lora(model, LoRAConfig(target_modules=["qkv", "0.2", "proj"]))
+    assert not lora_layers(model) and all(p.requires_grad for p in model.parameters())
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    apply_lora(model, LoRAConfig(target_modules=["0.2", "0.0"]))  # the corrected retry
+    assert sorted(lora_layers(model)) == ["0.0", "0.2"]

@@ -87,6 +87,11 @@ class LoRAConfig:
             return re.fullmatch(t, name) is not None
         return any(name == s or name.endswith("." + s) for s in t)
 
+    def unmatched(self, names: list[str]) -> list[str]:
+        """The entries of a list ``target_modules`` that select none of ``names`` (for a regex: none)."""
+        t = self.target_modules
+        return [] if isinstance(t, str) else [s for s in t if not any(n == s or n.endswith("." + s) for n in names)]
+
 
 class LoRALinear(nn.Module):
     """A frozen base layer plus a trainable rank-``r`` update: ``base(x) + scaling * dropout(x) A^T B^T``.
@@ -203,11 +208,16 @@ def lora_targets(model: nn.Module, config: LoRAConfig) -> list[str]:
         for n, m in model.named_modules()
         if n and config.matches(n) and not isinstance(m, LoRALinear) and not n.startswith(adapted)
     ]
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)][:6]
     if not names:
-        linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)][:6]
         raise ValueError(
             f"target_modules={config.target_modules!r} matches no module of the model; its linear "
             f"layers are named like {linears}"
+        )
+    if config.unmatched(names):  # a misspelt name would otherwise leave its layers without adapters, silently
+        raise ValueError(
+            f"target_modules entries {config.unmatched(names)} match no module of the model; its linear layers "
+            f"are named like {linears}"
         )
     wrong = [
         f"{n} ({type(model.get_submodule(n)).__name__})" for n in names if type(model.get_submodule(n)) is not nn.Linear
