@@ -106,3 +106,10 @@ def test_compiled_kernel_timed_against_sdpa_flash_backend(capsys):
     with capsys.disabled():
         print(f"\nTriton kernel / SDPA flash backend, B4 H16 T4096 D64 fp16 causal: {ratio}")
     assert ratio.seconds_a > 0  # a benchmark print: speed is not a pass/fail here (house rule 7)
+
+
+@needs_interpreter
+def test_the_interpreter_refuses_bf16_which_it_computes_wrongly():
+    q, k, v = qkv(1, 1, 16, 16, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"q must not be bfloat16 under Triton's interpreter"):
+        flash_attention_triton(q, k, v)

@@ -114,7 +114,8 @@ def flash_attention_triton(
     """``softmax(q k^T / sqrt(D)) v`` by the Triton kernel: ``q: (B, H, Tq, D)``, ``k, v: (B, H, Tk, D)`` ->
     ``(B, H, Tq, D)`` in q's dtype (fp32 accumulation inside). ``causal`` aligns queries to the end of the keys.
 
-    CUDA tensors run compiled; CPU tensors need the interpreter (``TRITON_INTERPRET=1`` before the import).
+    CUDA tensors run compiled; CPU tensors need the interpreter (``TRITON_INTERPRET=1`` before the import), which
+    refuses bfloat16 (it computes it wrongly).
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if (
@@ -141,6 +142,11 @@ def flash_attention_triton(
     for name, b in (("block_m", block_m), ("block_n", block_n)):
         if not _is_power_of_two_at_least_16(b):
             raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's smallest tile), got {b!r}")
+    if INTERPRETED and q.dtype == torch.bfloat16:  # NumPy has no bfloat16: the interpreter reads its bits wrongly
+        raise ValueError(
+            "q must not be bfloat16 under Triton's interpreter (TRITON_INTERPRET=1), whose bfloat16 outputs are "
+            "garbage (around 1e8); use float16 or float32 there, or run on a CUDA device without the interpreter"
+        )
     if q.device.type == "cpu" and not INTERPRETED:
         raise RuntimeError(
             "CPU tensors run only in Triton's interpreter: set TRITON_INTERPRET=1 at the start of a "
