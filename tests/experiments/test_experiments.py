@@ -187,6 +187,16 @@ def test_last_position_loss_is_the_cross_entropy_of_the_last_column():
     assert causal_leak.last_position_loss(model, [(x, y)]) == pytest.approx(want, rel=1e-6)
 
 
+def test_fit_text_cuts_long_runs_and_wraps_long_lines():
+    text = "ROMEO:\n" + "I" * 161 + "\nshort line"
+    fitted = causal_leak.fit_text(text)
+    assert fitted == "ROMEO:\n" + "I" * 10 + "... (161 x 'I')\nshort line"
+    assert causal_leak.fit_text("a" * 20) == "a" * 20  # a run of 2 * keep stays whole
+    words = " ".join(["word"] * 60)  # 299 characters, no run: wrapped
+    lines = causal_leak.fit_text(words).split("\n")
+    assert max(map(len, lines)) <= 100 and " ".join(lines) == words
+
+
 def test_train_char_gpt_with_and_without_mask():
     cfg = causal_leak.CausalConfig(
         n_layers=1, d_model=16, n_heads=2, block_size=16, batch_size=4, steps=3, warmup_steps=1, eval_batches=1

@@ -1,6 +1,6 @@
 """Timing that tolerates a noisy machine: interleaved repetitions and medians.
 
-Used in chapters 01, 03, 07, 09, 10, 11 and 12.
+Used in chapters 01, 03, 07, 08, 09, 10, 11 and 12.
 
 Timing A fully, then B, lets a burst of load from another process land on one of them only.
 ``interleaved_medians`` runs them round-robin (A, B, A, B, ...) so such noise hits all alike, and

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -147,6 +148,16 @@ def known_word_share(text: str, vocabulary: set[str]) -> float:
     words."""
     words = re.findall(r"[a-z]+", text.lower())
     return sum(w in vocabulary for w in words) / len(words) if words else 0.0
+
+
+def fit_text(text: str, width: int = 100, keep: int = 10) -> str:
+    """``text`` made to fit a column of ``width`` characters, for printing a sample: a run of one character longer
+    than ``2 * keep`` is cut to its first ``keep`` and its length (``"IIIIIIIIII... (161 x 'I')"``), then a line
+    still wider than ``width`` is wrapped. A model that repeats one character writes such runs."""
+    text = re.sub(
+        rf"(.)\1{{{2 * keep},}}", lambda m: f"{m.group(1) * keep}... ({len(m.group(0))} x {m.group(1)!r})", text
+    )
+    return "\n".join(textwrap.fill(line, width) if len(line) > width else line for line in text.split("\n"))
 
 
 @torch.no_grad()

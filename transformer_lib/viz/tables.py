@@ -1,6 +1,8 @@
 """Tables for chapters: a list of row dicts as Markdown (shown with ``IPython.display.Markdown``).
 
-Used in chapters 05, 06 and 07 (``config_text``: wherever a chapter prints a config).
+Used in chapters 01, 02, 03, 04, 05, 06, 07, 08, 10 and 11.
+
+``config_text`` wraps a printed dataclass config to the text column.
 """
 
 from __future__ import annotations
