@@ -297,3 +297,38 @@ PROVENANCE_ZH = re.compile(
     r"来自(?:提交 <a [^>]+><code>([0-9a-f]{12})</code></a>|git 之外)[^。]*，"
     r"使用 torch [^、]+、CPU 能力 [A-Z0-9_]+、\d+ 个线程、设备 [^。]+。"
 )
+
+
+COLUMN = 100  # characters of monospace output the text column shows without a scroll bar
+
+
+def _display_width(line: str) -> int:
+    """Monospace columns a line takes: a CJK character is two."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line)
+
+
+@pytest.mark.site
+def test_printed_output_fits_the_text_column():
+    """No line a cell prints (a stream or a plain-text result) is wider than COLUMN in either edition: wide tables
+    are rendered as tables, long sentences wrapped. Cells the book removes are not on the page, so not counted."""
+    from bs4 import BeautifulSoup
+
+    from devtools import no_built_site
+
+    html_dir = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html"))
+    if not (html_dir / "index.html").is_file():
+        no_built_site(f"no built site at {html_dir}: run `make book` first")
+    wide = []
+    for page in sorted((html_dir / "notebooks").glob("*.html")) + sorted(
+        (html_dir / "zh" / "notebooks").glob("*.html")
+    ):
+        soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+        for output in soup.select("div.cell_output div.output.stream, div.cell_output div.output.text_plain"):
+            wide += [
+                f"{page.relative_to(html_dir)}: {_display_width(line)} wide: {line[:80]}"
+                for line in output.get_text().split("\n")
+                if _display_width(line) > COLUMN
+            ]
+    assert not wide, f"{len(wide)} printed lines wider than {COLUMN}:\n" + "\n".join(wide[:40])
