@@ -14,6 +14,7 @@ from transformer_lib.utils.checks import (
     check_bool,
     check_dtype,
     check_ids,
+    check_type,
     check_int,
     check_number,
     check_probability,
@@ -214,6 +215,27 @@ def test_check_ids_names_the_first_id_out_of_range_and_accepts_the_ignore_index(
         with pytest.raises(ValueError, match=r"t must be an integer tensor"):
             check_ids("t", bad, 5)
     assert check_ids("t", None, 5, optional=True) is None
+
+
+def test_check_ids_without_a_vocabulary_refuses_only_negative_ids():
+    ids = torch.tensor([0, 7, 10**6])
+    assert check_ids("data", ids, None) is ids
+    with pytest.raises(ValueError, match=r"data must hold ids >= 0, got -3"):
+        check_ids("data", torch.tensor([1, -3]), None)
+    with pytest.raises(ValueError, match="data must be an integer tensor"):
+        check_ids("data", ids.float(), None)
+
+
+def test_check_type_accepts_instances_and_protocols_and_names_what_it_wanted():
+    assert check_type("n", 3, int) == 3
+    assert check_type("f", len, methods=("__call__",)) is len
+    assert check_type("c", None, methods=("update",), optional=True) is None
+    with pytest.raises(TypeError, match=r"^model must be a Module, got str 'gpt'$"):
+        check_type("model", "gpt", torch.nn.Module)
+    with pytest.raises(TypeError, match=r"^cache must be a KV cache or None, got int 3$"):
+        check_type("cache", 3, methods=("get_seq_length", "update"), expected="a KV cache", optional=True)
+    with pytest.raises(TypeError, match=r"^ids must be a list or an object with __iter__, got NoneType None$"):
+        check_type("ids", None, list, methods=("__iter__",))
 
 
 def test_check_dtype_and_check_sequence():

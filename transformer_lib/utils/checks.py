@@ -16,9 +16,11 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
 * ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False, ...)``: a tensor, of ``shape``
   (``None`` entries match any size >= 1) and, with ``finite=True``, holding no NaN or infinity;
 * ``check_ids(name, value, vocab_size, shape=None, ignore_index=None)``: an integer tensor of token ids (or targets)
-  in ``[0, vocab_size)``, ``ignore_index`` allowed where given;
+  in ``[0, vocab_size)`` (``>= 0`` with ``vocab_size=None``), ``ignore_index`` allowed where given;
 * ``check_dtype(name, value, floating=False)``: a ``torch.dtype`` (a floating-point one with ``floating``);
 * ``check_sequence(name, value, min_len=0, length=None, note="")``: a list or tuple of a length;
+* ``check_type(name, value, types=(), methods=(), expected="", optional=False)``: an instance of ``types``, or an
+  object with the callable ``methods`` (a duck-typed protocol: a KV cache, an iterable, a callable);
 * ``broadcast_shape(*shapes)``: the shape they broadcast to, or None (``torch.broadcast_shapes``, without its
   cost per call).
 """
@@ -183,20 +185,22 @@ def check_tensor(
 
 
 def check_ids(
-    name: str, value, vocab_size: int, shape: tuple | None = None, ignore_index: int | None = None, optional=False
+    name: str, value, vocab_size: int | None, shape: tuple | None = None, ignore_index: int | None = None, optional=False
 ) -> torch.Tensor | None:
     """Token ids (or targets): an integer tensor (not bool) of ``shape`` whose values are in ``[0, vocab_size)``
-    or equal ``ignore_index`` (a target the loss skips, e.g. -100). The message names the first id out of range."""
+    or equal ``ignore_index`` (a target the loss skips, e.g. -100); ``vocab_size=None``: any id >= 0 (the vocabulary
+    is not known here). The message names the first id out of range."""
     if check_tensor(name, value, shape=shape, optional=optional) is None:
         return None
     if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor (int64, int32, ...), got {value.dtype}")
-    bad = (value < 0) | (value >= vocab_size)
+    bad = (value < 0) if vocab_size is None else (value < 0) | (value >= vocab_size)
     if ignore_index is not None:
         bad &= value != ignore_index
     if bad.any():
         ignored = "" if ignore_index is None else f" or {ignore_index} (ignored)"
-        raise ValueError(f"{name} must hold ids in [0, {vocab_size}){ignored}, got {int(value[bad][0])}")
+        ids = "ids >= 0" if vocab_size is None else f"ids in [0, {vocab_size})"
+        raise ValueError(f"{name} must hold {ids}{ignored}, got {int(value[bad][0])}")
     return value
 
 
@@ -218,6 +222,21 @@ def check_sequence(name: str, value, min_len: int = 0, length: int | None = None
     if len(value) < min_len or length is not None and len(value) != length:
         raise ValueError(f"{name} must hold {want} item(s){f' ({note})' if note else ''}, got {len(value)}")
     return value
+
+
+def check_type(name: str, value, types=(), methods=(), expected: str = "", optional: bool | str = False):
+    """``value`` if it is an instance of ``types`` (a type or a tuple) or has every one of ``methods`` as a callable
+    attribute (a protocol: ``methods=("get_seq_length", "update")`` for a KV cache, ``("__call__",)`` for a
+    callable); ``TypeError`` otherwise, saying ``expected`` (default: the types' and methods' names)."""
+    if optional and value is None:
+        return None
+    types = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, types) or (methods and all(callable(getattr(value, m, None)) for m in methods)):
+        return value
+    want = expected or " or ".join(
+        [f"a {t.__name__}" for t in types] + ([f"an object with {', '.join(methods)}"] if methods else [])
+    )
+    raise _wrong_type(name, _expected(want, "", optional), value)
 
 
 def broadcast_shape(*shapes) -> tuple[int, ...] | None:
