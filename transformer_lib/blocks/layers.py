@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..utils.checks import check_int, check_number, check_tensor
 from .multihead import MultiHeadAttention
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
@@ -39,6 +40,9 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     ``y = (x - mean) / sqrt(var + eps) * gamma + beta``, mean and (biased) var over the last dim of
     ``x: (..., d_model)``; ``weight`` (gamma) and ``bias`` (beta): ``(d_model,)``. Statistics in fp32.
     """
+    check_tensor("x", x, floating=True, finite=True)  # an integer x would come back truncated
+    check_tensor("weight", weight, shape=(x.shape[-1],))
+    check_tensor("bias", bias, shape=(x.shape[-1],))
     xf = x.float()  # statistics in fp32 even for bf16/fp16 inputs
     mean = xf.mean(dim=-1, keepdim=True)  # (..., 1)
     centered = xf - mean
@@ -57,11 +61,14 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
+        check_int("d_model", d_model, min=1)
+        check_number("eps", eps, 0, 1, min_open=True, max_open=True, note="a small positive number")
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma
         self.bias = nn.Parameter(torch.zeros(d_model))  # beta
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, floating=True)  # dtype only (an integer x came back truncated), no NaN check per layer
         if x.shape[-1] != self.weight.shape[0]:
             raise ValueError(f"x must be (..., d_model={self.weight.shape[0]}), got {tuple(x.shape)}")
         y = F.layer_norm(x.float(), self.weight.shape, self.weight.float(), self.bias.float(), self.eps)

@@ -14,7 +14,6 @@ Used in chapters 04 and 11.
 from __future__ import annotations
 
 import math
-import operator
 
 import torch
 import torch.nn as nn
@@ -23,13 +22,8 @@ from ..utils.checks import check_dtype, check_int, check_number, check_tensor
 
 
 def _check_offset(offset) -> None:
-    """``offset`` (positions already seen, e.g. a KV cache's length) is an integer >= 0."""
-    try:
-        value = operator.index(offset)
-    except TypeError:
-        raise TypeError(f"offset must be an int >= 0, got {type(offset).__name__} {offset!r}") from None
-    if value < 0:
-        raise ValueError(f"offset must be an int >= 0, got {value}")
+    """``offset`` (positions already seen, e.g. a KV cache's length) is an integer >= 0 (not a bool)."""
+    check_int("offset", offset, min=0, note="positions already seen")
 
 
 def _check_base(base) -> None:
@@ -51,8 +45,7 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch
     return table.float()
 
 
-def _check_length(t: int, max_len: int, what: str, offset: int = 0) -> None:
-    _check_offset(offset)
+def _check_length(t: int, max_len: int, what: str) -> None:
     if t > max_len:
         raise ValueError(f"sequence length T={t} is longer than the {what} table's max_len={max_len}")
 
@@ -72,7 +65,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.pe.shape[1])
-        _check_length(offset + x.shape[1], self.pe.shape[0], "sinusoidal", offset)
+        _check_offset(offset)
+        _check_length(offset + x.shape[1], self.pe.shape[0], "sinusoidal")
         return x + self.pe[offset : offset + x.shape[1]].to(x.dtype)  # (B, T, d_model)
 
 
@@ -87,7 +81,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         _check_input(x, self.weight.shape[1])
-        _check_length(offset + x.shape[1], self.weight.shape[0], "learned positional", offset)
+        _check_offset(offset)
+        _check_length(offset + x.shape[1], self.weight.shape[0], "learned positional")
         return x + self.weight[offset : offset + x.shape[1]].to(x.dtype)
 
 
@@ -107,11 +102,11 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def angles(self, t: int, offset: int = 0, device=None) -> torch.Tensor:
+        _check_offset(offset)
         pos = torch.arange(offset, offset + t, dtype=torch.float32, device=device)
         return pos[:, None] * self.inv_freq.to(device)[None, :]  # (T, d_head/2)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        _check_offset(offset)
         check_tensor("x", x, floating=True)  # rotated in fp32, then cast back: an int x would be truncated
         if x.shape[-1] != 2 * self.inv_freq.shape[0]:
             raise ValueError(f"x must be (..., T, d_head={2 * self.inv_freq.shape[0]}), got {tuple(x.shape)}")
