@@ -531,8 +531,7 @@ def test_sample_next_and_filter_logits_reject_bad_arguments(kw, match):
 def test_bad_prompt_is_rejected():
     with pytest.raises(
         ValueError,
-        match=r"prompt_ids must be an integer tensor \(B, T\) with T >= 1, got "
-        r"torch.float32 \(4,\)",
+        match=r"prompt_ids must be a tensor of shape \(any, any\), got \(4,\)",
     ):
         generate(toy_gpt(), torch.zeros(4), 3)
 
@@ -574,11 +573,10 @@ def test_position_ids_are_checked_and_move_learned_positions():
         torch.testing.assert_close(shifted, model.lm_head(model.norm(h)))
     with pytest.raises(
         ValueError,
-        match=rf"position_ids must be in \[0, block_size={BLOCK}\), got range "
-        rf"\[0, {BLOCK}\]",
+        match=rf"position_ids must hold ids in \[0, {BLOCK}\), got {BLOCK}",
     ):
         model(x, position_ids=torch.tensor([[0, 1, 2, BLOCK]]))
-    with pytest.raises(ValueError, match=r"position_ids must be an integer tensor \(1, 4\)"):
+    with pytest.raises(ValueError, match=r"position_ids must be a tensor of shape \(1, 4\)"):
         model(x, position_ids=torch.arange(4))
 
 

@@ -40,18 +40,6 @@ def _check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
         raise ValueError(f"{name} ids must be in [0, {vocab_size}), got range [{int(ids.min())}, {int(ids.max())}]")
 
 
-def _check_positions(position_ids: torch.Tensor, shape: tuple, block_size: int) -> None:
-    if position_ids.shape != shape or position_ids.dtype not in (torch.long, torch.int, torch.int32):
-        raise ValueError(
-            f"position_ids must be an integer tensor {shape}, got {position_ids.dtype} {tuple(position_ids.shape)}"
-        )
-    if position_ids.numel() and (int(position_ids.min()) < 0 or int(position_ids.max()) >= block_size):
-        raise ValueError(
-            f"position_ids must be in [0, block_size={block_size}), got range "
-            f"[{int(position_ids.min())}, {int(position_ids.max())}]"
-        )
-
-
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
     """GPT-2/BERT initialisation: N(0, 0.02) for Linear and Embedding weights, zero biases."""
     check_number("std", std, min=0, min_open=True)
@@ -202,9 +190,8 @@ class GPT(nn.Module):
             raise ValueError(
                 f"sequence length {past + T} (past={past} + T={T}) exceeds block_size={self.cfg.block_size}"
             )
+        check_ids("position_ids", position_ids, self.cfg.block_size, shape=(B, T), optional=True)
         x = self.tok_emb(idx)  # (B, T, d_model)
-        if position_ids is not None:
-            _check_positions(position_ids, (B, T), self.cfg.block_size)
         if self.pos is not None and position_ids is None:
             x = self.pos(x, offset=past)
         elif self.pos is not None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..utils.checks import check_ids, check_int
+from ..utils.checks import check_ids, check_int, check_sequence, check_type
 from .decoding import decode_step
 from .paged_cache import PagedKVCache
 
@@ -39,6 +39,8 @@ class Request:
 
 
 def _check_requests(model, requests, cache: PagedKVCache) -> None:
+    check_sequence("requests", requests, note="Request objects")
+    check_type("cache", cache, PagedKVCache)
     if model.cfg.positional == "rope":
         raise ValueError(
             "serve needs each row's own position; positional='rope' rotates a whole batch by one "

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..blocks.layers import DecoderLayer, FeedForward, LayerNorm, Residual
 from ..blocks.multihead import MultiHeadAttention
 from ..blocks.positional import alibi_bias
-from ..utils.checks import check_ids, check_tensor
+from ..utils.checks import check_ids, check_tensor, check_type
 
 
 def cache_refusal(model) -> str | None:
@@ -212,6 +212,7 @@ def decode_step(
     Everything is checked before the cache is touched, so a refused call leaves it as it was."""
     check_cacheable(model)
     check_ids("token", token, model.cfg.vocab_size, shape=(None, 1))
+    check_type("cache", cache, methods=("get_seq_length", "update"), expected="a KV cache (serving.StaticCache, ...)")
     mask_shape = (token.shape[0], cache.get_seq_length(0) + 1)  # (B, past + 1)
     check_tensor("attention_mask", attention_mask, mask_shape, dtype=torch.bool, optional=True)
     if fast_path_refusal(model) is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.checks import check_bool, check_int, check_number
+from ..utils.checks import check_bool, check_ids, check_int, check_number, check_tensor
 from .decoding import MatvecWeights, check_cacheable, fast_path_refusal, fused_decode_step
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache
 
@@ -110,18 +110,8 @@ def _check_sliding(model, attention_mask) -> None:
 
 def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_implementation, attention_mask) -> None:
     block = model.cfg.block_size
-    if (
-        not isinstance(prompt_ids, torch.Tensor)
-        or prompt_ids.dim() != 2
-        or prompt_ids.shape[1] < 1
-        or prompt_ids.dtype not in (torch.long, torch.int)
-    ):
-        got = (
-            f"{prompt_ids.dtype} {tuple(prompt_ids.shape)}"
-            if isinstance(prompt_ids, torch.Tensor)
-            else type(prompt_ids).__name__
-        )
-        raise ValueError(f"prompt_ids must be an integer tensor (B, T) with T >= 1, got {got}")
+    check_ids("prompt_ids", prompt_ids, model.cfg.vocab_size, shape=(None, None))  # (B, T), B and T >= 1
+    check_tensor("prompt_ids", prompt_ids, dtype=(torch.long, torch.int))  # the new ids are written in its dtype
     B, T = prompt_ids.shape
     check_int("max_new_tokens", max_new_tokens, min=0)
     check_bool("use_cache", use_cache)

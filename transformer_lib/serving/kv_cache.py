@@ -28,15 +28,15 @@ from typing import Sequence
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_tensor
 
 
 def check_kv_update(k, v, layer_idx: int, held_k=None, held_v=None) -> None:
     """What every cache checks before it writes anything: ``k, v: (B, H_kv, T_new, d_head)`` tensors that share
     ``(B, H_kv, T_new)`` and, when layer ``layer_idx`` already holds keys ``held_k`` and values ``held_v``
     ``(B, H_kv, T, d_head)``, have their batch size, heads and head size."""
-    if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
-        raise TypeError(f"k and v must be tensors (B, H_kv, T_new, d_head), got {type(k).__name__}, {type(v).__name__}")
+    check_tensor("k", k, floating=True)  # an integer or complex k would be stored (or cast) silently
+    check_tensor("v", v, floating=True)
     if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
         raise ValueError(f"k and v must share (B, H_kv, T_new), got k{tuple(k.shape)}, v{tuple(v.shape)}")
     if (
@@ -71,6 +71,7 @@ class DynamicCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Append ``k, v: (B, H_kv, T_new, d_head)``; return the layer's keys and values so far."""
+        check_int("layer_idx", layer_idx, min=0)
         held = (self.keys[layer_idx], self.values[layer_idx]) if layer_idx < len(self.keys) else ()
         check_kv_update(k, v, layer_idx, *held)  # before anything is written
         if layer_idx == len(self.keys):  # first call for this layer
@@ -118,6 +119,7 @@ class SlidingWindowCache:
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Append ``k, v: (B, H_kv, T_new, d_head)``; return ``(B, H_kv, held + T_new, d_head)``, then keep the last
         ``window``."""
+        check_int("layer_idx", layer_idx, min=0)
         held = (self.keys[layer_idx], self.values[layer_idx]) if layer_idx < len(self.keys) else ()
         check_kv_update(k, v, layer_idx, *held)  # before anything is written
         if layer_idx == len(self.keys):  # first call for this layer
@@ -197,6 +199,7 @@ class StaticCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Write ``k, v: (B, H_kv, T_new, d_head)`` into the next free slots; return views of the filled part."""
+        check_int("layer_idx", layer_idx, min=0, max=len(self.keys) - 1, note="the cache's layers")
         buf_k, buf_v = self.keys[layer_idx], self.values[layer_idx]
         check_kv_update(k, v, layer_idx, buf_k, buf_v)  # before anything is written
         start, t = self.lengths[layer_idx], k.shape[-2]

@@ -65,6 +65,7 @@ class QuantizedCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Store ``k, v: (B, H_kv, T_new, d_head)`` as int8; return all keys and values so far, dequantized."""
+        check_int("layer_idx", layer_idx, min=0)
         held = (self.keys[layer_idx], self.values[layer_idx]) if layer_idx < len(self.keys) else ()
         check_kv_update(k, v, layer_idx, *held)  # before anything is written
         (qk, sk), (qv, sv) = quantize_kv(k), quantize_kv(v)
