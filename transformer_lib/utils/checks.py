@@ -185,7 +185,12 @@ def check_tensor(
 
 
 def check_ids(
-    name: str, value, vocab_size: int | None, shape: tuple | None = None, ignore_index: int | None = None, optional=False
+    name: str,
+    value,
+    vocab_size: int | None,
+    shape: tuple | None = None,
+    ignore_index: int | None = None,
+    optional=False,
 ) -> torch.Tensor | None:
     """Token ids (or targets): an integer tensor (not bool) of ``shape`` whose values are in ``[0, vocab_size)``
     or equal ``ignore_index`` (a target the loss skips, e.g. -100); ``vocab_size=None``: any id >= 0 (the vocabulary
