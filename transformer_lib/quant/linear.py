@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..utils.checks import check_int, check_sequence, check_tensor
 from .int8_ops import INT8_KERNELS, int8_matmul, quantize_per_token
 from .grids import check_bits, check_finite, int_range, pack_int4, quantize, unpack_int4
 
@@ -47,9 +48,8 @@ class QuantLinear(nn.Module):
         for name, value in (("in_features", in_features), ("out_features", out_features)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if group_size is not None and (
-            not isinstance(group_size, int) or group_size < 1 or in_features % group_size != 0
-        ):
+        check_int("group_size", group_size, min=1, optional="one scale per row")
+        if group_size is not None and in_features % group_size != 0:
             raise ValueError(
                 f"group_size must be None or a positive int dividing in_features={in_features}, got {group_size!r}"
             )
@@ -138,6 +138,7 @@ class QuantLinear(nn.Module):
         return (q * self.scale.to(dtype)[..., None]).view(self.out_features, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, floating=True)  # an integer x failed in F.linear or was quantized silently
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x must be (..., in_features={self.in_features}), got {tuple(x.shape)}")
         if self.act_bits is None:
@@ -242,13 +243,13 @@ def linears_to_replace(model: nn.Module, skip, group_size) -> list[tuple[str, nn
     weight is finite, so that a replacement loop over them never stops half way."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if isinstance(skip, str) or not all(isinstance(name, str) for name in skip):
+    check_sequence("skip", skip, note="module names, e.g. ('lm_head',)")
+    if not all(isinstance(name, str) for name in skip):
         raise TypeError(f"skip must be a tuple of module names, e.g. ('lm_head',), got {skip!r}")
+    check_int("group_size", group_size, min=1, optional="one scale per row")
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in skip]
     for name, lin in linears:
-        if group_size is not None and (
-            not isinstance(group_size, int) or group_size < 1 or lin.in_features % group_size != 0
-        ):
+        if group_size is not None and lin.in_features % group_size != 0:
             raise ValueError(
                 f"group_size must divide in_features of every layer: {name} has "
                 f"in_features={lin.in_features}, got group_size={group_size!r}"
