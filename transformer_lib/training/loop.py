@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 import torch
 import torch.nn as nn
 
-from ..utils.checks import check_number
+from ..utils.checks import check_bool, check_int, check_number, check_type
 from ..utils.device import default_device, seed_everything, to_device
 from .losses import gpt_loss
 from ..utils.modes import eval_mode
@@ -57,6 +57,14 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         check_number("lr", self.lr, min=0, min_open=True, note="the peak learning rate")
+        check_int("steps", self.steps, min=1)
+        check_int("warmup_steps", self.warmup_steps, min=0)
+        check_int("eval_every", self.eval_every, min=1)
+        check_int("seed", self.seed)
+        check_number("min_lr_ratio", self.min_lr_ratio, 0, 1)
+        check_number("weight_decay", self.weight_decay, min=0)
+        check_number("max_seconds", self.max_seconds, min=0, min_open=True, optional="no time limit")
+        check_bool("progress", self.progress)
         check_number(
             "grad_clip", self.grad_clip, min=0, min_open=True, note="max gradient norm", optional="no clipping"
         )
@@ -140,9 +148,11 @@ def train(
         desc: the progress bar's label.
     Stops after ``cfg.steps`` steps, ``cfg.max_seconds`` seconds, or (``on_nonfinite="stop"``) a NaN/inf loss.
     """
-    cfg.check()
-    if cfg.steps < 1 or cfg.warmup_steps < 0:
-        raise ValueError(f"need steps >= 1, warmup_steps >= 0; got {cfg.steps}, {cfg.warmup_steps}")
+    check_type("model", model, nn.Module)
+    check_type("batch_fn", batch_fn, methods=("__call__",), expected="a function step -> batch")
+    check_type("cfg", cfg, TrainConfig).check()
+    check_type("loss_fn", loss_fn, methods=("__call__",), expected="a function (model, batch) -> loss")
+    check_type("eval_fn", eval_fn, methods=("__call__",), expected="a function model -> loss", optional=True)
     from tqdm.auto import tqdm
 
     device = torch.device(device) if device is not None else default_device()

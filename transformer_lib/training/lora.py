@@ -43,7 +43,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_int, check_number, check_probability
+from ..utils.checks import check_int, check_number, check_probability, check_tensor
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,7 @@ class LoRALinear(nn.Module):
         return (self.lora_B @ self.lora_A) * self.scaling
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, floating=True)  # an integer x failed inside F.linear
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x must be (..., in_features={self.in_features}), got {tuple(x.shape)}")
         y = self.base(x)  # (..., out) in x's dtype
