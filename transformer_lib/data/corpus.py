@@ -18,6 +18,7 @@ from importlib import resources
 
 import torch
 
+from ..utils.checks import check_ids, check_int
 from .tokenization import BPETokenizer, CharTokenizer
 
 
@@ -98,10 +99,11 @@ def get_batch(
 
     ``y[b, t] = x[b, t + 1]`` continued by one character. ``generator`` (CPU) makes the draw reproducible.
     """
-    if data.dim() != 1 or data.numel() <= block_size:
+    check_ids("data", data, None, shape=(None,))  # (N,) token ids
+    check_int("block_size", block_size, min=1)
+    check_int("batch_size", batch_size, min=1)
+    if data.numel() <= block_size:
         raise ValueError(f"data must be 1-D and longer than block_size={block_size}, got shape {tuple(data.shape)}")
-    if block_size < 1 or batch_size < 1:
-        raise ValueError(f"block_size and batch_size must be >= 1, got {block_size} and {batch_size}")
     starts = torch.randint(data.numel() - block_size, (batch_size,), generator=generator)  # (B,)
     idx = starts[:, None] + torch.arange(block_size + 1)  # (B, T + 1)
     window = data[idx]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import check_ids, check_int
 
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
 
@@ -51,6 +51,7 @@ def _check_ids(input_ids, name="input_ids"):
             else type(input_ids).__name__
         )
         raise ValueError(f"{name} must be an int64 tensor (B, T), got {got}")
+    check_ids(name, input_ids, None)  # no negative ids (the vocabulary is not known here)
 
 
 def _check_mask(attention_mask, input_ids):

@@ -10,12 +10,14 @@ Saved tokenizers are JSON, written atomically by ``checkpoint_io.atomic_write_by
 from __future__ import annotations
 
 import json
+import numbers
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 
+from ..utils.checks import check_int, check_sequence, check_type
 from .checkpoint_io import atomic_write_bytes
 
 
@@ -26,7 +28,7 @@ class CharTokenizer:
     """
 
     def __init__(self, chars: Iterable[str], specials: Sequence[str] = ()):
-        chars = sorted(set(chars))
+        chars = sorted(set(check_type("chars", chars, methods=("__iter__",), expected="a string or characters")))
         if any(len(c) != 1 for c in chars):
             raise ValueError(f"chars must be single characters, got {[c for c in chars if len(c) != 1][:5]}")
         if len(set(specials)) != len(specials) or any(len(s) < 2 for s in specials):
@@ -58,6 +60,7 @@ class CharTokenizer:
     eos_id = property(lambda self: self.special_id(EOS))
 
     def encode(self, text: str, bos: bool = False, eos: bool = False) -> list[int]:
+        check_type("text", text, str)
         try:
             ids = [self.stoi[c] for c in text]
         except KeyError as err:
@@ -79,10 +82,12 @@ class CharTokenizer:
         return torch.tensor(self.encode(text), dtype=torch.long)
 
     def decode(self, ids: Iterable[int], skip_specials: bool = True) -> str:
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(check_type("ids", ids, methods=("__iter__",)))
+        bad = [
+            i for i in ids if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < self.vocab_size
+        ]
         if bad:
-            raise ValueError(f"ids must be in [0, {self.vocab_size}), got {bad[:5]}")
+            raise ValueError(f"ids must be ints in [0, {self.vocab_size}), got {bad[:5]}")
         n = len(self.specials)
         return "".join(self.itos[i] for i in ids if not (skip_specials and i < n))
 
@@ -152,10 +157,12 @@ class BPETokenizer:
         return torch.tensor(self.encode(text), dtype=torch.long)
 
     def decode(self, ids: Iterable[int]) -> str:
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(check_type("ids", ids, methods=("__iter__",)))
+        bad = [
+            i for i in ids if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < self.vocab_size
+        ]
         if bad:
-            raise ValueError(f"ids must be in [0, {self.vocab_size}), got {bad[:5]}")
+            raise ValueError(f"ids must be ints in [0, {self.vocab_size}), got {bad[:5]}")
         return self.tokenizer.decode(ids)
 
     def to_dict(self) -> dict:
@@ -187,8 +194,8 @@ PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"  # PAD first: id 0, the models' defaul
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     """Right-pad id lists to one ``(B, T_max)`` int64 tensor."""
-    if not seqs:
-        raise ValueError("seqs must hold at least one sequence, got none")
+    check_sequence("seqs", seqs, min_len=1, note="lists of ids")
+    check_int("pad_id", pad_id)
     out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
