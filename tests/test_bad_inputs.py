@@ -100,7 +100,9 @@ MUTATIONS: dict[str, Callable] = {
     # tensors where ids belong
     "float_ids": lambda x, draw: x.float() + draw(st.sampled_from([0.0, 0.5])),
     "too_high": lambda x, draw: _with(x, draw, draw(st.integers(V, 10 * V))),
-    "negative_id": lambda x, draw: _with(x, draw, draw(st.integers(-10 * V, -1))),
+    "negative_id": lambda x, draw: _with(
+        x, draw, draw(st.integers(-10 * V, -1).filter(lambda i: i != -100))
+    ),  # -100: ignored targets
     "int8": lambda x, draw: x.to(torch.int8),
     # scalars
     "none": lambda x, draw: None,
