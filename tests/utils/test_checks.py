@@ -251,3 +251,17 @@ def test_check_dtype_and_check_sequence():
         check_sequence("xs", (1,), length=2)
     with pytest.raises(TypeError, match=r"xs must be a list or tuple, got int 3"):
         check_sequence("xs", 3)
+
+
+def test_check_tensor_integer_and_min():
+    lengths = torch.tensor([3, 0])
+    assert check_tensor("lengths", lengths, integer=True, min=0) is lengths
+    with pytest.raises(
+        ValueError, match=r"^lengths must be an integer tensor \(int64, int32, ...\), got torch.float32$"
+    ):
+        check_tensor("lengths", torch.tensor([1.0]), integer=True)
+    with pytest.raises(ValueError, match=r"integer tensor .*got torch.bool$"):
+        check_tensor("lengths", torch.tensor([True]), integer=True)
+    with pytest.raises(ValueError, match=r"^lengths must hold values >= 0, got -2$"):
+        check_tensor("lengths", torch.tensor([1, -2, -1]), min=0)
+    assert check_tensor("empty", torch.zeros(0, dtype=torch.long), min=0).numel() == 0  # nothing below min

@@ -13,8 +13,9 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
 * ``check_number(name, value, min=None, max=None, min_open=False, max_open=False, finite=True, ...)``: a real number;
 * ``check_probability(name, value, allow_one=False)``: a number in ``[0, 1)`` (dropout) or ``[0, 1]``;
 * ``check_bool(name, value)``: exactly ``True`` or ``False``;
-* ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False, ...)``: a tensor, of ``shape``
-  (``None`` entries match any size >= 1) and, with ``finite=True``, holding no NaN or infinity;
+* ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False, integer=False, min=None, ...)``:
+  a tensor, of ``shape`` (``None`` entries match any size >= 1) and, with ``finite=True``, holding no NaN or
+  infinity; with ``min``, no value below it;
 * ``check_ids(name, value, vocab_size, shape=None, ignore_index=None)``: an integer tensor of token ids (or targets)
   in ``[0, vocab_size)`` (``>= 0`` with ``vocab_size=None``), ``ignore_index`` allowed where given;
 * ``check_dtype(name, value, floating=False)``: a ``torch.dtype`` (a floating-point one with ``floating``);
@@ -147,11 +148,14 @@ def check_tensor(
     allow_neg_inf: bool = False,
     note: str = "",
     optional: bool | str = False,
+    integer: bool = False,
+    min: float | None = None,
 ) -> torch.Tensor | None:
     """``value`` checked to be a ``torch.Tensor`` and returned as it is.
 
     ``shape``: the sizes it must have (``None`` entries match any size >= 1); ``dtype``: one dtype or a tuple of
-    them; ``floating``: a floating-point dtype; ``finite``: no NaN or infinity (with ``allow_neg_inf``, ``-inf`` is
+    them; ``floating``: a floating-point dtype; ``integer``: an integer dtype (not bool); ``min``: every value
+    ``>= min`` (the message names the smallest); ``finite``: no NaN or infinity (with ``allow_neg_inf``, ``-inf`` is
     accepted: a masked score). ``TypeError`` for a non-tensor, ``ValueError`` for the rest, naming the shape or
     dtype received and, for ``finite``, how many values are not finite and where the first is. ``note`` says in
     the shape message what the sizes are; ``optional`` as in ``check_int``.
@@ -172,6 +176,10 @@ def check_tensor(
         raise ValueError(f"{name} must be a {want} tensor, got {value.dtype}")
     if floating and not value.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {value.dtype}")
+    if integer and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+        raise ValueError(f"{name} must be an integer tensor (int64, int32, ...), got {value.dtype}")
+    if min is not None and value.numel() and value.min() < min:
+        raise ValueError(f"{name} must hold values >= {min}, got {value.min().item()}")
     if finite and (value.is_floating_point() or value.is_complex()):
         bad = (value.isnan() | (value == math.inf)) if allow_neg_inf else ~torch.isfinite(value)
         if bad.any():
