@@ -202,11 +202,10 @@ def test_count_flops_matches_closed_form():
         (lambda: ElmanRNN(3, 4)(torch.randn(5, 3)), ["x", "(5, 3)"]),
         (lambda: LSTM(3, 4)(torch.randn(2, 5, 2)), ["x", "d_in=3"]),
         (lambda: ElmanRNN(3, 4, nonlinearity="sigmoid"), ["nonlinearity", "sigmoid"]),
-        (lambda: ElmanRNN(0, 4), ["d_in=0"]),
+        (lambda: ElmanRNN(0, 4), ["d_in", "got 0"]),
         (lambda: ElmanRNN(3, 4).load_from_torch(nn.RNN(3, 5)), ["hidden_size=5"]),
         (lambda: ElmanRNN(3, 4).load_from_torch(nn.RNN(3, 4, nonlinearity="relu")), ["nonlinearity"]),
         (lambda: LSTM(3, 4).load_from_torch(nn.LSTM(3, 4, num_layers=2)), ["num_layers=2"]),
-        (lambda: LSTM(3, 4).load_from_torch(nn.RNN(3, 4)), ["nn.LSTM", "RNN"]),
         (lambda: recall_batch(4, gap=-1), ["gap", "-1"]),
         (lambda: recall_batch(0, gap=3), ["batch_size", "0"]),
         (lambda: recall_batch(4, gap=3, n_symbols=1), ["n_symbols", "1"]),
@@ -229,6 +228,11 @@ def test_bad_inputs_raise_clear_value_errors(call, words):
         call()
     for w in words:
         assert w in str(err.value), (w, str(err.value))
+
+
+def test_a_module_of_another_kind_is_a_type_error_naming_both():
+    with pytest.raises(TypeError, match=r"module must be an nn.LSTM, got RNN"):
+        LSTM(3, 4).load_from_torch(nn.RNN(3, 4))
 
 
 # ----------------------------------------------------------------------------- GPU

@@ -22,12 +22,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..utils.checks import check_choice, check_fields, check_int, check_number, check_tensor, check_type
+
 ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "linear": lambda z: z}
-
-
-def _check_sequence(x: torch.Tensor, d_in: int, name: str = "x") -> None:
-    if x.dim() != 3 or x.shape[-1] != d_in:
-        raise ValueError(f"{name} must be (B, T, d_in={d_in}), got {tuple(x.shape)}")
 
 
 # ----------------------------------------------------------------------------- the recurrent cells
@@ -36,8 +33,7 @@ def rnn_step(x_t, h, w_ih, w_hh, b_ih=None, b_hh=None, nonlinearity: str = "tanh
 
     ``w_ih: (H, D)``, ``w_hh: (H, H)``, biases ``(H,)`` (``nn.RNNCell``'s layout).
     """
-    if nonlinearity not in ACTIVATIONS:
-        raise ValueError(f"nonlinearity must be one of {sorted(ACTIVATIONS)}, got {nonlinearity!r}")
+    check_choice("nonlinearity", nonlinearity, ACTIVATIONS)
     z = F.linear(x_t, w_ih, b_ih) + F.linear(h, w_hh, b_hh)  # (B, H)
     return ACTIVATIONS[nonlinearity](z)
 
@@ -58,8 +54,7 @@ class _Recurrent(nn.Module):
 
     def __init__(self, d_in: int, d_hidden: int, gates: int, bias: bool):
         super().__init__()
-        if d_in <= 0 or d_hidden <= 0:
-            raise ValueError(f"d_in={d_in} and d_hidden={d_hidden} must be positive")
+        check_int("d_in", d_in, min=1), check_int("d_hidden", d_hidden, min=1)
         self.d_in, self.d_hidden = d_in, d_hidden
         self.weight_ih = nn.Parameter(torch.empty(gates * d_hidden, d_in))  # (G*H, D)
         self.weight_hh = nn.Parameter(torch.empty(gates * d_hidden, d_hidden))  # (G*H, H)
@@ -75,18 +70,8 @@ class _Recurrent(nn.Module):
     @torch.no_grad()
     def load_from_torch(self, module: nn.RNNBase) -> "_Recurrent":
         """Copy the weights of a one-layer, one-direction ``nn.RNN`` / ``nn.LSTM`` of the same sizes."""
-        if module.num_layers != 1 or module.bidirectional or getattr(module, "proj_size", 0):
-            raise ValueError(
-                "only a one-layer, one-direction module without projection can be copied, got "
-                f"num_layers={module.num_layers}, bidirectional={module.bidirectional}"
-            )
-        if (module.input_size, module.hidden_size) != (self.d_in, self.d_hidden):
-            raise ValueError(
-                f"module has input_size={module.input_size}, hidden_size={module.hidden_size}; "
-                f"expected {self.d_in}, {self.d_hidden}"
-            )
-        if module.bias != (self.bias_ih is not None):
-            raise ValueError(f"module has bias={module.bias}, this one has bias={self.bias_ih is not None}")
+        sizes = dict(input_size=self.d_in, hidden_size=self.d_hidden, bias=self.bias_ih is not None)
+        check_fields("module", module, num_layers=1, bidirectional=False, proj_size=0, **sizes)
         self.weight_ih.copy_(module.weight_ih_l0)
         self.weight_hh.copy_(module.weight_hh_l0)
         if self.bias_ih is not None:
@@ -99,14 +84,13 @@ class ElmanRNN(_Recurrent):
     """A vanilla RNN as a Python loop: T dependent calls of ``rnn_step``. ``x: (B, T, D) -> (B, T, H)``."""
 
     def __init__(self, d_in: int, d_hidden: int, nonlinearity: str = "tanh", bias: bool = True):
-        if nonlinearity not in ACTIVATIONS:
-            raise ValueError(f"nonlinearity must be one of {sorted(ACTIVATIONS)}, got {nonlinearity!r}")
+        check_choice("nonlinearity", nonlinearity, ACTIVATIONS)
         super().__init__(d_in, d_hidden, 1, bias)
         self.nonlinearity = nonlinearity
 
     def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None):
         """Returns ``(outputs (B, T, H), h_T (B, H))``; ``h0: (B, H)`` defaults to zeros."""
-        _check_sequence(x, self.d_in)
+        check_tensor("x", x, shape=("B", "T", self.d_in), floating=True, note=f"d_in={self.d_in}")
         h = self._zeros(x) if h0 is None else h0
         outputs = []
         for t in range(x.shape[1]):  # step t needs h from step t-1: no two steps can run at once
@@ -116,8 +100,8 @@ class ElmanRNN(_Recurrent):
 
     @torch.no_grad()
     def load_from_torch(self, module: nn.RNN) -> "ElmanRNN":
-        if not isinstance(module, nn.RNN) or module.nonlinearity != self.nonlinearity:
-            raise ValueError(f"expected an nn.RNN with nonlinearity={self.nonlinearity!r}, got {module!r}")
+        check_type("module", module, nn.RNN, expected="an nn.RNN")
+        check_fields("module", module, nonlinearity=self.nonlinearity)
         return super().load_from_torch(module)
 
 
@@ -129,7 +113,7 @@ class LSTM(_Recurrent):
 
     def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None):
         """Returns ``(outputs (B, T, H), (h_T, c_T))``; ``state = (h0, c0)``, each ``(B, H)``, defaults to zeros."""
-        _check_sequence(x, self.d_in)
+        check_tensor("x", x, shape=("B", "T", self.d_in), floating=True, note=f"d_in={self.d_in}")
         h, c = (self._zeros(x), self._zeros(x)) if state is None else state
         outputs = []
         for t in range(x.shape[1]):
@@ -139,8 +123,7 @@ class LSTM(_Recurrent):
 
     @torch.no_grad()
     def load_from_torch(self, module: nn.LSTM) -> "LSTM":
-        if not isinstance(module, nn.LSTM):
-            raise ValueError(f"expected an nn.LSTM, got {type(module).__name__}")
+        check_type("module", module, nn.LSTM, expected="an nn.LSTM")
         return super().load_from_torch(module)
 
 
@@ -151,10 +134,8 @@ def state_jacobian(w_hh: torch.Tensor, hiddens: torch.Tensor) -> torch.Tensor:
     Chain rule: ``d h_t / d h_{t-1} = diag(1 - h_t^2) W_hh``, so the product is
     ``diag(1 - h_k^2) W_hh ... diag(1 - h_1^2) W_hh``. With all ``h_t = 0`` it is ``W_hh^k``.
     """
-    if w_hh.dim() != 2 or w_hh.shape[0] != w_hh.shape[1]:
-        raise ValueError(f"w_hh must be a square (H, H) matrix, got {tuple(w_hh.shape)}")
-    if hiddens.dim() != 2 or hiddens.shape[1] != w_hh.shape[0]:
-        raise ValueError(f"hiddens must be (k, H={w_hh.shape[0]}), got {tuple(hiddens.shape)}")
+    check_tensor("w_hh", w_hh, shape=("H", "H"), note="square")
+    check_tensor("hiddens", hiddens, shape=("k", len(w_hh)), note=f"H={len(w_hh)}")
     jac = torch.eye(w_hh.shape[0], dtype=w_hh.dtype, device=w_hh.device)
     for h in hiddens:  # h_1 first
         jac = (1 - h**2)[:, None] * w_hh @ jac  # diag(1 - h_t^2) W_hh  (product so far)
@@ -163,15 +144,13 @@ def state_jacobian(w_hh: torch.Tensor, hiddens: torch.Tensor) -> torch.Tensor:
 
 def spectral_radius(w: torch.Tensor) -> torch.Tensor:
     """Largest eigenvalue magnitude of a square matrix ``w: (H, H)`` (a 0-d tensor)."""
-    if w.dim() != 2 or w.shape[0] != w.shape[1]:
-        raise ValueError(f"w must be a square (H, H) matrix, got {tuple(w.shape)}")
+    check_tensor("w", w, shape=("H", "H"), note="square")
     return torch.linalg.eigvals(w.double()).abs().max().to(w.dtype)
 
 
 def set_spectral_radius(w: torch.Tensor, rho: float) -> torch.Tensor:
     """``w`` rescaled so that its spectral radius is ``rho``: ``w * rho / spectral_radius(w)``."""
-    if rho < 0:
-        raise ValueError(f"rho must be >= 0, got {rho}")
+    check_number("rho", rho, min=0)
     radius = spectral_radius(w)
     if radius == 0:
         raise ValueError("w has spectral radius 0 (nilpotent): it cannot be rescaled to a given radius")
@@ -187,8 +166,7 @@ def input_gradient_norms(
     The loss of sequence b is ``u_b . y_b[T-1]`` (``u: (B, H)``, random unit vectors by default); entry t is
     the root mean square over the batch of ``|| d loss_b / d x_b[t] ||``. Sequences must not mix in ``model``.
     """
-    if x.dim() != 3:
-        raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
+    check_tensor("x", x, shape=("B", "T", "D"), floating=True)
     x = x.detach().requires_grad_(True)
     with torch.enable_grad():
         y = model(x)
@@ -196,7 +174,6 @@ def input_gradient_norms(
         if u is None:
             gen = torch.Generator().manual_seed(seed)
             u = F.normalize(torch.randn(y.shape[0], y.shape[-1], generator=gen), dim=-1).to(y)
-        if u.shape != (y.shape[0], y.shape[-1]):
-            raise ValueError(f"u must be (B={y.shape[0]}, H={y.shape[-1]}), got {tuple(u.shape)}")
+        check_tensor("u", u, shape=(y.shape[0], y.shape[-1]), note=f"B={y.shape[0]}, H={y.shape[-1]}")
         (grad,) = torch.autograd.grad((y[:, -1] * u).sum(), x)  # (B, T, D)
     return grad.norm(dim=-1).pow(2).mean(dim=0).sqrt()  # (T,)

@@ -18,6 +18,8 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
   infinity; with ``min``, no value below it;
 * ``check_ids(name, value, vocab_size, shape=None, ignore_index=None)``: an integer tensor of token ids (or targets)
   in ``[0, vocab_size)`` (``>= 0`` with ``vocab_size=None``), ``ignore_index`` allowed where given;
+* ``check_choice(name, value, choices)``: one of a set of options;
+* ``check_fields(name, obj, **expected)``: attributes of ``obj`` (a module's configuration) with given values;
 * ``check_dtype(name, value, floating=False)``: a ``torch.dtype`` (a floating-point one with ``floating``);
 * ``check_sequence(name, value, min_len=0, length=None, note="")``: a list or tuple of a length;
 * ``check_type(name, value, types=(), methods=(), expected="", optional=False)``: an instance of ``types``, or an
@@ -138,6 +140,23 @@ def _shape_text(shape) -> str:
     return "(" + ", ".join("any" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def check_fields(name: str, obj, **expected) -> object:
+    """``obj`` if each attribute named in ``expected`` has the value given (a module whose configuration must match:
+    ``check_fields("module", rnn, num_layers=1, bidirectional=False)``); ``ValueError`` naming those that differ."""
+    wrong = {key: getattr(obj, key, None) for key, want in expected.items() if getattr(obj, key, None) != want}
+    if wrong:
+        want = ", ".join(f"{key}={expected[key]!r}" for key in wrong)
+        raise ValueError(f"{name} must have {want}, got {', '.join(f'{k}={v!r}' for k, v in wrong.items())}")
+    return obj
+
+
+def check_choice(name: str, value, choices) -> object:
+    """``value`` if it is one of ``choices`` (a string option such as a nonlinearity); ``ValueError`` otherwise."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {_received(value)}")
+    return value
+
+
 def check_tensor(
     name: str,
     value,
@@ -153,7 +172,8 @@ def check_tensor(
 ) -> torch.Tensor | None:
     """``value`` checked to be a ``torch.Tensor`` and returned as it is.
 
-    ``shape``: the sizes it must have (``None`` entries match any size >= 1); ``dtype``: one dtype or a tuple of
+    ``shape``: the sizes it must have (``None`` entries match any size >= 1; a string such as ``"H"`` too, but the
+    same size wherever it repeats: ``("H", "H")`` is square); ``dtype``: one dtype or a tuple of
     them; ``floating``: a floating-point dtype; ``integer``: an integer dtype (not bool); ``min``: every value
     ``>= min`` (the message names the smallest); ``finite``: no NaN or infinity (with ``allow_neg_inf``, ``-inf`` is
     accepted: a masked score). ``TypeError`` for a non-tensor, ``ValueError`` for the rest, naming the shape or
@@ -166,7 +186,11 @@ def check_tensor(
         want = "a tensor" if shape is None else f"a tensor of shape {_shape_text(shape)}"
         raise TypeError(f"{name} must be {_expected(want, note, optional)}, got {type(value).__name__}")
     if shape is not None:
-        ok = value.dim() == len(shape) and all(s is None and v >= 1 or v == s for v, s in zip(value.shape, shape))
+        named = {}  # a named size ("H") matches any size >= 1, the same one wherever the name repeats
+        ok = value.dim() == len(shape) and all(
+            v == s if isinstance(s, int) else v >= 1 and (s is None or named.setdefault(s, v) == v)
+            for v, s in zip(value.shape, shape)
+        )
         if not ok:
             want = _expected(f"a tensor of shape {_shape_text(shape)}", note, False)
             raise ValueError(f"{name} must be {want}, got {tuple(value.shape)}")
