@@ -170,4 +170,4 @@ def test_cache_prediction_explains_a_wrong_guess(factor, words):
 def test_cache_prediction_rejects_a_non_number():
     measured, bare, (L, H_kv, d_head, T) = real_bf16_cache()
     result = explain_cache_prediction("lots", measured, L, H_kv, d_head, T, bytes_per_element=2)
-    assert not result and "a number" in result.message
+    assert not result and "a number" in result.message and "`my_bytes`" in result.message

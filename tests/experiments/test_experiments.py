@@ -120,14 +120,14 @@ def test_fill_arguments_are_checked():
 def test_padded_rows_experiment():
     rows = {r.variant: r for r in padded_rows.padded_rows_experiment(lengths=(6, 4), n_layers=2)}
     keys = rows["keys only (library)"]
-    assert keys.nan_rows_layer1 == 0 and not keys.nan_real_outputs and not keys.nan_grad
+    assert keys.nan_rows_layer0 == 0 and not keys.nan_real_outputs and not keys.nan_grad
     assert keys.real_diff < 1e-5  # padding changes nothing at the real positions
     inf = rows["keys + queries, -inf"]
-    assert inf.nan_rows_layer1 == 2  # the two padded queries of sequence 2
+    assert inf.nan_rows_layer0 == 2  # the two padded queries of sequence 2
     assert inf.nan_real_outputs and math.isnan(inf.loss)  # 0 * NaN = NaN: the second layer spreads it
     for name in ("keys + queries, finfo.min", "keys + queries (library)"):
         r = rows[name]
-        assert r.nan_rows_layer1 == 0 and not r.nan_real_outputs and not r.nan_grad and r.real_diff < 1e-5
+        assert r.nan_rows_layer0 == 0 and not r.nan_real_outputs and not r.nan_grad and r.real_diff < 1e-5
         assert r.loss == pytest.approx(keys.loss, abs=1e-6)  # padded targets are ignored by the loss
 
 

@@ -12,11 +12,13 @@ from transformer_lib.experiments.prefill_decode import (
     cached_forward_seconds,
     cached_forward_times,
     decode_steps,
+    first_size_at_balance,
     matmul_flops_per_s,
     matrix_weights,
     matvec_bandwidth,
     prefill,
     prefill_flops,
+    prefill_intensity,
     time_to_first_token_and_per_token,
 )
 from transformer_lib.serving.generation import generate
@@ -132,3 +134,21 @@ def test_bad_arguments_get_clear_errors():
         decode_steps(model, state, 4)
     with pytest.raises(ValueError, match=r"ks\[0\] must be an int >= 1, got 0"):
         cached_forward_seconds(model, 4, ks=[0])
+
+
+def test_prefill_intensity_is_flops_over_weights_and_written_cache():
+    cfg = gpt(n_kv_heads=2).cfg
+    T = 12
+    moved = 4 * matrix_weights(cfg) + 2 * cfg.n_layers * 2 * cfg.d_head * T * 4  # fp32 weights, K and V of 2 heads
+    assert prefill_intensity(cfg, T) == pytest.approx(prefill_flops(cfg, T) / moved)
+
+
+def test_first_size_at_balance_is_the_first_size_whose_intensity_reaches_it():
+    def intensity(n):
+        return n / 2  # an fp32 step reusing each weight n times
+
+    assert first_size_at_balance(intensity, 4.2) == 9  # 8 gives 4.0 < 4.2
+    assert first_size_at_balance(intensity, 4.0) == 8  # reaching the balance counts
+    assert first_size_at_balance(intensity, 100.0, largest=50) == 51  # none reaches it
+    with pytest.raises(ValueError, match="balance"):
+        first_size_at_balance(intensity, 0.0)

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from transformer_lib import GPT, GPTConfig
 from transformer_lib.experiments import model_memory as MM
 from transformer_lib.experiments import quant_methods as QM
+from transformer_lib.quant.channel_scale import ScaledInput
 from transformer_lib.quant.linear import QuantLinear, quantize_model
 
 
@@ -102,6 +103,18 @@ def test_quantize_copy_stores_int4_codes_for_every_method():
         layers = [m for m in q.modules() if isinstance(m, QuantLinear)]
         assert len(layers) == 9 and all(m.bits == 4 and m.group_size == 16 for m in layers)
     assert isinstance(model.blocks[0].ffn.up, torch.nn.Linear)
+
+
+def test_awq_alphas_are_the_exponents_the_awq_copy_used():
+    # alpha 0 leaves a layer's scale at 1 (round-to-nearest); any other alpha scales its input channels
+    model, data = tiny_gpt(), batches()
+    alphas = QM.awq_alphas(model, data, 4, 16)
+    q = QM.quantize_copy(model, "awq", data, 4, 16)
+    scales = {name: m.scale for name, m in q.named_modules() if isinstance(m, ScaledInput)}
+    assert sorted(alphas) == sorted(scales) and len(alphas) == 8  # 2 layers x (qkv, out, up, down); lm_head tied
+    assert all(min(abs(a - k / 10) for k in range(11)) < 1e-6 for a in alphas.values())  # on the grid
+    for name, a in alphas.items():
+        assert torch.allclose(scales[name], torch.ones_like(scales[name])) == (a == 0), name
 
 
 def test_compare_methods_bad_arguments_raise():

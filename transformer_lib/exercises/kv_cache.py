@@ -186,16 +186,26 @@ def check_cached_greedy(fn: Callable) -> ExerciseResult:
 
 # ----------------------------------------------------------------------------- predict, then run
 def explain_cache_prediction(
-    guess, measured: int, n_layers: int, n_kv_heads: int, d_head: int, seq_len: int, bytes_per_element: int
+    guess,
+    measured: int,
+    n_layers: int,
+    n_kv_heads: int,
+    d_head: int,
+    seq_len: int,
+    bytes_per_element: int,
+    variable: str = "my_bytes",
 ) -> ExerciseResult:
     """Compare the reader's predicted cache size ``guess`` (bytes) with the ``measured`` bytes of a real cache.
 
     ``measured`` is what the cache's tensors hold (e.g. ``StaticCache.nbytes()``); the other arguments are the
     shape it was built for. When the guess is off by one of the formula's factors
     (``2 * n_layers * n_kv_heads * d_head * seq_len * bytes_per_element``), the message names the factor.
+    ``variable``: the name of the notebook variable that holds the guess, named when it holds no number.
     """
     if isinstance(guess, bool) or not isinstance(guess, (int, float)):
-        return ExerciseResult(False, f"put your prediction (a number of bytes) in the variable first, got {guess!r}.")
+        return ExerciseResult(
+            False, f"put your prediction (a number of bytes) in the variable `{variable}` first, got {guess!r}."
+        )
     formula = (
         f"2 (keys and values) x {n_layers} layers x {n_kv_heads} key/value heads x {d_head} numbers per head "
         f"x {seq_len} positions x {bytes_per_element} bytes = {measured:,} bytes"

@@ -20,7 +20,7 @@ from .mask_fill import apply_fill
 @dataclass
 class PaddedRowsResult:
     variant: str
-    nan_rows_layer1: int  # padded query rows that became NaN after the first layer
+    nan_rows_layer0: int  # padded query rows that became NaN after the first layer (layer 0)
     nan_real_outputs: bool  # did NaN reach a real (non-padded) position after the last layer?
     loss: float  # cross-entropy over real positions only (ignore_index on the padding)
     nan_grad: bool

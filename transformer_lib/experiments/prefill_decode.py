@@ -28,7 +28,7 @@ import torch
 
 from ..utils.checks import check_int
 from ..serving.decoding import decode_step
-from ..serving.kv_cache import StaticCache
+from ..serving.kv_cache import StaticCache, kv_cache_bytes
 from ..book_tools.timing import interleaved_medians, interleaved_times
 
 
@@ -49,6 +49,25 @@ def prefill_flops(cfg, prompt_len: int, batch_size: int = 1) -> int:
     check_int("prompt_len", prompt_len, min=1)
     check_int("batch_size", batch_size, min=1)
     return batch_size * (2 * matrix_weights(cfg) * prompt_len + 4 * cfg.n_layers * cfg.d_model * prompt_len**2)
+
+
+def prefill_intensity(cfg, prompt_len: int, bytes_per_element: int = 4) -> float:
+    """FLOPs per byte of one sequence's prefill over ``prompt_len`` positions: ``prefill_flops`` over the bytes it
+    moves, every matrix weight read once (``matrix_weights``) and the keys and values it writes to the cache."""
+    check_int("bytes_per_element", bytes_per_element, min=1)
+    kv_heads = cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads
+    kv = kv_cache_bytes(cfg.n_layers, kv_heads, cfg.d_head, prompt_len, 1, bytes_per_element)
+    return prefill_flops(cfg, prompt_len) / (matrix_weights(cfg) * bytes_per_element + kv)
+
+
+def first_size_at_balance(intensity, balance: float, largest: int = 4096) -> int:
+    """The smallest size ``n`` in ``1 .. largest`` (a prompt length, a batch size) whose closed-form
+    ``intensity(n)`` (FLOPs per byte) reaches ``balance``, the machine's peak FLOP/s over its bandwidth; ``largest +
+    1`` when none does. The one rule the book uses for where the roofline model puts the turn."""
+    check_int("largest", largest, min=1)
+    if not balance > 0:
+        raise ValueError(f"balance must be a positive number of FLOPs per byte, got {balance!r}")
+    return next((n for n in range(1, largest + 1) if intensity(n) >= balance), largest + 1)
 
 
 def matmul_flops_per_s(n: int = 2048, repeats: int = 5, device=None, dtype=torch.float32) -> float:

@@ -37,11 +37,11 @@ from ..book_models.metrics import shakespeare_val_batches
 from ..utils.checks import check_int
 from ..data.corpus import get_batch, shakespeare_split
 from ..models.pretrained import load_minilm, sentence_embeddings
-from ..quant.awq import awq_quantize_model
+from ..quant.awq import awq_quantize_model, awq_scales
 from ..quant.calibration import calibration_inputs, lm_quality
 from ..quant.gptq import gptq_quantize_model
 from ..quant.int8_ops import quantize_per_token
-from ..quant.linear import int8_kernel, quantize_model, rtn_weight
+from ..quant.linear import int8_kernel, linears_to_replace, quantize_model, rtn_weight
 from ..quant.nf4 import compare_nf4_int4
 from ..quant.smoothquant import smoothing_factors, smoothquant_model
 from ..checkpoints import CHECKPOINT_DIR
@@ -123,6 +123,21 @@ def quantize_copy(
     if method == "gptq":
         return gptq_quantize_model(m, calib_batches, bits, group_size, skip=skip)
     return awq_quantize_model(m, calib_batches, bits, group_size, awq_grid, skip=skip)
+
+
+def awq_alphas(
+    model: nn.Module, calib_batches, bits: int = 4, group_size: int | None = None, awq_grid: int = 10
+) -> dict[str, float]:
+    """The exponent ``alpha`` AWQ's search picks for each layer that ``quantize_copy(model, "awq", ...)`` scales,
+    ``{name: alpha}`` (0: that layer is round-to-nearest); a layer tied to an embedding keeps ``s = 1`` and is left
+    out. Searched on the inputs each layer sees while the float model runs ``calib_batches``, as the copy is."""
+    inputs = calibration_inputs(model, calib_batches)
+    tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    return {
+        name: awq_scales(lin.weight, inputs[name], bits, group_size, awq_grid).alpha
+        for name, lin in linears_to_replace(model, (), group_size)
+        if id(lin.weight) not in tied
+    }
 
 
 def compare_methods(

@@ -122,13 +122,14 @@ def lora_rank_picture(w: LoRARank) -> str:
     label, chosen = w.target_sets[w.target_set]
     ranks = range(1, w.max_rank + 1)
     trained = lora_trainable(w.rank, w.linears, chosen, w.head)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 5.6))  # stacked, as the live figure's two canvases
     a1.semilogy(ranks, [lora_trainable(r, w.linears, chosen, w.head) for r in ranks], label=f"LoRA on {label}")
     for run in w.runs:
         if run[2] == 0:
             a1.axhline(run[1], ls="--", color="C1", lw=1)
-            a1.text(1, run[1] * 1.2, run[0], fontsize=7, color="C1")
+            a1.text(1, run[1] * 1.2, f"{run[0]}: {run[1]:,}", fontsize=7, color="C1")
     a1.axhline(w.base_params, ls=":", color="k", lw=1)
+    a1.text(1, w.base_params * 1.2, f"all of {w.base_name}: {w.base_params:,}", fontsize=7)
     a1.plot([w.rank], [trained], "o", color="C0")
     a1.set(xlabel="rank r", ylabel="trained numbers", title="what LoRA trains, by rank")
     for i, (name, n, _, _, accs) in enumerate(w.runs):
@@ -146,8 +147,9 @@ def lora_rank_picture(w: LoRARank) -> str:
     )
     measured = "; ".join(f"{r[0]} {', '.join(f'{100 * a:.1f}' for a in r[4])}%" for r in w.runs)
     alt = (
-        f"Left: LoRA's trained numbers against its rank from 1 to {w.max_rank} on a log scale, growing in "
-        f"proportion to r, beside the fixed counts of the other methods. Right: the held-out accuracy of each measured "
+        f"Top: LoRA's trained numbers against its rank from 1 to {w.max_rank} on a log scale, growing in "
+        f"proportion to r, beside the fixed counts of the other methods and of all of {w.base_name} (dotted). "
+        f"Bottom: the held-out accuracy of each measured "
         f"run against its trained numbers ({measured}). {summary}"
     )
     return live_static.image(fig, alt, summary)

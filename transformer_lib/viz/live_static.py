@@ -320,22 +320,40 @@ def quant_grid(w) -> str:
         deq = (torch.round(x.reshape(-1, g) / scales[:, None]).clamp(-qmax, qmax) * scales[:, None]).reshape(-1)
     err = x - deq
     rel = float(err.pow(2).mean().sqrt() / x.pow(2).mean().sqrt())
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 2.8), layout="constrained")
+    outlier_s = float(scales[at // g])
+    typical_s = float(scales.sort().values[len(scales) // 2])  # the median scale, as quant.js picks it
+    fig, (a, b) = plt.subplots(2, 1, figsize=(7, 4.6), layout="constrained")
     a.hist(x.numpy(), bins=80, color="#999")
-    a.set_xlabel("weight"), a.set_ylabel("count"), a.set_title("the row's weights", fontsize=9)
+    a.set_ylim(0, a.get_ylim()[1] * 1.35)  # room above the bars for the two grids
+    codes = torch.arange(-qmax, qmax + 1, dtype=torch.float32)
+    for s, colour, y0, label in (
+        (outlier_s, "#e69f00", 0.93, "outlier's group"),
+        (typical_s, "#0072b2", 0.85, "typical group"),
+    ):
+        a.vlines(
+            (codes * s).numpy(), y0 - 0.06, y0, transform=a.get_xaxis_transform(), color=colour, lw=0.8, label=label
+        )
+    a.set_xlabel("weight"), a.set_ylabel("count"), a.legend(fontsize=7, loc="center right")
+    a.set_title("the row's weights; grid of the outlier's group (orange), of a typical group (blue)", fontsize=9)
     bound = (scales / 2).repeat_interleave(g)
     b.plot(err.numpy(), ".", ms=2, color="#0072b2", label="error w - q·s")
     b.plot(bound.numpy(), color="#d55e00", lw=1, label="±s/2")
     b.plot((-bound).numpy(), color="#d55e00", lw=1)
     b.set_xlabel("weight index"), b.set_ylabel("error"), b.legend(fontsize=7)
     where = f"groups of {w.group_size}" if w.group_size else "one scale per row"
-    b.set_title(f"int{w.bits}, {where}", fontsize=9)
-    alt = (
-        f"Left: histogram of the row's {x.numel()} weights. Right: each weight's rounding error after absmax "
-        f"int{w.bits} quantization with {where}, inside the bound ±s/2 of its group; RMS error / RMS weight = "
-        f"{100 * rel:.2f}%."
+    b.set_title(f"int{w.bits}, {where}: error w - q·s per weight (blue), bound ±s/2 (orange)", fontsize=9)
+    steps = (
+        f"step of the outlier's group {outlier_s:.2e}, of a typical group {typical_s:.2e}"
+        if w.group_size
+        else f"one step for the whole row, {outlier_s:.2e}"
     )
-    return image(fig, alt, f"int{w.bits}, {where}: RMS error / RMS weight = {100 * rel:.2f}%.")
+    alt = (
+        f"Top: histogram of the row's {x.numel()} weights with two grids of representable values, the outlier's "
+        f"group's (orange) and a typical group's (blue). Bottom: each weight's rounding error after absmax "
+        f"int{w.bits} quantization with {where}, inside the bound ±s/2 of its group; RMS error / RMS weight = "
+        f"{100 * rel:.2f}%; {steps}."
+    )
+    return image(fig, alt, f"int{w.bits}, {where}: RMS error / RMS weight = {100 * rel:.2f}%; {steps}.")
 
 
 def online_softmax_tiles(w) -> str:
