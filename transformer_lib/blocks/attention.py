@@ -99,6 +99,23 @@ def attention_weights(
     return weights.masked_fill(~to_boolean(mask), 0.0).to(q.dtype)
 
 
+def _causal_fast_path(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether PyTorch's ``is_causal`` kernel can apply the causal mask itself: square scores skip the masked half;
+    one query (the newest position, as when decoding) sees every key and needs no mask at all."""
+    return q.shape[-2] in (1, k.shape[-2])
+
+
+def _fit_float_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An additive mask in ``dtype``, clamped to ``dtype``'s own minimum: ``finfo(float32).min`` would overflow to
+    ``-inf`` in fp16/bf16 (and a row of ``-inf`` gives NaN)."""
+    return mask.float().clamp_min(torch.finfo(dtype).min).to(dtype)
+
+
+def _zero_fully_masked_rows(out: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Output 0 for a query that may attend to no key: PyTorch's backends differ there (0, NaN or a uniform average)."""
+    return out.masked_fill(~to_boolean(mask).any(dim=-1, keepdim=True), 0.0)
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -109,7 +126,7 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     dropout_p: float = 0.0,
 ):
-    """Scaled dot-product attention.
+    """Scaled dot-product attention, ``softmax(q k^T / (sqrt(D) tau) + mask) v``.
 
     Args:
         q: ``(..., Tq, D)``; k: ``(..., Tk, D)``; v: ``(..., Tk, Dv)``.
@@ -131,22 +148,14 @@ def scaled_dot_product_attention(
     if mask is not None:
         check_mask(mask, _scores_shape(q, k), "mask")
     scale = 1.0 / (math.sqrt(q.shape[-1]) * temperature)
-    if is_causal and mask is None and not need_weights and q.shape[-2] in (1, k.shape[-2]):
-        # Square: PyTorch's is_causal kernel skips the masked half instead of reading a mask.
-        # One query (decoding with a cache) is the newest position: it sees every key, no mask needed.
+    if is_causal and mask is None and not need_weights and _causal_fast_path(q, k):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=q.shape[-2] > 1, scale=scale)
     if is_causal:
-        causal = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
-        mask = causal if mask is None else combine_masks(mask, causal)
-    if need_weights:
+        mask = combine_masks(mask, causal_mask(q.shape[-2], k.shape[-2], device=q.device))
+    if need_weights:  # the teaching path: the weights written out
         weights = attention_weights(q, k, mask, temperature)  # (..., Tq, Tk)
         return F.dropout(weights, dropout_p) @ v, weights
-    keep = None if mask is None else to_boolean(mask)  # True where attention is allowed
-    if mask is not None and mask.dtype != torch.bool:
-        # finfo(float32).min would overflow to -inf in fp16/bf16; clamp to the input dtype's own minimum
-        mask = mask.float().clamp_min(torch.finfo(q.dtype).min).to(q.dtype)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-    if keep is not None:
-        # PyTorch's backends differ on fully masked rows (0, NaN or a uniform average): make it 0 everywhere.
-        out = out.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)
-    return out
+    float_mask = mask is not None and mask.dtype != torch.bool
+    attn_mask = _fit_float_mask(mask, q.dtype) if float_mask else mask
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    return out if mask is None else _zero_fully_masked_rows(out, mask)
