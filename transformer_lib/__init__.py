@@ -7,6 +7,8 @@ from .blocks.masking import causal_mask, combine_masks, padding_mask, padding_ma
 from .models.configs import BertConfig, GPTConfig, TransformerConfig
 from .models.transformer import GPT, BertEncoder, Transformer
 from .blocks.multihead import MultiHeadAttention
+from .blocks.cached_attention import CachedSelfAttention
+from .blocks.grouped_query import GroupedQueryAttention
 from .blocks.positional import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,

@@ -9,7 +9,6 @@ import torch.nn as nn
 
 from transformer_lib.blocks.masking import causal_mask, padding_mask
 from transformer_lib.blocks.multihead import MultiHeadAttention
-from transformer_lib.blocks.positional import RotaryEmbedding
 
 B, TQ, TK, D, H = 2, 5, 7, 16, 4
 ATOL = 1e-5
@@ -124,19 +123,6 @@ def test_module_runs_in_bf16_and_keeps_the_dtype(need_weights):
     torch.testing.assert_close(out.float(), expected, atol=5e-2, rtol=5e-2)
 
 
-@pytest.mark.parametrize("rope", [False, True])
-def test_cached_decoding_matches_full_recompute(rope, make_cache):
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(D, H, rope=RotaryEmbedding(D // H) if rope else None).eval()
-    x, _, _ = inputs(tq=7)
-    full, _ = mha(x, is_causal=True)
-    cache, steps = make_cache(), []
-    for chunk in (x[:, :3], x[:, 3:4], x[:, 4:6], x[:, 6:]):  # a prompt, then one or two tokens at a time
-        steps.append(mha(chunk, is_causal=True, cache=cache)[0])
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=ATOL, rtol=ATOL)
-    assert cache.get_seq_length(0) == 7
-
-
 # ----------------------------------------------------------------------------- bad input
 def test_d_model_not_divisible_by_n_heads_is_rejected():
     with pytest.raises(ValueError, match=r"d_model=10 must be a positive multiple of n_heads=3"):
@@ -180,26 +166,3 @@ def test_loading_an_incompatible_torch_module_is_rejected():
         MultiHeadAttention(D, H).load_from_torch(nn.MultiheadAttention(D, H, add_bias_kv=True))
     with pytest.raises(ValueError, match=r"kdim"):
         MultiHeadAttention(D, H).load_from_torch(nn.MultiheadAttention(D, H, kdim=8, vdim=8))
-
-
-def test_failed_attn_mask_check_leaves_a_static_cache_unchanged():
-    from transformer_lib.serving.kv_cache import StaticCache
-
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(D, H).eval()
-    cache, clean = StaticCache(1, B, H, 16, D // H), StaticCache(1, B, H, 16, D // H)
-    prompt, new = torch.randn(B, 4, D), torch.randn(B, 1, D)
-    mha(prompt, is_causal=True, cache=cache)
-    mha(prompt, is_causal=True, cache=clean)
-    keys, values = cache.keys[0].clone(), cache.values[0].clone()
-    with pytest.raises(ValueError, match=r"attn_mask of shape \(5, 5\) does not broadcast.*\(2, 4, 1, 5\)"):
-        mha(new, is_causal=True, attn_mask=torch.ones(5, 5, dtype=torch.bool), cache=cache)
-    with pytest.raises(ValueError, match=r"attention_mask must be bool \(B=2, Tk=5\), got torch.bool \(2, 4\)"):
-        mha(new, is_causal=True, attention_mask=torch.ones(B, 4, dtype=torch.bool), cache=cache)
-    assert cache.lengths == [4] and torch.equal(cache.keys[0], keys) and torch.equal(cache.values[0], values)
-    mask = torch.ones(1, 5, dtype=torch.bool)
-    torch.testing.assert_close(
-        mha(new, is_causal=True, attn_mask=mask, cache=cache)[0],
-        mha(new, is_causal=True, attn_mask=mask, cache=clean)[0],
-    )
-    assert cache.lengths == [5]

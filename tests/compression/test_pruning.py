@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lib import GPT, GPTConfig, MultiHeadAttention
+from transformer_lib import GPT, CachedSelfAttention, GPTConfig, GroupedQueryAttention, MultiHeadAttention
 from transformer_lib.compression import pruning as P
 from transformer_lib.serving.generation import generate
 
@@ -61,7 +61,7 @@ def test_head_mask_zeroes_exactly_the_chosen_heads_outputs():
 
 
 def test_pruned_attention_module_matches_the_kept_heads_by_hand():
-    attn = MultiHeadAttention(24, 4, layer_idx=2).eval()
+    attn = CachedSelfAttention(24, 4, layer_idx=2).eval()
     small = P.prune_attention_heads(attn, [0, 2])
     assert (small.n_heads, small.d_head, small.qkv.weight.shape, small.out.weight.shape, small.layer_idx) == (
         2,
@@ -120,7 +120,7 @@ def test_pruning_an_alibi_or_grouped_query_model_raises():
     with pytest.raises(ValueError, match="ALiBi"):
         P.prune_heads(tiny_gpt(positional="alibi"), {0: [0]})
     with pytest.raises(ValueError, match="n_kv_heads"):
-        P.prune_attention_heads(MultiHeadAttention(32, 4, n_kv_heads=2), [0])
+        P.prune_attention_heads(GroupedQueryAttention(32, 4, n_kv_heads=2), [0])
 
 
 def test_head_mask_with_wrong_shape_raises():

@@ -26,9 +26,10 @@ def test_prune_qkv_solution_passes():
 def test_prune_qkv_solution_builds_a_working_smaller_attention():
     # independent of the check: the kept rows, loaded into a 2-head module, give the kept heads' outputs
     from transformer_lib import MultiHeadAttention
+    from transformer_lib.compression.pruning import attention_with_heads
 
     big = MultiHeadAttention(12, 4, bias=False)
-    small = MultiHeadAttention(12, 2, bias=False, d_head=3)
+    small = attention_with_heads(big, 2)  # 2 heads of big's d_head = 3
     with torch.no_grad():
         small.qkv.weight.copy_(prune_qkv(big.qkv.weight, [1, 3], 4))
         small.out.weight.copy_(big.out.weight[:, [3, 4, 5, 9, 10, 11]])

@@ -19,7 +19,7 @@ from transformer_lib.models.llama import (
     hf_llama_to_ours,
     rotate_half,
 )
-from transformer_lib.blocks.multihead import MultiHeadAttention
+from transformer_lib.blocks.grouped_query import GroupedQueryAttention
 from transformer_lib.blocks.norms import RMSNorm, rms_norm
 from transformer_lib.blocks.positional import RotaryEmbedding
 
@@ -171,7 +171,7 @@ def _reference_gqa(q, k, v, group):
 
 @pytest.mark.parametrize("n_kv_heads", [8, 2, 1])  # multi-head, grouped-query, multi-query
 def test_grouped_query_attention_matches_written_out_reference(n_kv_heads):
-    mha = MultiHeadAttention(64, 8, bias=False, n_kv_heads=n_kv_heads)
+    mha = GroupedQueryAttention(64, 8, n_kv_heads, bias=False)
     x = torch.randn(2, 11, 64)
     q, k, v = mha.project_qkv(x)
     assert k.shape == (2, n_kv_heads, 11, 8)
@@ -182,7 +182,7 @@ def test_grouped_query_attention_matches_written_out_reference(n_kv_heads):
 
 
 def test_grouped_query_attention_shrinks_parameters_and_cache():
-    full, gqa, mqa = (MultiHeadAttention(64, 8, bias=False, n_kv_heads=h) for h in (8, 2, 1))
+    full, gqa, mqa = (GroupedQueryAttention(64, 8, h, bias=False) for h in (8, 2, 1))
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert count(full) - count(gqa) == 2 * 64 * (64 - 16)  # W_K and W_V lose 6 of 8 heads
     assert count(mqa) == 2 * 64 * 64 + 2 * 64 * 8

@@ -14,6 +14,7 @@ from transformer_lib.blocks.layers import load_decoder_layer_from_torch, load_en
 from transformer_lib.blocks.masking import causal_mask
 from transformer_lib.models.configs import POSITIONAL, GPTConfig, TransformerConfig
 from transformer_lib.models.transformer import GPT, Transformer, init_weights
+from transformer_lib.blocks.cached_attention import CachedSelfAttention
 from transformer_lib.blocks.multihead import MultiHeadAttention
 
 V, T_MAX = 11, 12  # vocabulary and context of the toy models
@@ -80,14 +81,15 @@ def transformer_logits(norm_first=False):
 
 
 def without_causal_mask(monkeypatch):
-    """Make every MultiHeadAttention ignore ``is_causal`` (the bug the causality tests must catch)."""
-    forward = MultiHeadAttention.forward
+    """Make every MultiHeadAttention, cached or not, ignore ``is_causal`` (the bug the causality tests must catch)."""
+    for cls in (MultiHeadAttention, CachedSelfAttention):
+        forward = cls.forward
 
-    def leaky_forward(self, *args, **kwargs):
-        kwargs["is_causal"] = False
-        return forward(self, *args, **kwargs)
+        def leaky_forward(self, *args, forward=forward, **kwargs):
+            kwargs["is_causal"] = False
+            return forward(self, *args, **kwargs)
 
-    monkeypatch.setattr(MultiHeadAttention, "forward", leaky_forward)
+        monkeypatch.setattr(cls, "forward", leaky_forward)
 
 
 # ----------------------------------------------------------------------------- causality

@@ -15,7 +15,8 @@ from transformer_lib.serving.kv_cache import SlidingWindowCache, kv_cache_bytes
 from transformer_lib.blocks.layers import DecoderLayer
 from transformer_lib.models.configs import GPTConfig
 from transformer_lib.models.transformer import GPT, init_weights
-from transformer_lib.blocks.multihead import MultiHeadAttention
+from transformer_lib.blocks.cached_attention import CachedSelfAttention
+from transformer_lib.blocks.grouped_query import GroupedQueryAttention
 from transformer_lib.compression.pruning import prune_heads
 
 V, BLOCK, WINDOW = 23, 48, 5
@@ -53,7 +54,10 @@ def ids(shape, seed):
 @pytest.mark.parametrize("n_kv_heads", [None, 2])
 def test_windowed_attention_equals_sdpa_with_an_explicit_band_mask(window, n_kv_heads):
     torch.manual_seed(1)
-    attn = MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, window=window).eval()
+    if n_kv_heads is None:
+        attn = CachedSelfAttention(16, 4, window=window).eval()
+    else:
+        attn = GroupedQueryAttention(16, 4, n_kv_heads, window=window).eval()
     x = torch.randn(2, 12, 16)
     q, k, v = attn.project_qkv(x)  # (B, H, T, d_head), k/v (B, H_kv, T, d_head)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=band(12, window), enable_gqa=n_kv_heads is not None)
@@ -67,7 +71,8 @@ def test_windowed_attention_equals_sdpa_with_an_explicit_band_mask(window, n_kv_
 
 def test_windowed_block_equals_a_full_block_given_the_band_as_its_mask():
     torch.manual_seed(2)
-    windowed = DecoderLayer(16, 4, 32, norm_first=True, cross_attention=False, window=4).eval()
+    attn = CachedSelfAttention(16, 4, window=4)
+    windowed = DecoderLayer(16, 4, 32, norm_first=True, cross_attention=False, self_attn=attn).eval()
     full = DecoderLayer(16, 4, 32, norm_first=True, cross_attention=False).eval()
     full.load_state_dict(windowed.state_dict())
     x = torch.randn(3, 10, 16)
@@ -91,7 +96,7 @@ def test_bad_window_raises_a_value_error_naming_it(bad):
     with pytest.raises(error, match=rf"GPTConfig.window must be an int >= 1 or None \(full attention\), {got}$"):
         GPTConfig(vocab_size=V, window=bad)
     with pytest.raises(error, match=rf"window must be an int >= 1 .* or None \(full attention\), {got}$"):
-        MultiHeadAttention(16, 4, window=bad)
+        CachedSelfAttention(16, 4, window=bad)
     with pytest.raises(error, match=rf"window must be an int >= 1 .*, {got}$"):
         SlidingWindowCache(bad)
 

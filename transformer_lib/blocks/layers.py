@@ -149,7 +149,7 @@ class DecoderLayer(nn.Module):
 
     ``causal`` (an attribute, default True): the self-attention's causal mask. ``forward`` reads it unless its
     ``is_causal`` argument says otherwise; ``variants.set_causal`` flips it on a whole model.
-    ``window``: sliding-window self-attention (``MultiHeadAttention``'s ``window``); None = full attention.
+    ``self_attn``: a self-attention module to use instead of ``MultiHeadAttention`` (a cached one, chapter 07).
     """
 
     def __init__(
@@ -163,19 +163,14 @@ class DecoderLayer(nn.Module):
         eps: float = 1e-5,
         bias: bool = True,
         cross_attention: bool = True,
-        rope: nn.Module | None = None,
-        layer_idx: int = 0,
-        n_kv_heads: int | None = None,
         causal: bool = True,
-        window: int | None = None,
+        self_attn: nn.Module | None = None,
     ):
         super().__init__()
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {causal!r}")
         self.causal = causal
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, dropout, bias, rope=rope, layer_idx=layer_idx, n_kv_heads=n_kv_heads, window=window
-        )
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if self_attn is None else self_attn
         self.res_self = Residual(d_model, norm_first, dropout, eps)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if cross_attention else None
         self.res_cross = Residual(d_model, norm_first, dropout, eps) if cross_attention else None
@@ -192,9 +187,10 @@ class DecoderLayer(nn.Module):
         attention_mask=None,
         is_causal: bool | None = None,
         need_weights: bool = False,
-        cache=None,
+        **self_attn_args,
     ):
-        """``is_causal``: None (default) = the layer's ``causal`` attribute; True/False overrides it for this call."""
+        """``is_causal``: None (default) = the layer's ``causal`` attribute; True/False overrides it for this call.
+        ``self_attn_args`` go to ``self_attn`` as they are (a KV ``cache``, chapter 07)."""
         is_causal = self.causal if is_causal is None else is_causal
 
         def self_attend(h):
@@ -204,7 +200,7 @@ class DecoderLayer(nn.Module):
                 attention_mask=attention_mask,
                 is_causal=is_causal,
                 need_weights=need_weights,
-                cache=cache,
+                **self_attn_args,
             )
             return out
 

@@ -7,6 +7,10 @@ Used in chapters 01, 02, 03, 04, 07 and 11.
 The h projections are one matrix each (``d_model x d_model``) split into h slices of ``d_head``;
 the query/key/value weights are stacked in one ``qkv`` Linear laid out like
 ``nn.MultiheadAttention.in_proj_weight`` so weights load one-to-one.
+
+This is the paper's attention. Later chapters extend it where they teach the extension: a decoder's KV cache, RoPE
+and sliding window (``cached_attention.CachedSelfAttention``), grouped queries (``grouped_query``), fewer heads
+after pruning (``compression.pruning``).
 """
 
 from __future__ import annotations
@@ -21,22 +25,6 @@ from .masking import check_mask, combine_masks, key_padding_to_attention
 
 
 ATTN_MASK_SHAPES = ("(Tq, Tk)", "(1, 1, Tq, Tk)", "(B, 1, Tq, Tk)", "(1, H, Tq, Tk)", "(B, H, Tq, Tk)")
-
-
-def sliding_window_mask(t_q: int, t_k: int, window: int, device=None) -> torch.Tensor:
-    """Bool ``(t_q, t_k)`` band, True where a query may attend: itself and the ``window - 1`` keys before it.
-
-    Aligned to the end of the keys (query ``i`` is key position ``t_k - t_q + i``, as with a cache), so
-    key ``j`` is visible when ``0 <= (t_k - t_q + i) - j < window``: causal and at most ``window`` keys.
-    """
-    q_pos = torch.arange(t_k - t_q, t_k, device=device)[:, None]  # (t_q, 1)
-    distance = q_pos - torch.arange(t_k, device=device)[None, :]  # (t_q, t_k): how far back each key is
-    return (distance >= 0) & (distance < window)
-
-
-def check_window(window) -> None:
-    """``window`` is None (full attention) or an int >= 1."""
-    check_int("window", window, min=1, note="keys a query sees, itself included", optional="full attention")
 
 
 def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> None:
@@ -58,54 +46,23 @@ def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> No
 
 
 class MultiHeadAttention(nn.Module):
-    """Self- or cross-attention with ``n_heads`` heads of size ``d_head`` (default ``d_model // n_heads``).
+    """Self- or cross-attention with ``n_heads`` heads of size ``d_head = d_model // n_heads``.
 
     Inputs are batch-first: ``query: (B, Tq, d_model)``, ``key``/``value: (B, Tk, d_model)``.
     Masks use the library convention, True = may attend (see ``masking.py``).
-
-    Optional extras used by later chapters:
-      * ``rope``: a ``RotaryEmbedding`` applied to queries and keys (chapter 04);
-      * ``cache``: an object with ``get_seq_length(layer_idx)`` and ``update(k, v, layer_idx) -> (k, v)``
-        (``serving/kv_cache.py``, chapter 07), with ``layer_idx`` set by the model;
-      * ``n_kv_heads < n_heads``: grouped-query attention (Ainslie et al. 2023; 1 = multi-query, Shazeer 2019):
-        each group of ``n_heads // n_kv_heads`` query heads shares one key/value head, so the cache shrinks;
-      * ``d_head``: set explicitly when ``n_heads * d_head != d_model`` (e.g. after pruning heads, chapter 08);
-      * ``window``: sliding-window attention (Beltagy et al. 2020, Mistral 7B): with ``is_causal`` each query sees
-        only itself and the ``window - 1`` keys before it (``sliding_window_mask``); None = full attention.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        dropout: float = 0.0,
-        bias: bool = True,
-        rope: nn.Module | None = None,
-        layer_idx: int = 0,
-        n_kv_heads: int | None = None,
-        d_head: int | None = None,
-        window: int | None = None,
-    ):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        check_window(window)
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        sizes = dict(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head)
-        for name, value in sizes.items():
-            check_int(name, value, min=1, optional=name == "d_head")
-        if d_head is None and d_model % n_heads != 0:
+        check_int("d_model", d_model, min=1)
+        check_int("n_heads", n_heads, min=1)
+        if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be a positive multiple of n_heads={n_heads}")
-        if n_heads % n_kv_heads != 0:
-            raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
         check_probability("dropout", dropout)
-        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.d_head = d_model // n_heads if d_head is None else d_head
-        self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
-        self.qkv = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)  # [W_Q; W_K; W_V] stacked
-        self.out = nn.Linear(self.q_dim, d_model, bias=bias)  # W_O
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V] stacked
+        self.out = nn.Linear(d_model, d_model, bias=bias)  # W_O
         self.dropout = dropout
-        self.rope = rope
-        self.layer_idx = layer_idx
-        self.window = window
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, T, H * d_head) -> (B, H, T, d_head)``."""
@@ -113,20 +70,19 @@ class MultiHeadAttention(nn.Module):
         return x.view(B, T, -1, self.d_head).transpose(1, 2)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, H, T, d_head) -> (B, T, d_model)``: the Concat of the paper."""
+        """``(B, H, T, d_head) -> (B, T, H * d_head)``: the Concat of the paper (``H * d_head = d_model``)."""
         B, H, T, D = x.shape
         return x.transpose(1, 2).reshape(B, T, H * D)
 
     def project_qkv(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None):
-        """Project to per-head q ``(B, H, Tq, d_head)`` and k, v ``(B, H_kv, Tk, d_head)``.
+        """Project to per-head q ``(B, H, Tq, d_head)`` and k, v ``(B, H, Tk, d_head)``.
 
         ``key=None`` means self-attention."""
-        sizes = [self.q_dim, self.kv_dim, self.kv_dim]
         if key is None:  # one fused matmul for self-attention
-            q, k, v = self.qkv(query).split(sizes, dim=-1)
+            q, k, v = self.qkv(query).chunk(3, dim=-1)
         else:
-            w_q, w_k, w_v = self.qkv.weight.split(sizes)
-            b_q, b_k, b_v = (None,) * 3 if self.qkv.bias is None else self.qkv.bias.split(sizes)
+            w_q, w_k, w_v = self.qkv.weight.chunk(3)
+            b_q, b_k, b_v = (None,) * 3 if self.qkv.bias is None else self.qkv.bias.chunk(3)
             q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
@@ -180,7 +136,6 @@ class MultiHeadAttention(nn.Module):
         attention_mask=None,
         is_causal: bool = False,
         need_weights: bool = False,
-        cache=None,
     ):
         """Returns ``(out: (B, Tq, d_model), weights: (B, H, Tq, Tk) or None)``.
 
@@ -192,42 +147,32 @@ class MultiHeadAttention(nn.Module):
                 ``B == H``; write ``mask[:, None]`` (per sequence) or ``mask[None]`` (per head).
             attention_mask: bool ``(B, Tk)``, True on real tokens (Hugging Face's name and meaning; PyTorch's
                 ``key_padding_mask`` means the opposite, True = ignore).
-            is_causal: add a causal mask aligned to the end of the keys (the band ``sliding_window_mask`` when
-                ``self.window`` is set; without ``is_causal`` the window is not applied).
+            is_causal: add a causal mask aligned to the end of the keys.
             need_weights: take the teaching path and return the per-head weights.
         """
         self._check_inputs(query, key, value)
         value = key if value is None else value
-        past = 0 if cache is None else cache.get_seq_length(self.layer_idx)
-        Tq, Tk = query.shape[1], past + (query if key is None else key).shape[1]  # keys: the cached ones and T new
-        self._check_masks(attn_mask, attention_mask, query.shape[0], Tq, Tk)  # before the cache changes
-        q, k, v = self.project_qkv(query, key, value)  # (B, H, T, d_head)
-        if self.rope is not None:
-            q, k = self.rope(q, offset=past), self.rope(k, offset=past)
-        if cache is not None:
-            k, v = cache.update(k, v, self.layer_idx)  # (B, H_kv, past + T, d_head)
-        if self.n_kv_heads != self.n_heads:  # each kv head serves a group of query heads
-            group = self.n_heads // self.n_kv_heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, Tk, d_head)
-        if attention_mask is not None:
-            attention_mask = key_padding_to_attention(attention_mask)  # (B, 1, 1, Tk)
-        if is_causal and self.window is not None:  # the band already holds the causal mask
-            band = sliding_window_mask(Tq, k.shape[2], self.window, device=q.device)  # (Tq, Tk held)
-            attn_mask, is_causal = band if attn_mask is None else combine_masks(attn_mask, band), False
-        mask = combine_masks(attn_mask, attention_mask)
+        Tk = (query if key is None else key).shape[1]
+        self._check_masks(attn_mask, attention_mask, query.shape[0], query.shape[1], Tk)
+        q, k, v = self.project_qkv(query, key, value)  # q: (B, H, Tq, d_head); k, v: (B, H, Tk, d_head)
+        y, weights = self.attend(q, k, v, self.combined_mask(attn_mask, attention_mask), is_causal, need_weights)
+        return self.out(self.merge_heads(y)), weights  # (B, Tq, d_model)
+
+    @staticmethod
+    def combined_mask(attn_mask=None, attention_mask=None):
+        """One mask from ``attn_mask`` and the key padding ``attention_mask: (B, Tk)`` (seen as ``(B, 1, 1, Tk)``)."""
+        return combine_masks(attn_mask, None if attention_mask is None else key_padding_to_attention(attention_mask))
+
+    def attend(self, q, k, v, mask=None, is_causal: bool = False, need_weights: bool = False):
+        """Every head's attention at once: ``q: (B, H, Tq, d_head)``, ``k, v: (B, H, Tk, d_head)`` -> ``(y: (B, H,
+        Tq, d_head), weights: (B, H, Tq, Tk) or None)``, with dropout on the weights while training."""
         p = self.dropout if self.training else 0.0
         y = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights, is_causal=is_causal, dropout_p=p)
-        y, weights = y if need_weights else (y, None)
-        return self.out(self.merge_heads(y)), weights  # (B, Tq, d_model)
+        return y if need_weights else (y, None)
 
     @torch.no_grad()
     def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
         """Copy the weights of a ``torch.nn.MultiheadAttention`` with the same d_model and heads."""
-        if self.n_kv_heads != self.n_heads or self.q_dim != self.d_model:
-            raise ValueError(
-                f"only plain multi-head attention loads from nn.MultiheadAttention, this module has "
-                f"n_kv_heads={self.n_kv_heads}, n_heads * d_head={self.q_dim}, d_model={self.d_model}"
-            )
         if mha.embed_dim != self.d_model or mha.num_heads != self.n_heads:
             raise ValueError(
                 f"nn.MultiheadAttention has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; "
@@ -237,6 +182,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"nn.MultiheadAttention with kdim={mha.kdim}, vdim={mha.vdim} != embed_dim="
                 f"{mha.embed_dim} is not supported"
+            )
+        if self.qkv.weight.shape != mha.in_proj_weight.shape or self.out.weight.shape != mha.out_proj.weight.shape:
+            raise ValueError(
+                f"only plain multi-head attention loads from nn.MultiheadAttention: this module's qkv "
+                f"{tuple(self.qkv.weight.shape)} and out {tuple(self.out.weight.shape)} "
+                f"differ from in_proj {tuple(mha.in_proj_weight.shape)} and out_proj {tuple(mha.out_proj.weight.shape)}"
             )
         if mha.bias_k is not None or mha.add_zero_attn:
             raise ValueError("nn.MultiheadAttention with add_bias_kv=True or add_zero_attn=True is not supported")

@@ -7,8 +7,9 @@ Used in chapter 08.
 * **Head importance** (Michel et al. 2019, "Are Sixteen Heads Really Better than One?", section 4.1):
   ``I[l, h] = mean over sequences x of |dL(x) / d xi[l, h]|`` at ``xi = 1``: how much the loss reacts to the gate.
   A simpler baseline is the size of a head's weights (``magnitude_importance``).
-* **Structural pruning**: ``prune_heads`` builds smaller ``MultiHeadAttention`` modules (fewer rows in
-  ``qkv``, fewer columns in ``out``) and ``drop_layers`` removes whole blocks, so the model does less work.
+* **Structural pruning**: ``prune_heads`` builds smaller attention modules (fewer rows in ``qkv``, fewer columns in
+  ``out``: ``attention_with_heads``, whose ``n_heads * d_head`` is then below ``d_model``) and ``drop_layers``
+  removes whole blocks, so the model does less work.
 * **Unstructured pruning** (``magnitude_prune``): zero the smallest weights with ``torch.nn.utils.prune``;
   the matrices keep their shapes, so dense kernels do the same work.
 
@@ -159,7 +160,7 @@ def head_weight_norms(attn: MultiHeadAttention) -> torch.Tensor:
     """``(n_heads,)``: the L2 norm of each head's own weights: its rows of ``W_Q``, ``W_K``, ``W_V``
     (``(d_head, d_model)`` each) and its columns of ``W_O`` (``(d_model, d_head)``)."""
     H, D = attn.n_heads, attn.d_head
-    if attn.n_kv_heads != H:
+    if getattr(attn, "n_kv_heads", H) != H:
         raise ValueError(f"head_weight_norms needs n_kv_heads == n_heads, got {attn.n_kv_heads} and {H}")
     w_qkv = attn.qkv.weight.float().view(3, H, D, -1)  # (3 = q/k/v, H, d_head, d_model)
     w_o = attn.out.weight.float().view(attn.d_model, H, D)  # (d_model, H, d_head)
@@ -226,16 +227,28 @@ def _check_heads(counts: list[int], heads: Mapping[int, Sequence[int]], allow_em
             )
 
 
+def attention_with_heads(attn: MultiHeadAttention, n_heads: int, d_head: int | None = None) -> MultiHeadAttention:
+    """A copy of ``attn`` (its class, RoPE, cache index, window, dropout, mode, device and dtype) with ``n_heads``
+    heads of ``d_head`` features (default ``attn.d_head``) and fresh weights: ``qkv: (3 n_heads d_head, d_model)``,
+    ``out: (d_model, n_heads d_head)``. After pruning ``n_heads * d_head`` is below ``d_model``."""
+    d_head = attn.d_head if d_head is None else d_head
+    new = copy.deepcopy(attn)
+    new.n_heads, new.d_head, bias = n_heads, d_head, attn.qkv.bias is not None
+    new.qkv = nn.Linear(attn.d_model, 3 * n_heads * d_head, bias=bias)  # [W_Q; W_K; W_V] of the heads kept
+    new.out = nn.Linear(n_heads * d_head, attn.d_model, bias=bias)  # W_O
+    return new.to(device=attn.qkv.weight.device, dtype=attn.qkv.weight.dtype)
+
+
 @torch.no_grad()
 def prune_attention_heads(attn: MultiHeadAttention, keep: Sequence[int]) -> MultiHeadAttention:
-    """A new, smaller ``MultiHeadAttention`` holding only the heads ``keep`` (in that order).
+    """A new, smaller attention module (``attention_with_heads``) holding only the heads ``keep`` (in that order).
 
     ``qkv`` keeps rows ``h * d_head : (h + 1) * d_head`` of each of its ``W_Q``, ``W_K``, ``W_V`` blocks;
     ``out`` keeps the same columns of ``W_O`` (and its whole bias, which belongs to no head).
     """
     H, D = attn.n_heads, attn.d_head
     keep = list(keep)
-    if attn.n_kv_heads != H:
+    if getattr(attn, "n_kv_heads", H) != H:
         raise ValueError(
             f"pruning heads needs n_kv_heads == n_heads (no grouped-query attention), "
             f"got n_kv_heads={attn.n_kv_heads}, n_heads={H}"
@@ -245,17 +258,7 @@ def prune_attention_heads(attn: MultiHeadAttention, keep: Sequence[int]) -> Mult
     cols = torch.cat([torch.arange(h * D, (h + 1) * D) for h in keep])  # features of the kept heads
     rows = torch.cat([cols + block * H * D for block in range(3)])  # the same features in W_Q, W_K, W_V
     device = attn.qkv.weight.device
-    new = MultiHeadAttention(
-        attn.d_model,
-        len(keep),
-        attn.dropout,
-        bias=attn.qkv.bias is not None,
-        rope=attn.rope,
-        layer_idx=attn.layer_idx,
-        d_head=D,
-        window=attn.window,
-    )
-    new.to(device=device, dtype=attn.qkv.weight.dtype)
+    new = attention_with_heads(attn, len(keep))
     new.qkv.weight.copy_(attn.qkv.weight[rows.to(device)])  # (3 * kept * d_head, d_model)
     new.out.weight.copy_(attn.out.weight[:, cols.to(device)])  # (d_model, kept * d_head)
     if attn.qkv.bias is not None:

@@ -15,14 +15,14 @@ import torch
 from torch.nn.utils import prune
 
 from ..blocks.multihead import MultiHeadAttention
-from ..compression.pruning import head_weight_norms, prune_attention_heads
+from ..compression.pruning import attention_with_heads, head_weight_norms, prune_attention_heads
 from .checking import ExerciseResult, check_against, random_int
 
 
 def _module(w_qkv: torch.Tensor, w_o: torch.Tensor, n_heads: int) -> MultiHeadAttention:
     """A bias-free ``MultiHeadAttention`` holding the given weights."""
     d_model = w_qkv.shape[1]
-    attn = MultiHeadAttention(d_model, n_heads, bias=False, d_head=w_qkv.shape[0] // (3 * n_heads))
+    attn = attention_with_heads(MultiHeadAttention(d_model, 1, bias=False), n_heads, w_qkv.shape[0] // (3 * n_heads))
     with torch.no_grad():
         attn.qkv.weight.copy_(w_qkv)
         attn.out.weight.copy_(w_o)

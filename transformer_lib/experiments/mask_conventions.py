@@ -30,10 +30,10 @@ def torch_mha_from(attn: MultiHeadAttention) -> nn.MultiheadAttention:
 
     Both stack ``[W_Q; W_K; W_V]`` in one ``(3 d_model, d_model)`` matrix (``attn.qkv``, ``in_proj_weight``), so
     the copy is one line per tensor. Needs plain multi-head attention (as many key/value heads as query heads)."""
-    if attn.q_dim != attn.kv_dim or attn.qkv.bias is None:
+    if attn.qkv.weight.shape != (3 * attn.d_model, attn.d_model) or attn.qkv.bias is None:
         raise ValueError(
-            f"need plain multi-head attention with biases (q_dim == kv_dim), got q_dim={attn.q_dim}, "
-            f"kv_dim={attn.kv_dim}, bias={attn.qkv.bias is not None}"
+            f"need plain multi-head attention with biases (qkv of shape (3 d_model, d_model)), got qkv "
+            f"{tuple(attn.qkv.weight.shape)} with d_model={attn.d_model}, bias={attn.qkv.bias is not None}"
         )
     w = attn.qkv.weight
     mha = nn.MultiheadAttention(attn.d_model, attn.n_heads, batch_first=True, device=w.device, dtype=w.dtype)

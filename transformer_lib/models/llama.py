@@ -8,7 +8,7 @@ Used in chapter 11.
 * **grouped-query attention** (``n_kv_heads < n_heads``, Ainslie et al. 2023) and no biases anywhere.
 
 ``n_experts > 0`` swaps each block's SwiGLU for a sparse mixture of SwiGLU experts (``moe.MoE``): Mixtral's
-block (Jiang et al. 2024). The attention is the library's ``MultiHeadAttention`` and the cache the library's
+block (Jiang et al. 2024). The attention is the library's ``GroupedQueryAttention`` and the cache the library's
 (``serving/kv_cache.py``), threaded through the blocks with a layer index, so ``serving.generate`` decodes this
 model.
 ``hf_llama_to_ours`` renames a Hugging Face ``LlamaForCausalLM`` / ``MixtralForCausalLM`` state dict to ours;
@@ -27,7 +27,7 @@ from ..utils.checks import check_ids, check_int, check_tensor
 from ..blocks.activations import SwiGLU, swiglu_hidden
 from .transformer import init_weights
 from ..blocks.moe import MoE
-from ..blocks.multihead import MultiHeadAttention
+from ..blocks.grouped_query import GroupedQueryAttention
 from ..blocks.norms import RMSNorm
 from ..utils.params import count_parameters
 from ..blocks.positional import RotaryEmbedding
@@ -123,8 +123,8 @@ class LlamaBlock(nn.Module):
         super().__init__()
         self.causal = True  # generate's cache check reads it
         self.attn_norm = RMSNorm(cfg.d_model, cfg.eps)
-        self.self_attn = MultiHeadAttention(
-            cfg.d_model, cfg.n_heads, bias=False, rope=rope, layer_idx=layer_idx, n_kv_heads=cfg.n_kv_heads
+        self.self_attn = GroupedQueryAttention(
+            cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=False, rope=rope, layer_idx=layer_idx
         )
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.eps)
         self.ffn = (

@@ -17,6 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..utils.checks import check_ids, check_number, check_tensor
+from ..blocks.cached_attention import CachedSelfAttention
+from ..blocks.grouped_query import GroupedQueryAttention
 from ..blocks.layers import DecoderLayer, EncoderLayer, LayerNorm
 from .configs import BertConfig, GPTConfig, TransformerConfig
 from ..utils.params import count_parameters
@@ -62,11 +64,13 @@ class Transformer(nn.Module):
         self.pos = SinusoidalPositionalEncoding(c.d_model, c.max_len)
         self.dropout = nn.Dropout(c.dropout)
         layer_args = dict(dropout=c.dropout, activation=c.activation, norm_first=c.norm_first)
+        attn = (c.d_model, c.n_heads, c.dropout)
         self.encoder = nn.ModuleList(
             EncoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args) for _ in range(c.n_encoder_layers)
         )
-        self.decoder = nn.ModuleList(
-            DecoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args, layer_idx=i) for i in range(c.n_decoder_layers)
+        self.decoder = nn.ModuleList(  # self-attention that reads a KV cache when decoding (serving.seq2seq)
+            DecoderLayer(c.d_model, c.n_heads, c.d_ff, **layer_args, self_attn=CachedSelfAttention(*attn, layer_idx=i))
+            for i in range(c.n_decoder_layers)
         )
         # pre-norm stacks end with a LayerNorm (their residual stream is never normalized otherwise)
         self.enc_norm = LayerNorm(c.d_model) if c.norm_first else nn.Identity()
@@ -129,6 +133,15 @@ class Transformer(nn.Module):
 
 
 # ----------------------------------------------------------------------------- decoder-only
+def gpt_self_attention(c: GPTConfig, rope: nn.Module | None, layer_idx: int) -> CachedSelfAttention:
+    """Block ``layer_idx``'s self-attention: cached, with ``rope`` and ``c.window``; grouped when ``c.n_kv_heads``
+    is below ``c.n_heads``."""
+    args = dict(dropout=c.dropout, bias=c.bias, rope=rope, layer_idx=layer_idx, window=c.window)
+    if c.n_kv_heads in (None, c.n_heads):
+        return CachedSelfAttention(c.d_model, c.n_heads, **args)
+    return GroupedQueryAttention(c.d_model, c.n_heads, c.n_kv_heads, **args)
+
+
 class GPT(nn.Module):
     """Decoder-only language model (GPT-2's shape): ``idx: (B, T)`` token ids, and ``targets: (B, T)`` when training,
     -> ``(logits (B, T, vocab_size), loss or None)``."""
@@ -153,10 +166,7 @@ class GPT(nn.Module):
                 norm_first=True,
                 bias=c.bias,
                 cross_attention=False,
-                rope=rope,
-                layer_idx=i,
-                n_kv_heads=c.n_kv_heads,
-                window=c.window,
+                self_attn=gpt_self_attention(c, rope, layer_idx=i),
             )
             for i in range(c.n_layers)
         )

@@ -10,7 +10,7 @@ models. ``MatvecWeights`` holds ``(in, out)`` copies of the linear weights, the 
 product reads fastest on a CPU.
 
 Which models can take this path: ``fast_path_refusal(model)`` says why a model is not GPT's pre-norm causal block
-(library ``LayerNorm``, ``MultiHeadAttention``, ``FeedForward``, eval mode, no hooks), and ``cache_refusal`` why a
+(library ``LayerNorm``, ``CachedSelfAttention``, ``FeedForward``, eval mode, no hooks), and ``cache_refusal`` why a
 model cannot use a cache at all (a non-causal one).
 """
 
@@ -21,7 +21,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..blocks.layers import DecoderLayer, FeedForward, LayerNorm, Residual
-from ..blocks.multihead import MultiHeadAttention
+from ..blocks.cached_attention import CachedSelfAttention
+from ..blocks.grouped_query import GroupedQueryAttention
 from ..blocks.positional import alibi_bias
 from ..utils.checks import check_ids, check_tensor, check_type
 
@@ -56,8 +57,8 @@ def _block_refusal(block) -> str | None:
                 f"its residuals are not pre-norm with the library LayerNorm (found norm_first="
                 f"{getattr(res, 'norm_first', None)}, norm {norm})"
             )
-    if type(block.self_attn) is not MultiHeadAttention or type(block.ffn) is not FeedForward:
-        return "its attention or FFN is not the library's MultiHeadAttention / FeedForward"
+    if type(block.self_attn) not in (CachedSelfAttention, GroupedQueryAttention) or type(block.ffn) is not FeedForward:
+        return "its attention or FFN is not the library's CachedSelfAttention or GroupedQueryAttention / FeedForward"
     if block.self_attn.window is not None:
         return f"its attention has a sliding window ({block.self_attn.window}); decode_step attends to every key"
     if any(
@@ -87,7 +88,8 @@ def fast_path_refusal(model) -> str | None:
     """Why ``decode_step``'s written-out block does not compute what ``model`` computes, or None when it does.
 
     ``decode_step`` implements a ``GPT`` in eval mode whose blocks are pre-norm, causal ``DecoderLayer``s made of
-    the library's ``LayerNorm``, ``MultiHeadAttention`` and ``FeedForward``, with a final ``LayerNorm`` and no
+    the library's ``LayerNorm``, ``CachedSelfAttention`` (or ``GroupedQueryAttention``) and ``FeedForward``, with a
+    final ``LayerNorm`` and no
     forward hooks on the modules it bypasses. Linear layers (plain, quantized, hooked) are called as modules.
     """
     if model.training:
@@ -182,7 +184,7 @@ def _linear(lin, x: torch.Tensor, matvec_weights: MatvecWeights | None) -> torch
 
 
 def _attend(attn, h: torch.Tensor, cache, past: int, mask, matvec_weights) -> torch.Tensor:
-    """``MultiHeadAttention.forward(h, is_causal=True, cache=cache)`` for one new position per row."""
+    """``CachedSelfAttention.forward(h, is_causal=True, cache=cache)`` for one new position per row."""
     B, H, H_kv = h.shape[0], attn.n_heads, attn.n_kv_heads
     qkv = _linear(attn.qkv, h, matvec_weights)  # (B, 1, (H + 2 H_kv) d_head): [q heads | k heads | v heads]
     q, k, v = qkv.view(B, 1, H + 2 * H_kv, attn.d_head).transpose(1, 2).split([H, H_kv, H_kv], dim=1)

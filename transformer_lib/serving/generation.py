@@ -14,7 +14,7 @@ Two ways through the model give the same numbers (``tests/serving/test_generate.
   is the same without the checks, which ``generate`` makes once before its loop. At decoding time each kernel works
   on a single position, so launch and Python costs are a large share of the time on small models.
 
-``fused_decode_step`` writes out GPT's pre-norm causal block (library ``LayerNorm``, ``MultiHeadAttention``,
+``fused_decode_step`` writes out GPT's pre-norm causal block (library ``LayerNorm``, ``CachedSelfAttention``,
 ``FeedForward``, eval mode, no hooks); ``fast_path_refusal(model)`` says why a model is not that, and such a model
 decodes through its own modules. A non-causal model cannot use a cache at all (``cache_refusal``).
 """

@@ -2,9 +2,9 @@
 
 Used in chapters 07 and 11.
 
-A cache is an object threaded through the layers (as Hugging Face's ``Cache`` in ``modeling_llama.py``):
-each ``MultiHeadAttention`` calls ``cache.update(k, v, layer_idx)`` with its new keys/values
-``(B, H_kv, T_new, d_head)`` and attends over what it gets back ``(B, H_kv, past + T_new, d_head)``.
+A cache is an object threaded through the layers (as Hugging Face's ``Cache`` in ``modeling_llama.py``): each
+``CachedSelfAttention`` (``blocks/cached_attention.py``) calls ``cache.update(k, v, layer_idx)`` with its new
+keys/values ``(B, H_kv, T_new, d_head)`` and attends over what it gets back ``(B, H_kv, past + T_new, d_head)``.
 
 * ``DynamicCache`` grows by concatenation (simple; copies the whole past at every step).
 * ``StaticCache`` preallocates ``max_len`` slots and writes in place (no copy of the past, fixed buffers).
