@@ -105,9 +105,11 @@ def _causal_fast_path(q: torch.Tensor, k: torch.Tensor) -> bool:
     return q.shape[-2] in (1, k.shape[-2])
 
 
-def _fit_float_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """An additive mask in ``dtype``, clamped to ``dtype``'s own minimum: ``finfo(float32).min`` would overflow to
-    ``-inf`` in fp16/bf16 (and a row of ``-inf`` gives NaN)."""
+def _fit_float_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """An additive mask in ``dtype``, clamped to ``dtype``'s own minimum (``finfo(float32).min`` would overflow to
+    ``-inf`` in fp16/bf16, and a row of ``-inf`` gives NaN); a boolean mask or None as it is."""
+    if mask is None or mask.dtype == torch.bool:
+        return mask
     return mask.float().clamp_min(torch.finfo(dtype).min).to(dtype)
 
 
@@ -131,8 +133,7 @@ def scaled_dot_product_attention(
     Args:
         q: ``(..., Tq, D)``; k: ``(..., Tk, D)``; v: ``(..., Tk, Dv)``.
         mask: boolean (True = attend) or additive float, broadcastable to ``(..., Tq, Tk)`` by PyTorch's rules
-            (trailing dimensions aligned: a 3-D mask against 4-D ``(B, H, Tq, Tk)`` scores is read as
-            ``(H, Tq, Tk)``; ``MultiHeadAttention`` refuses 3-D masks for that reason).
+            (trailing dimensions aligned: against ``(B, H, Tq, Tk)`` scores a 3-D mask is read as ``(H, Tq, Tk)``).
         temperature: divides the scaled scores (not the mask); must be > 0 (tau -> 0: argmax, tau -> inf: uniform).
         need_weights: if True, take the explicit teaching path and also return the weights.
         is_causal: add a causal mask aligned to the end of the keys (query i sees keys <= i + Tk - Tq).
@@ -155,7 +156,6 @@ def scaled_dot_product_attention(
     if need_weights:  # the teaching path: the weights written out
         weights = attention_weights(q, k, mask, temperature)  # (..., Tq, Tk)
         return F.dropout(weights, dropout_p) @ v, weights
-    float_mask = mask is not None and mask.dtype != torch.bool
-    attn_mask = _fit_float_mask(mask, q.dtype) if float_mask else mask
+    attn_mask = _fit_float_mask(mask, q.dtype)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
     return out if mask is None else _zero_fully_masked_rows(out, mask)
