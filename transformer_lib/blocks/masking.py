@@ -21,8 +21,8 @@ from ..utils.checks import broadcast_shape, check_dtype, check_int, check_tensor
 def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:
     """Boolean ``(Tq, Tk)`` mask, True where query i may see key j.
 
-    Queries are aligned to the *end* of the keys, so with a KV cache (Tk > Tq) the last query
-    sees every key: ``allowed[i, j] = j <= i + (Tk - Tq)``.
+    Queries are aligned to the *end* of the keys, so when there are more keys than queries (Tk > Tq: the KV cache of
+    chapter 07) the last query sees every key: ``allowed[i, j] = j <= i + (Tk - Tq)``.
     """
     t_q = check_int("t_q", t_q, min=0)
     t_k = check_int("t_k", t_q if t_k is None else t_k, min=t_q, note="at least as many keys as queries")

@@ -35,7 +35,7 @@ def set_causal(model: GPT, causal: bool) -> GPT:
     """Switch the causal mask of every block of ``model`` off (``causal=False``) or back on, in place.
 
     Only for experiments: a GPT without its causal mask can read the token it is asked to predict (and cannot
-    be decoded with a KV cache: ``generate`` then needs ``use_cache=False``).
+    decode with a KV cache, chapter 07: ``generate`` then needs ``use_cache=False``).
     """
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
