@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from transformer_lib.experiments import mask_conventions as mc
+from transformer_lib.blocks.grouped_query import GroupedQueryAttention
 from transformer_lib.blocks.multihead import MultiHeadAttention
 
 
@@ -40,8 +41,8 @@ def test_passing_our_mask_unchanged_to_torch_attends_to_the_padding_only():
 
 
 def test_torch_mha_from_refuses_grouped_query_attention():
-    with pytest.raises(ValueError, match="q_dim"):
-        mc.torch_mha_from(MultiHeadAttention(16, 4, n_kv_heads=2))
+    with pytest.raises(ValueError, match=r"qkv of shape \(3 d_model, d_model\)"):
+        mc.torch_mha_from(GroupedQueryAttention(16, 4, n_kv_heads=2))
 
 
 def test_three_libraries_agree_on_a_padded_minilm_batch():
