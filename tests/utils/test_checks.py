@@ -4,6 +4,7 @@ message names the argument, the expectation and the value received (house rule 6
 
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -138,6 +139,15 @@ def test_check_tensor_shapes_with_wildcards_and_dtypes():
         check_tensor("ids", x, dtype=(torch.int64, torch.int32))
     with pytest.raises(ValueError, match=r"^ids must be a floating-point tensor, got torch.int64$"):
         check_tensor("ids", torch.zeros(2, dtype=torch.long), floating=True)
+
+
+def test_check_tensor_leading_ellipsis_matches_any_leading_dimensions():
+    for x in (torch.zeros(3, 4), torch.zeros(2, 3, 4), torch.zeros(5, 2, 3, 4)):
+        assert check_tensor("q", x, (..., "T", 4)) is x
+    for bad in (torch.zeros(4), torch.zeros(2, 3, 0), torch.zeros(2, 0, 4), torch.zeros(2, 3, 5)):
+        want = re.escape(f"q must be a tensor of shape (..., T, 4), got {tuple(bad.shape)}")
+        with pytest.raises(ValueError, match=want):
+            check_tensor("q", bad, (..., "T", 4))
 
 
 def test_check_tensor_finite_names_the_count_and_the_first_bad_index():

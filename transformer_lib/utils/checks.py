@@ -14,8 +14,8 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
 * ``check_probability(name, value, allow_one=False)``: a number in ``[0, 1)`` (dropout) or ``[0, 1]``;
 * ``check_bool(name, value)``: exactly ``True`` or ``False``;
 * ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False, integer=False, min=None, ...)``:
-  a tensor, of ``shape`` (``None`` entries match any size >= 1) and, with ``finite=True``, holding no NaN or
-  infinity; with ``min``, no value below it;
+  a tensor, of ``shape`` (``None`` entries match any size >= 1, a leading ``...`` any leading dimensions) and, with
+  ``finite=True``, holding no NaN or infinity; with ``min``, no value below it;
 * ``check_ids(name, value, vocab_size, shape=None, ignore_index=None)``: an integer tensor of token ids (or targets)
   in ``[0, vocab_size)`` (``>= 0`` with ``vocab_size=None``), ``ignore_index`` allowed where given;
 * ``check_choice(name, value, choices)``: one of a set of options;
@@ -137,7 +137,8 @@ def check_bool(name: str, value) -> bool:
 
 
 def _shape_text(shape) -> str:
-    return "(" + ", ".join("any" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+    sizes = ["..." if s is Ellipsis else "any" if s is None else str(s) for s in shape]
+    return "(" + ", ".join(sizes) + ("," if len(shape) == 1 else "") + ")"
 
 
 def check_fields(name: str, obj, **expected) -> object:
@@ -173,7 +174,8 @@ def check_tensor(
     """``value`` checked to be a ``torch.Tensor`` and returned as it is.
 
     ``shape``: the sizes it must have (``None`` entries match any size >= 1; a string such as ``"H"`` too, but the
-    same size wherever it repeats: ``("H", "H")`` is square); ``dtype``: one dtype or a tuple of
+    same size wherever it repeats: ``("H", "H")`` is square; a leading ``...`` matches any leading dimensions, as in
+    ``(..., "T", "D")``); ``dtype``: one dtype or a tuple of
     them; ``floating``: a floating-point dtype; ``integer``: an integer dtype (not bool); ``min``: every value
     ``>= min`` (the message names the smallest); ``finite``: no NaN or infinity (with ``allow_neg_inf``, ``-inf`` is
     accepted: a masked score). ``TypeError`` for a non-tensor, ``ValueError`` for the rest, naming the shape or
@@ -187,9 +189,10 @@ def check_tensor(
         raise TypeError(f"{name} must be {_expected(want, note, optional)}, got {type(value).__name__}")
     if shape is not None:
         named = {}  # a named size ("H") matches any size >= 1, the same one wherever the name repeats
-        ok = value.dim() == len(shape) and all(
+        sizes = shape[1:] if shape[:1] == (...,) else shape  # (..., T, D): the trailing sizes, any leading ones
+        ok = (value.dim() >= len(sizes) if sizes is not shape else value.dim() == len(sizes)) and all(
             v == s if isinstance(s, int) else v >= 1 and (s is None or named.setdefault(s, v) == v)
-            for v, s in zip(value.shape, shape)
+            for v, s in zip(value.shape[value.dim() - len(sizes) :], sizes)
         )
         if not ok:
             want = _expected(f"a tensor of shape {_shape_text(shape)}", note, False)
