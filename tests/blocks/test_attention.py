@@ -279,3 +279,19 @@ def test_softmax_with_temperature_refuses_nan_and_plus_inf_scores(bad):
 def test_softmax_with_temperature_refuses_integer_scores():
     with pytest.raises(ValueError, match=r"scores must be a floating-point tensor, got torch.int64"):
         softmax_with_temperature(torch.tensor([[1, 2, 3]]))
+
+
+def test_nan_in_q_is_refused_and_nan_in_k_reaches_only_its_output_as_documented():
+    """``scaled_dot_product_attention`` checks ``q`` (the new positions: ~1% of a GPT-small forward on a CPU) but
+    not ``k`` or ``v`` (a whole cache: a check there grows with the context); ``attention_weights`` checks both."""
+    q, k, v = make_qkv()
+    for need_weights in (False, True):
+        with pytest.raises(ValueError, match=r"q must be finite \(no NaN or inf\), got 1 non-finite"):
+            scaled_dot_product_attention(
+                q.index_put((torch.tensor(0),) * 4, torch.tensor(math.nan)), k, v, need_weights=need_weights
+            )
+    with pytest.raises(ValueError, match=r"k must be finite"):
+        attention_weights(q, k.index_put((torch.tensor(0),) * 4, torch.tensor(math.inf)))
+    k[0, 0, 2, 0] = math.nan  # batch 0, head 0, key 2: every query of that head reads it, no other head does
+    out = scaled_dot_product_attention(q, k, v)
+    assert out[0, 0].isnan().all() and not out[0, 1:].isnan().any() and not out[1:].isnan().any()

@@ -49,13 +49,13 @@ def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a floating-point tensor (..., T, D), got {type(x).__name__}")
-        if not x.is_floating_point():
-            raise ValueError(f"{name} must be a floating-point tensor (..., T, D), got {x.dtype}")
+    """Shapes as the docstring gives them, and ``q`` finite: a NaN or inf there is a NaN in every output it reaches
+    (q holds the new positions only; k and v may hold a whole cache, a check there would grow with the context)."""
+    check_tensor("q", q, shape=(..., "Tq", "D"), floating=True, finite=True)
+    check_tensor("k", k, shape=(..., "Tk", "D"), floating=True)
+    check_tensor("v", v, shape=(..., "Tk", "Dv"), floating=True)
     shapes = f"q{tuple(q.shape)}, k{tuple(k.shape)}, v{tuple(v.shape)}"
-    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
+    if k.dim() != q.dim() or v.dim() != q.dim():
         raise ValueError(f"q, k, v must have the same number of dimensions (>= 2), got {shapes}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share the last dimension D, got q{tuple(q.shape)} and k{tuple(k.shape)}")
@@ -79,16 +79,12 @@ def attention_weights(
 
     The temperature divides the scores only, not the mask (as ``scale`` in ``F.scaled_dot_product_attention``).
     Computed in fp32 and returned in ``q``'s dtype. A fully masked row is all zeros (documented choice:
-    that query reads nothing); for a float mask, "masked" means a value below ``finfo.min / 2``.
+    that query reads nothing); for a float mask, "masked" means a value below ``finfo.min / 2``. A NaN or inf in ``q``
+    or ``k`` is refused (it would make its rows NaN).
     """
+    check_tensor("q", q, shape=(..., "Tq", "D"), floating=True, finite=True)
+    check_tensor("k", k, shape=(..., "Tk", q.shape[-1]), floating=True, finite=True)
     _check_temperature(temperature)
-    for name, x in (("q", q), ("k", k)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a floating-point tensor (..., T, D), got {type(x).__name__}")
-        if not x.is_floating_point() or x.dim() < 2:
-            raise ValueError(f"{name} must be a floating-point tensor (..., T, D), got {x.dtype} {tuple(x.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the last dimension D, got q{tuple(q.shape)} and k{tuple(k.shape)}")
     scores = q.float() @ k.float().transpose(-2, -1) / (math.sqrt(q.shape[-1]) * temperature)  # (..., Tq, Tk)
     if mask is None:
         return torch.softmax(scores, dim=-1).to(q.dtype)
@@ -141,7 +137,8 @@ def scaled_dot_product_attention(
 
     Returns:
         ``out: (..., Tq, Dv)``, or ``(out, weights)`` with ``weights: (..., Tq, Tk)``.
-        A fully masked query row gets weights 0 and output 0 on both paths.
+        A fully masked query row gets weights 0 and output 0 on both paths. A NaN or inf in ``q`` is refused; one
+        in ``k`` or ``v`` (which may hold a whole cache) is not looked for and reaches the output as NaN.
     """
     _check_qkv(q, k, v)
     _check_temperature(temperature)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_tensor, check_type
 from .masking import combine_masks
 from .multihead import MultiHeadAttention
 
@@ -66,8 +66,9 @@ class CachedSelfAttention(MultiHeadAttention):
     def forward(self, x, *, attn_mask=None, attention_mask=None, is_causal=False, need_weights=False, cache=None):
         """As ``MultiHeadAttention.forward`` for self-attention, over the ``past`` positions in ``cache`` and the
         ``T`` new ones: masks cover ``past + T`` keys (``attention_mask: (B, past + T)``)."""
+        check_tensor("x", x, shape=("B", "T", self.d_model), floating=True)
+        check_type("cache", cache, methods=("get_seq_length", "update"), expected="a KV cache", optional="no cache")
         past = 0 if cache is None else cache.get_seq_length(self.layer_idx)
-        self._check_inputs(x, None, None)
         self._check_masks(attn_mask, attention_mask, x.shape[0], x.shape[1], past + x.shape[1])  # before any update
         q, k, v = self.project_qkv(x)  # (B, H, T, d_head)
         if self.rope is not None:  # the new tokens' positions are past .. past + T - 1

@@ -87,8 +87,8 @@ def to_boolean(mask: torch.Tensor) -> torch.Tensor:
 
 
 def check_mask(mask: torch.Tensor, scores_shape, name: str = "mask") -> None:
-    """Raise ``ValueError`` unless ``mask`` is bool/float and broadcastable to ``scores_shape``."""
-    check_tensor(name, mask)
+    """Raise ``ValueError`` unless ``mask`` is bool/float, ``(..., Tq, Tk)`` and broadcastable to ``scores_shape``."""
+    check_tensor(name, mask, shape=(..., "Tq", "Tk"))  # (Tk,) broadcasts, but F.scaled_dot_product_attention refuses it
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise ValueError(f"{name} must be a bool or float tensor, got dtype {mask.dtype}")
     if broadcast_shape(mask.shape, scores_shape) != tuple(scores_shape):

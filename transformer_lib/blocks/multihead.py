@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import scaled_dot_product_attention
-from ..utils.checks import check_int, check_probability
+from ..utils.checks import check_int, check_probability, check_tensor
 from .masking import check_mask, combine_masks, key_padding_to_attention
 
 
@@ -87,15 +87,9 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def _check_inputs(self, query, key, value):
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            if x is not None and not isinstance(x, torch.Tensor):
-                raise TypeError(
-                    f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), got {type(x).__name__}"
-                )
-            if x is not None and not x.is_floating_point():
-                raise ValueError(
-                    f"{name} must be a floating-point tensor (B, T, d_model={self.d_model}), got {x.dtype}"
-                )
+        check_tensor("query", query, floating=True)
+        check_tensor("key", key, floating=True, optional="self-attention")
+        check_tensor("value", value, floating=True, optional="key's own values")
         if query.dim() != 3 or query.shape[-1] != self.d_model:
             raise ValueError(f"query must be (B, Tq, d_model={self.d_model}), got {tuple(query.shape)}")
         if key is None:
