@@ -204,8 +204,8 @@ CASES = [
         "weights-shapes",
         lambda: attention_weights(torch.randn(3, 8), torch.randn(4, 6)),
         ValueError,
-        "q and k",
-        "(4, 6)",
+        "k",
+        "(..., Tk, 8), got (4, 6)",  # k's D must be q's
     ),
     ("softmax-temperature", lambda: softmax_with_temperature(torch.zeros(3), -2.0), ValueError, "temperature", "-2.0"),
     ("causal-float", lambda: causal_mask(3.0), TypeError, "t_q", "3.0"),
