@@ -1,5 +1,7 @@
 """A decoder's self-attention at inference: the KV cache, rotary positions and a sliding window.
 
+Used in chapter 07.
+
 ``CachedSelfAttention`` is ``MultiHeadAttention`` (chapter 03) for a decoder that generates: its ``forward`` takes a
 ``cache`` (``serving/kv_cache.py``, chapter 07), an object threaded through the layers (as Hugging Face's ``Cache``
 in ``modeling_llama.py``) with ``get_seq_length(layer_idx)`` and ``update(k, v, layer_idx) -> (k, v)``; the model

@@ -1,5 +1,7 @@
 """Grouped-query attention (Ainslie et al. 2023; ``n_kv_heads = 1`` is multi-query attention, Shazeer 2019).
 
+Used in chapter 11.
+
 Each group of ``n_heads // n_kv_heads`` query heads shares one key head and one value head, so ``W_K``, ``W_V``
 and the KV cache shrink by ``n_heads / n_kv_heads``. ``GroupedQueryAttention`` is ``CachedSelfAttention`` with
 those smaller projections; with ``n_kv_heads == n_heads`` it computes what ``MultiHeadAttention`` computes

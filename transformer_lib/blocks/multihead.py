@@ -1,6 +1,6 @@
 """Multi-head attention (Vaswani et al. 2017, section 3.2.2).
 
-Used in chapters 01, 02, 03, 04, 07 and 11.
+Used in chapters 01, 02, 03 and 04.
 
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O,  head_i = Attention(Q W_Q^i, K W_K^i, V W_V^i)
 
