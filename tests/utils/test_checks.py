@@ -275,3 +275,11 @@ def test_check_tensor_integer_and_min():
     with pytest.raises(ValueError, match=r"^lengths must hold values >= 0, got -2$"):
         check_tensor("lengths", torch.tensor([1, -2, -1]), min=0)
     assert check_tensor("empty", torch.zeros(0, dtype=torch.long), min=0).numel() == 0  # nothing below min
+
+
+def test_value_checks_pass_over_meta_tensors_which_hold_shapes_only():
+    """FLOP counts run a module on meta tensors (rnn_limits): shape and dtype are checked, values cannot be."""
+    meta = torch.empty(2, 3, device="meta")
+    assert check_tensor("q", meta, shape=("B", "D"), floating=True, finite=True, min=0) is meta
+    with pytest.raises(ValueError, match=r"q must be a tensor of shape \(B, B\)"):
+        check_tensor("q", meta, shape=("B", "B"))

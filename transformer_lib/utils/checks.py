@@ -205,9 +205,9 @@ def check_tensor(
         raise ValueError(f"{name} must be a floating-point tensor, got {value.dtype}")
     if integer and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
         raise ValueError(f"{name} must be an integer tensor (int64, int32, ...), got {value.dtype}")
-    if min is not None and value.numel() and value.min() < min:
+    if min is not None and value.numel() and not value.is_meta and value.min() < min:
         raise ValueError(f"{name} must hold values >= {min}, got {value.min().item()}")
-    if finite and (value.is_floating_point() or value.is_complex()):
+    if finite and (value.is_floating_point() or value.is_complex()) and not value.is_meta:  # meta: shapes only
         bad = (value.isnan() | (value == math.inf)) if allow_neg_inf else ~torch.isfinite(value)
         if bad.any():
             first = tuple(int(i) for i in bad.nonzero()[0])
