@@ -14,6 +14,8 @@ from transformer_lib.utils.checks import (
     broadcast_shape,
     check_bool,
     check_dtype,
+    check_empty,
+    check_equal,
     check_ids,
     check_type,
     check_int,
@@ -283,3 +285,41 @@ def test_value_checks_pass_over_meta_tensors_which_hold_shapes_only():
     assert check_tensor("q", meta, shape=("B", "D"), floating=True, finite=True, min=0) is meta
     with pytest.raises(ValueError, match=r"q must be a tensor of shape \(B, B\)"):
         check_tensor("q", meta, shape=("B", "B"))
+
+
+def test_check_int_multiple_of_says_the_divisor():
+    assert check_int("d_model", 12, min=1, multiple_of=4) == 12
+    with pytest.raises(ValueError, match=r"^d_model must be an int >= 1, a multiple of 4 \(n_heads\), got 10$"):
+        check_int("d_model", 10, min=1, multiple_of=4, note="n_heads")
+    with pytest.raises(ValueError, match=r"a multiple of 2, got 3$"):
+        check_int("d_head", 3, multiple_of=2)
+
+
+def test_check_equal_and_check_empty_name_both_sides():
+    assert check_equal("k.shape[-1]", 8, 8) == 8
+    with pytest.raises(ValueError, match=r"^k.shape\[-1\] must be 8 \(q's D\), got 6$"):
+        check_equal("k.shape[-1]", 6, 8, note="q's D")
+    check_empty("unplaced keys", {})
+    with pytest.raises(
+        ValueError, match=r"^unplaced keys must be empty \(n_layers=2\), got 4, e.g. \['a', 'b', 'c'\]$"
+    ):
+        check_empty("unplaced keys", {"d": 1, "c": 1, "b": 1, "a": 1}, note="n_layers=2")
+
+
+def test_check_sequence_items_and_unique():
+    from functools import partial
+
+    assert check_sequence("heads", [0, 2], items=partial(check_int, min=0, max=3), unique=True) == [0, 2]
+    with pytest.raises(ValueError, match=r"^heads\[1\] must be an int in \[0, 3\], got 4$"):
+        check_sequence("heads", [0, 4], items=partial(check_int, min=0, max=3))
+    with pytest.raises(TypeError, match=r"^texts\[1\] must be a str, got int 3$"):
+        check_sequence("texts", ["a", 3], items=str)
+    with pytest.raises(ValueError, match=r"^heads must not repeat an item, got \[1, 1\]$"):
+        check_sequence("heads", [1, 1], unique=True)
+
+
+def test_check_tensor_device():
+    x = torch.zeros(2)
+    assert check_tensor("k", x, device=torch.device("cpu")) is x
+    with pytest.raises(ValueError, match=r"^k must be on meta, got cpu$"):
+        check_tensor("k", x, device="meta")

@@ -8,8 +8,8 @@ raises ``TypeError``; one of the right type outside its range raises ``ValueErro
 a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, not a 1). The message reads
 ``"<name> must be <expected>, got <received>"``; the received part names the type when the type is what is wrong.
 
-* ``check_int(name, value, min=None, max=None, note="", optional=False)``: an integer (Python or NumPy), not a bool,
-  not a float;
+* ``check_int(name, value, min=None, max=None, note="", optional=False, multiple_of=None)``: an integer (Python or
+  NumPy), not a bool, not a float;
 * ``check_number(name, value, min=None, max=None, min_open=False, max_open=False, finite=True, ...)``: a real number;
 * ``check_probability(name, value, allow_one=False)``: a number in ``[0, 1)`` (dropout) or ``[0, 1]``;
 * ``check_bool(name, value)``: exactly ``True`` or ``False``;
@@ -19,9 +19,12 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
 * ``check_ids(name, value, vocab_size, shape=None, ignore_index=None)``: an integer tensor of token ids (or targets)
   in ``[0, vocab_size)`` (``>= 0`` with ``vocab_size=None``), ``ignore_index`` allowed where given;
 * ``check_choice(name, value, choices)``: one of a set of options;
+* ``check_equal(name, value, expected, note="")``: a value that must equal another (a size, a flag);
+* ``check_empty(name, items, note="")``: nothing left over (a loader's unplaced keys);
 * ``check_fields(name, obj, **expected)``: attributes of ``obj`` (a module's configuration) with given values;
 * ``check_dtype(name, value, floating=False)``: a ``torch.dtype`` (a floating-point one with ``floating``);
-* ``check_sequence(name, value, min_len=0, length=None, note="")``: a list or tuple of a length;
+* ``check_sequence(name, value, min_len=0, length=None, note="", items=None, unique=False)``: a list or tuple
+  of a length, each item a type or passing a check;
 * ``check_type(name, value, types=(), methods=(), expected="", optional=False)``: an instance of ``types``, or an
   object with the callable ``methods`` (a duck-typed protocol: a KV cache, an iterable, a callable);
 * ``broadcast_shape(*shapes)``: the shape they broadcast to, or None (``torch.broadcast_shapes``, without its
@@ -66,9 +69,16 @@ def _expected(text: str, note: str, optional: bool | str) -> str:
 
 
 def check_int(
-    name: str, value, min: int | None = None, max: int | None = None, note: str = "", optional: bool | str = False
+    name: str,
+    value,
+    min: int | None = None,
+    max: int | None = None,
+    note: str = "",
+    optional: bool | str = False,
+    multiple_of: int | None = None,
 ) -> int | None:
-    """``value`` as an ``int``: an integer (``int`` or NumPy integer; not a bool, not a float) in ``[min, max]``.
+    """``value`` as an ``int``: an integer (``int`` or NumPy integer; not a bool, not a float) in ``[min, max]``,
+    and a multiple of ``multiple_of`` where given (``multiple_of=2``: even).
 
     ``TypeError`` for another type, ``ValueError`` outside the range. ``None`` bounds are open ended; ``note``
     says in the message what the number is for; ``optional``: ``None`` is accepted (and returned), and a string
@@ -76,10 +86,12 @@ def check_int(
     """
     if optional and value is None:
         return None
-    expected = _expected(_range_text("an int", min, max), note, optional)
+    kind = _range_text("an int", min, max) + ("" if multiple_of is None else f", a multiple of {multiple_of}")
+    expected = _expected(kind, note, optional)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _wrong_type(name, expected, value)
-    if (min is not None and value < min) or (max is not None and value > max):
+    bad = (min is not None and value < min) or (max is not None and value > max)
+    if bad or (multiple_of is not None and value % multiple_of != 0):
         raise ValueError(f"{name} must be {expected}, got {_received(value)}")
     return int(value)
 
@@ -158,6 +170,21 @@ def check_choice(name: str, value, choices) -> object:
     return value
 
 
+def check_equal(name: str, value, expected, note: str = "") -> object:
+    """``value`` if it equals ``expected`` (a size that must match another: ``check_equal("k.shape[-1]", ...)``);
+    ``ValueError`` saying both, and ``note`` (why they must match) otherwise."""
+    if value != expected:
+        raise ValueError(f"{name} must be {_received(expected)}{f' ({note})' if note else ''}, got {_received(value)}")
+    return value
+
+
+def check_empty(name: str, items, note: str = "") -> None:
+    """Nothing left in ``items`` (a loader's unplaced keys): ``ValueError`` naming how many and the first three."""
+    if len(items):
+        first = sorted(items)[:3]
+        raise ValueError(f"{name} must be empty{f' ({note})' if note else ''}, got {len(items)}, e.g. {first}")
+
+
 def check_tensor(
     name: str,
     value,
@@ -170,17 +197,18 @@ def check_tensor(
     optional: bool | str = False,
     integer: bool = False,
     min: float | None = None,
+    device=None,
 ) -> torch.Tensor | None:
     """``value`` checked to be a ``torch.Tensor`` and returned as it is.
 
     ``shape``: the sizes it must have (``None`` entries match any size >= 1; a string such as ``"H"`` too, but the
     same size wherever it repeats: ``("H", "H")`` is square; a leading ``...`` matches any leading dimensions, as in
-    ``(..., "T", "D")``); ``dtype``: one dtype or a tuple of
-    them; ``floating``: a floating-point dtype; ``integer``: an integer dtype (not bool); ``min``: every value
-    ``>= min`` (the message names the smallest); ``finite``: no NaN or infinity (with ``allow_neg_inf``, ``-inf`` is
-    accepted: a masked score). ``TypeError`` for a non-tensor, ``ValueError`` for the rest, naming the shape or
-    dtype received and, for ``finite``, how many values are not finite and where the first is. ``note`` says in
-    the shape message what the sizes are; ``optional`` as in ``check_int``.
+    ``(..., "T", "D")``); ``dtype``: one dtype or a tuple of them; ``floating``: a floating-point dtype;
+    ``integer``: an integer dtype (not bool); ``min``: every value ``>= min`` (the message names the smallest);
+    ``device``: on that device (another tensor's ``.device``); ``finite``: no NaN or infinity (with
+    ``allow_neg_inf``, ``-inf`` is accepted: a masked score). ``TypeError`` for a non-tensor, ``ValueError`` for the
+    rest, naming the shape or dtype received and, for ``finite``, how many values are not finite and where the first
+    is. ``note`` says in the shape message what the sizes are; ``optional`` as in ``check_int``.
     """
     if optional and value is None:
         return None
@@ -203,6 +231,8 @@ def check_tensor(
         raise ValueError(f"{name} must be a {want} tensor, got {value.dtype}")
     if floating and not value.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {value.dtype}")
+    if device is not None and value.device != torch.device(device):
+        raise ValueError(f"{name} must be on {device}, got {value.device}")
     if integer and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
         raise ValueError(f"{name} must be an integer tensor (int64, int32, ...), got {value.dtype}")
     if min is not None and value.numel() and not value.is_meta and value.min() < min:
@@ -254,13 +284,32 @@ def check_dtype(name: str, value, floating: bool = False) -> torch.dtype:
     return value
 
 
-def check_sequence(name: str, value, min_len: int = 0, length: int | None = None, note: str = "") -> list | tuple:
-    """A list or tuple of at least ``min_len`` items, or exactly ``length``; ``note`` says what they are."""
+def check_sequence(
+    name: str,
+    value,
+    min_len: int = 0,
+    length: int | None = None,
+    note: str = "",
+    items=None,
+    unique: bool = False,
+) -> list | tuple:
+    """A list or tuple of at least ``min_len`` items, or exactly ``length``; ``note`` says what they are.
+
+    ``items``: what each item must be, a type (or tuple of types: ``TypeError`` naming ``name[i]``) or a check
+    called as ``items(f"{name}[{i}]", item)`` (``functools.partial(check_int, min=0, max=7)``); ``unique``: no
+    item twice."""
     if not isinstance(value, (list, tuple)):
         raise _wrong_type(name, "a list or tuple", value)
     want = f"exactly {length}" if length is not None else f"at least {min_len}"
     if len(value) < min_len or length is not None and len(value) != length:
         raise ValueError(f"{name} must hold {want} item(s){f' ({note})' if note else ''}, got {len(value)}")
+    for i, item in enumerate(value if items is not None else ()):
+        if isinstance(items, (type, tuple)):
+            check_type(f"{name}[{i}]", item, items)
+        else:
+            items(f"{name}[{i}]", item)
+    if unique and len(set(value)) != len(value):
+        raise ValueError(f"{name} must not repeat an item, got {_received(value)}")
     return value
 
 
