@@ -143,7 +143,7 @@ def test_decoder_layer_with_cross_attention_needs_memory():
 
 
 def test_layer_with_bad_head_count_is_rejected():
-    with pytest.raises(ValueError, match=r"d_model=16 must be a positive multiple of n_heads=3"):
+    with pytest.raises(ValueError, match=r"d_model must be an int >= 1, a multiple of 3 \(n_heads\), got 16"):
         EncoderLayer(D, 3, DFF)
 
 

@@ -20,28 +20,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .attention import scaled_dot_product_attention
-from ..utils.checks import check_int, check_probability, check_tensor
+from ..utils.checks import check_choice, check_equal, check_fields, check_int, check_probability, check_tensor
 from .masking import check_mask, combine_masks, key_padding_to_attention
 
 
 ATTN_MASK_SHAPES = ("(Tq, Tk)", "(1, 1, Tq, Tk)", "(B, 1, Tq, Tk)", "(1, H, Tq, Tk)", "(B, H, Tq, Tk)")
+MASK_RANKS = (
+    "2 for (Tq, Tk), 4 for (B or 1, H or 1, Tq, Tk); 3 is ambiguous: write mask[:, None] (per sequence) "
+    "or mask[None] (per head)"
+)
 
 
 def _check_attn_mask(mask: torch.Tensor, B: int, H: int, Tq: int, Tk: int) -> None:
     """``attn_mask`` is 2-D ``(Tq, Tk)`` or 4-D ``(B or 1, H or 1, Tq, Tk)``, never 3-D (ambiguous)."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"attn_mask must be a bool or float tensor, got {type(mask).__name__}")
-    if mask.dim() not in (2, 4):
-        hint = (
-            " (ambiguous: write mask[:, None] for one mask per sequence (B, 1, Tq, Tk) or mask[None] for one "
-            "per head (1, H, Tq, Tk))"
-            if mask.dim() == 3
-            else ""
-        )
-        raise ValueError(
-            f"attn_mask must have one of the shapes {', '.join(ATTN_MASK_SHAPES)} with B={B}, H={H}, "
-            f"Tq={Tq}, Tk={Tk}; got {mask.dim()}-D shape {tuple(mask.shape)}{hint}"
-        )
+    check_choice(f"attn_mask{tuple(check_tensor('attn_mask', mask).shape)}'s rank", mask.dim(), (2, 4), note=MASK_RANKS)
     check_mask(mask, (B, H, Tq, Tk), "attn_mask")
 
 
@@ -54,10 +46,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        check_int("d_model", d_model, min=1)
-        check_int("n_heads", n_heads, min=1)
-        if d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} must be a positive multiple of n_heads={n_heads}")
+        check_int("d_model", d_model, min=1, multiple_of=check_int("n_heads", n_heads, min=1), note="n_heads")
         check_probability("dropout", dropout)
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V] stacked
@@ -87,39 +76,18 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def _check_inputs(self, query, key, value):
-        check_tensor("query", query, floating=True)
-        check_tensor("key", key, floating=True, optional="self-attention")
-        check_tensor("value", value, floating=True, optional="key's own values")
-        if query.dim() != 3 or query.shape[-1] != self.d_model:
-            raise ValueError(f"query must be (B, Tq, d_model={self.d_model}), got {tuple(query.shape)}")
+        """``query: (B, Tq, d_model)``; ``key``, ``value``: both ``(B, Tk, d_model)``, ``key`` alone, or neither."""
+        check_tensor("query", query, shape=("B", "Tq", self.d_model), floating=True)
+        check_tensor("key", key, shape=(query.shape[0], "Tk", self.d_model), floating=True, optional="self-attention")
         if key is None:
-            if value is not None:
-                raise ValueError(
-                    f"value{tuple(value.shape)} was given without key: pass key too (cross-attention) "
-                    "or neither (self-attention)"
-                )
-            return
-        value = key if value is None else value
-        if key.dim() != 3 or key.shape[-1] != self.d_model or key.shape[0] != query.shape[0]:
-            raise ValueError(f"key must be (B={query.shape[0]}, Tk, d_model={self.d_model}), got {tuple(key.shape)}")
-        if value.shape != key.shape:
-            raise ValueError(f"value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+            check_equal("value", value, None, note="self-attention; for cross-attention pass key too")
+        check_tensor("value", value, shape=None if key is None else key.shape, floating=True, optional="key's values")
 
     def _check_masks(self, attn_mask, attention_mask, B: int, Tq: int, Tk: int) -> None:
         """``attn_mask`` one of ``ATTN_MASK_SHAPES``; ``attention_mask`` bool ``(B, Tk)``."""
         if attn_mask is not None:
             _check_attn_mask(attn_mask, B, self.n_heads, Tq, Tk)
-        if attention_mask is None:
-            return
-        if not isinstance(attention_mask, torch.Tensor):
-            raise TypeError(
-                f"attention_mask must be a bool tensor (B={B}, Tk={Tk}), got {type(attention_mask).__name__}"
-            )
-        if attention_mask.shape != (B, Tk) or attention_mask.dtype != torch.bool:
-            raise ValueError(
-                f"attention_mask must be bool (B={B}, Tk={Tk}), got "
-                f"{attention_mask.dtype} {tuple(attention_mask.shape)}"
-            )
+        check_tensor("attention_mask", attention_mask, shape=(B, Tk), dtype=torch.bool, optional=True)
 
     def forward(
         self,
@@ -166,30 +134,12 @@ class MultiHeadAttention(nn.Module):
 
     @torch.no_grad()
     def load_from_torch(self, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
-        """Copy the weights of a ``torch.nn.MultiheadAttention`` with the same d_model and heads."""
-        if mha.embed_dim != self.d_model or mha.num_heads != self.n_heads:
-            raise ValueError(
-                f"nn.MultiheadAttention has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; "
-                f"this module has d_model={self.d_model}, n_heads={self.n_heads}"
-            )
-        if mha.in_proj_weight is None:
-            raise ValueError(
-                f"nn.MultiheadAttention with kdim={mha.kdim}, vdim={mha.vdim} != embed_dim="
-                f"{mha.embed_dim} is not supported"
-            )
-        if self.qkv.weight.shape != mha.in_proj_weight.shape or self.out.weight.shape != mha.out_proj.weight.shape:
-            raise ValueError(
-                f"only plain multi-head attention loads from nn.MultiheadAttention: this module's qkv "
-                f"{tuple(self.qkv.weight.shape)} and out {tuple(self.out.weight.shape)} "
-                f"differ from in_proj {tuple(mha.in_proj_weight.shape)} and out_proj {tuple(mha.out_proj.weight.shape)}"
-            )
-        if mha.bias_k is not None or mha.add_zero_attn:
-            raise ValueError("nn.MultiheadAttention with add_bias_kv=True or add_zero_attn=True is not supported")
-        if (mha.in_proj_bias is None) != (self.qkv.bias is None):
-            raise ValueError(
-                f"bias mismatch: nn.MultiheadAttention has bias={mha.in_proj_bias is not None}, "
-                f"this module has bias={self.qkv.bias is not None}"
-            )
+        """Copy the weights of a ``torch.nn.MultiheadAttention`` with the same d_model and heads (one in_proj
+        matrix: ``kdim == vdim == embed_dim``; no ``add_bias_kv``, no ``add_zero_attn``)."""
+        plain = dict(_qkv_same_embed_dim=True, bias_k=None, add_zero_attn=False)  # what in_proj/out_proj hold
+        check_fields("mha", mha, embed_dim=self.d_model, num_heads=self.n_heads, **plain)
+        check_tensor("mha.in_proj_weight", mha.in_proj_weight, shape=tuple(self.qkv.weight.shape), note="this qkv")
+        check_equal("mha has biases", mha.in_proj_bias is not None, self.qkv.bias is not None, note="as this module")
         self.qkv.weight.copy_(mha.in_proj_weight)
         self.out.weight.copy_(mha.out_proj.weight)
         if self.qkv.bias is not None:

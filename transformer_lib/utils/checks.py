@@ -18,7 +18,7 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
   ``finite=True``, holding no NaN or infinity; with ``min``, no value below it;
 * ``check_ids(name, value, vocab_size, shape=None, ignore_index=None)``: an integer tensor of token ids (or targets)
   in ``[0, vocab_size)`` (``>= 0`` with ``vocab_size=None``), ``ignore_index`` allowed where given;
-* ``check_choice(name, value, choices)``: one of a set of options;
+* ``check_choice(name, value, choices, note="")``: one of a set of options;
 * ``check_equal(name, value, expected, note="")``: a value that must equal another (a size, a flag);
 * ``check_empty(name, items, note="")``: nothing left over (a loader's unplaced keys);
 * ``check_fields(name, obj, **expected)``: attributes of ``obj`` (a module's configuration) with given values;
@@ -163,10 +163,13 @@ def check_fields(name: str, obj, **expected) -> object:
     return obj
 
 
-def check_choice(name: str, value, choices) -> object:
-    """``value`` if it is one of ``choices`` (a string option such as a nonlinearity); ``ValueError`` otherwise."""
+def check_choice(name: str, value, choices, note: str = "") -> object:
+    """``value`` if it is one of ``choices`` (a string option such as a nonlinearity); ``ValueError`` otherwise,
+    with ``note`` (what each choice means) in the message."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {sorted(choices)}, got {_received(value)}")
+        raise ValueError(
+            f"{name} must be one of {sorted(choices)}{f' ({note})' if note else ''}, got {_received(value)}"
+        )
     return value
 
 
