@@ -4,7 +4,8 @@
 #   make test      - set up .venv if needed; make lint (a second), then the unit tests not marked slow/browser, and
 #                    every notebook under nbval, in two worker processes, each file whole on one worker (a few
 #                    minutes; a notebook over its budget, in units of a calibration timed on the same machine, fails
-#                    it: see tests/notebook_budget.py)
+#                    it: see tests/notebook_budget.py); a notebook that passed here before, and whose source and
+#                    imported library files are unchanged since, is skipped (tests/notebook_record.py)
 #   make test-all  - make lint, then make test's tests plus the slow tests (checkpoint retraining, benchmarks' quick
 #                    modes, a fresh venv) and the browser tests (a headless Chromium or Chrome; skipped with a reason
 #                    when none is found)
@@ -83,7 +84,7 @@ i18n-check: $(STAMP)
 FAST_LOOP_SKIPS := kv_cache pruning
 # two workers: a notebook's kernel mostly waits on one core while the other runs another notebook or the unit tests
 test: $(STAMP) lint
-	$(STRICT) $(PYTEST) -m "not slow and not browser" $(patsubst %,--ignore=notebooks/%.ipynb,$(FAST_LOOP_SKIPS)) -n 2 --dist loadfile; $(PYTEST_OK)
+	$(STRICT) $(PYTEST) -m "not slow and not browser" $(patsubst %,--ignore=notebooks/%.ipynb,$(FAST_LOOP_SKIPS)) -n 2 --dist loadfile --skip-passed-notebooks; $(PYTEST_OK)
 
 test-all: $(STAMP) $(TRITON_STAMP) lint
 	$(STRICT) $(PYTEST); $(PYTEST_OK)

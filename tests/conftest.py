@@ -11,6 +11,8 @@
   kernel's CPU time in units of a calibration timed right before it in the same worker (``notebook_budget.py``);
   every notebook's units and absolute times are printed at the end of the session, and one over the budget fails
   the session (exit status 1) with a line naming it.
+* ``--skip-passed-notebooks`` (``make test``): a notebook unchanged, with everything it imports, since it passed in
+  this checkout is skipped (``notebook_record.py``).
 """
 
 import os
@@ -26,6 +28,7 @@ if not torch.cuda.is_available():
 
 from devtools import BROWSER_HELP, find_browser, no_built_site  # noqa: F401 (no_built_site: for the tests)
 from notebook_budget import BUDGET_UNITS, NotebookBudget
+from notebook_record import OPTION as SKIP_PASSED, PassedNotebooks
 
 # The tests use tiny tensors, which gain nothing from intra-op threads; on a busy 2-core machine two threads
 # spinning against other processes made them ~6x slower. One thread keeps the suite fast everywhere.
@@ -66,9 +69,20 @@ def browser_path() -> Path:
 NOTEBOOK_BUDGET_UNITS = float(os.environ.get("NOTEBOOK_BUDGET_UNITS", BUDGET_UNITS))
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        SKIP_PASSED,
+        action="store_true",
+        help="skip a notebook whose inputs are unchanged since it passed in this checkout (tests/notebook_record.py)",
+    )
+
+
 def pytest_configure(config):
-    # Registered as a plugin (not hooks of this conftest), so that it sees the items under notebooks/ too.
-    config.pluginmanager.register(NotebookBudget(NOTEBOOK_BUDGET_UNITS), "notebook-budget")
+    # Registered as plugins (not hooks of this conftest), so that they see the items under notebooks/ too.
+    budget = NotebookBudget(NOTEBOOK_BUDGET_UNITS)
+    config.pluginmanager.register(budget, "notebook-budget")
+    if config.getoption(SKIP_PASSED):
+        config.pluginmanager.register(PassedNotebooks(budget=budget), "passed-notebooks")
 
 
 @pytest.fixture(autouse=True)
