@@ -101,19 +101,27 @@ def test_gptq_round_trips_through_quant_linear(bits, group_size):
 
 def test_gptq_bad_arguments_raise():
     w = torch.randn(8, 16)
-    with pytest.raises(ValueError, match=r"hessian must be \(K, K\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"hessian must be a tensor of shape \(16, 16\) \(K, K: layer_hessian of the inputs\), got \(8, 8\)",
+    ):
         gptq_quantize(w, torch.eye(8))
     with pytest.raises(
         ValueError, match=r"damp must be a finite number > 0 \(a fraction of H's mean diagonal, e.g. 0.01\), got 0"
     ):
         gptq_quantize(w, torch.eye(16), damp=0)
-    with pytest.raises(ValueError, match="group_size must be None or a positive int dividing K=16"):
+    with pytest.raises(
+        ValueError, match=r"weight.shape\[1\] must be an int, a multiple of 5 \(whole groups of group_size=5\), got 16"
+    ):
         gptq_quantize(w, torch.eye(16), group_size=5)
     with pytest.raises(ValueError, match="bits must be one of"):
         gptq_quantize(w, torch.eye(16), bits=3)
     with pytest.raises(ValueError, match=r"block must be an int >= 1 \(columns per lazy update\), got 0"):
         gptq_quantize(w, torch.eye(16), block=0)
-    with pytest.raises(ValueError, match=r"x must be \(n, in_features=64\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"x must be a tensor of shape \(any, 64\) \(n calibration inputs, in_features\), got \(4, 63\)",
+    ):
         gptq_linear(layer(), torch.randn(4, 63))
     with pytest.raises(ValueError, match="x must be a floating-point tensor"):
         layer_hessian(torch.ones(4, 3, dtype=torch.int64))
@@ -125,9 +133,9 @@ def test_gptq_refuses_a_non_finite_hessian_naming_it():
     x[3, 5] = float("nan")
     nan_hessian = 2 * x.T.double() @ x.double() / x.shape[0]
     for h in (nan_hessian, torch.eye(16).index_put((torch.tensor(2), torch.tensor(2)), torch.tensor(float("inf")))):
-        with pytest.raises(ValueError, match=r"hessian must hold only finite values"):
+        with pytest.raises(ValueError, match=r"hessian must be finite \(no NaN or inf\)"):
             gptq_quantize(w, h)
-    with pytest.raises(ValueError, match=r"x must hold only finite values"):
+    with pytest.raises(ValueError, match=r"x must be finite \(no NaN or inf\)"):
         layer_hessian(x)  # the calibration input itself, caught where it enters
 
 
@@ -148,11 +156,18 @@ def test_scaling_columns_and_dividing_the_input_leaves_the_output_unchanged():
 
 
 def test_channel_scale_bad_arguments_raise():
-    with pytest.raises(ValueError, match="s must hold positive finite values"):
+    with pytest.raises(
+        ValueError, match=r"s.min\(\) must be a finite number > 0 \(each scale divides an input channel\), got 0.0"
+    ):
         scale_columns(layer(), torch.zeros(64))
-    with pytest.raises(ValueError, match=r"s must be a tensor of shape \(in_features=64,\)"):
+    with pytest.raises(
+        ValueError, match=r"s must be a tensor of shape \(64,\) \(one scale per input channel\), got \(32,\)"
+    ):
         scale_columns(layer(), torch.ones(32))
-    with pytest.raises(ValueError, match=r"x must be \(..., K=64\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"x must be a tensor of shape \(\.\.\., 64\) \(\.\.\., K: one input per scale\), got \(2, 32\)",
+    ):
         ScaledInput(layer(), torch.ones(64))(torch.randn(2, 32))
 
 
@@ -191,7 +206,9 @@ def test_awq_round_trips_through_quant_linear():
 
 
 def test_awq_bad_arguments_raise():
-    with pytest.raises(ValueError, match=r"x must be \(n, K=64\)"):
+    with pytest.raises(
+        ValueError, match=r"x must be a tensor of shape \(any, 64\) \(n calibration inputs, K\), got \(4, 32\)"
+    ):
         awq_scales(layer().weight, torch.randn(4, 32))
     with pytest.raises(ValueError, match=r"n_grid must be an int >= 1 \(alphas 0, 1/n_grid, ..., 1\), got 0"):
         awq_scales(layer().weight, torch.randn(4, 64), n_grid=0)
@@ -202,9 +219,9 @@ def test_awq_bad_arguments_raise():
 def test_awq_blames_an_infinite_weight_on_the_weight():
     w = layer().weight.detach().clone()
     w[1, 7] = float("inf")
-    with pytest.raises(ValueError, match=r"weight must hold only finite values"):
+    with pytest.raises(ValueError, match=r"weight must be finite \(no NaN or inf\)"):
         awq_scales(w, torch.randn(4, 64))
-    with pytest.raises(ValueError, match=r"x must hold only finite values"):
+    with pytest.raises(ValueError, match=r"x must be finite \(no NaN or inf\)"):
         awq_scales(layer().weight, torch.full((4, 64), float("nan")))
 
 
@@ -239,7 +256,10 @@ def test_smoothing_reduces_w8a8_error_with_an_outlier_channel(seed):
 def test_smoothquant_bad_arguments_raise():
     with pytest.raises(ValueError, match=r"alpha must be a number in \[0, 1\]"):
         smoothing_factors(torch.ones(64), layer().weight, alpha=1.5)
-    with pytest.raises(ValueError, match=r"x_absmax must be \(K=64,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"x_absmax must be a tensor of shape \(64,\) \(K: the largest \|x\| of each input channel\), got \(32,\)",
+    ):
         smoothing_factors(torch.ones(32), layer().weight)
 
 
@@ -292,9 +312,14 @@ def test_smoothquant_model_stays_close_to_float():
 
 
 def test_model_helpers_refuse_bad_input():
-    with pytest.raises(ValueError, match="batches must hold at least one calibration batch"):
+    with pytest.raises(
+        ValueError, match=r"batches must hold at least 1 item\(s\) \(input tensors or \(x, y\) pairs\), got 0"
+    ):
         gptq_quantize_model(tiny_gpt(), [])
-    with pytest.raises(ValueError, match="group_size must divide in_features of every layer"):
+    with pytest.raises(
+        ValueError,
+        match=r"in_features must be an int, a multiple of 48 \(group_size=48 must divide every layer's in_features\)",
+    ):
         awq_quantize_model(tiny_gpt(), calibration(1), group_size=48)
     with pytest.raises(TypeError, match="model must be an nn.Module"):
         smoothquant_model("gpt", calibration(1))

@@ -17,7 +17,7 @@ This package's face gathers every public name of its modules (``from transformer
   choose better codes (or move outliers) using calibration inputs, stored in the same ``QuantLinear``;
 * ``nf4``: the 4-bit NormalFloat code book of QLoRA (Dettmers et al. 2023), block-wise.
 
-The modules' argument checks (``check_bits``, ``check_finite``, ``check_channel_scale``) are not gathered here: they
+The modules' argument checks (``check_bits``, ``check_channel_scale``) are not gathered here: they
 guard the functions above rather than being tools of their own (``tests/test_structure.py`` checks that every other
 public name is).
 """

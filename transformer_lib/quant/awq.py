@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_tensor, check_type
 from .calibration import replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
-from .grids import check_bits, check_finite
+from .grids import check_bits
 from .linear import QuantLinear, rtn_weight
 
 
@@ -34,13 +34,6 @@ class AWQScales:
     errors: torch.Tensor
 
 
-def _check_finite(weight: torch.Tensor, x: torch.Tensor) -> None:
-    """The weight first: an infinite weight would otherwise surface in ``quantize``, whose argument is named x.
-    (One line in ``awq_scales``, whose lines the book shows by number.)"""
-    check_finite(weight, "weight")
-    check_finite(x, "x")
-
-
 @torch.no_grad()
 def awq_scales(
     weight: torch.Tensor, x: torch.Tensor, bits: int = 4, group_size: int | None = None, n_grid: int = 20
@@ -48,15 +41,10 @@ def awq_scales(
     """Search ``s = mean|x|^alpha`` for ``alpha`` in ``0, 1/n_grid, ..., 1``: ``weight: (N, K)``, calibration
     inputs ``x: (n, K)``; the error is ``mean((x / s) Q(W s)^T - x W^T)^2`` with ``Q`` round-to-nearest."""
     check_bits(bits)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
-        got = f"{weight.dtype} {tuple(weight.shape)}" if isinstance(weight, torch.Tensor) else type(weight).__name__
-        raise ValueError(f"weight must be a floating-point matrix (N, K), got {got}")
-    K = weight.shape[1]
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != K or x.shape[0] == 0:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be (n, K={K}) calibration inputs with n >= 1, got {got}")
+    # the weight's finiteness here, or quantize (in rtn_weight) would blame an inf on its own argument, x
+    check_tensor("weight", weight, shape=(None, None), floating=True, finite=True, note="N, K")
+    check_tensor("x", x, shape=(None, weight.shape[1]), finite=True, note="n calibration inputs, K")
     check_int("n_grid", n_grid, min=1, note="alphas 0, 1/n_grid, ..., 1")
-    _check_finite(weight, x)
     w, x = weight.detach().float(), x.detach().float().to(weight.device)
     ref = x @ w.T  # (n, N): the float layer's output
     x_mean = x.abs().mean(dim=0)  # (K,): how large each input channel is on average
@@ -76,8 +64,7 @@ def awq_linear(
     linear: nn.Linear, x: torch.Tensor, bits: int = 4, group_size: int | None = None, n_grid: int = 20
 ) -> ScaledInput:
     """``ScaledInput(QuantLinear of W diag(s), s)`` with AWQ's ``s`` for ``linear`` on its inputs ``x: (n, K)``."""
-    if not isinstance(linear, nn.Linear):
-        raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
+    check_type("linear", linear, nn.Linear, expected="an nn.Linear")
     found = awq_scales(linear.weight, x, bits, group_size, n_grid)
     return ScaledInput(QuantLinear.from_linear(scale_columns(linear, found.scale), bits, group_size), found.scale)
 

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..utils.checks import check_empty, check_int, check_sequence, check_tensor
 from ..utils.modes import eval_mode
 from .linear import QuantEmbedding, linears_to_replace, set_module
 
@@ -31,14 +32,12 @@ def lm_quality(model: nn.Module, batches, reference_top1: torch.Tensor | None = 
             ).item()
             count += int((y != -100).sum())
             top1.append(logits.argmax(-1).cpu())
-    if count == 0:
-        raise ValueError("batches must hold at least one (x, y) batch, got none")
+    check_int("batches' targets (not -100)", count, min=1, note="at least one (x, y) batch to score")
     top1 = torch.stack(top1)  # (n_batches, B, T)
+    check_tensor("reference_top1", reference_top1, shape=tuple(top1.shape), optional=True, note="n_batches, B, T")
     loss = total / count
     out = {"loss": loss, "perplexity": float(torch.tensor(loss).exp()), "top1": top1, "agreement": None}
     if reference_top1 is not None:
-        if reference_top1.shape != top1.shape:
-            raise ValueError(f"reference_top1 must have shape {tuple(top1.shape)}, got {tuple(reference_top1.shape)}")
         out["agreement"] = (top1 == reference_top1).float().mean().item()
     return out
 
@@ -65,11 +64,9 @@ def capture_linear_inputs(model: nn.Module, run) -> dict[str, torch.Tensor]:
 def calibration_inputs(model: nn.Module, batches) -> dict[str, torch.Tensor]:
     """``capture_linear_inputs`` over calibration ``batches``: a list of model inputs (e.g. token ids ``(B, T)``)
     or of ``(x, y)`` pairs, whose ``x`` is fed; run in eval mode on the model's device."""
-    if isinstance(batches, torch.Tensor) or not hasattr(batches, "__iter__"):
-        raise TypeError(f"batches must be a list of input tensors or (x, y) pairs, got {type(batches).__name__}")
-    batches = list(batches)
-    if not batches:
-        raise ValueError("batches must hold at least one calibration batch, got none")
+    check_sequence(
+        "batches", batches, min_len=1, note="input tensors or (x, y) pairs", items=(torch.Tensor, tuple, list)
+    )
     device = next(model.parameters()).device
 
     def run(m):
@@ -88,21 +85,18 @@ def replace_linears_calibrated(
 
     A layer whose weight is tied to an embedding (GPT's ``lm_head``) becomes ``tied_convert(linear)`` when given
     (default: ``convert`` as for any layer) and the embedding reads its codes (``QuantEmbedding``). Names in
-    ``skip`` stay float; ``group_size`` must divide every replaced layer's ``in_features``.
+    ``skip`` stay float; ``group_size`` must divide every replaced layer's ``in_features``, and every layer converted
+    with ``convert`` must have seen calibration inputs (both checked before any layer is replaced).
     """
     linears = linears_to_replace(model, skip, group_size)
     inputs = calibration_inputs(model, batches)
     embeddings = {id(m.weight): name for name, m in model.named_modules() if isinstance(m, nn.Embedding)}
+    tied_apart = {name for name, lin in linears if tied_convert is not None and id(lin.weight) in embeddings}
+    unseen = [name for name, _ in linears if name not in inputs and name not in tied_apart]  # checked before any swap
+    check_empty("layers that saw no calibration input", unseen, note=f"skip them: skip={tuple(unseen)!r}")
     for name, lin in linears:
         tied = embeddings.get(id(lin.weight))
-        if tied is not None and tied_convert is not None:
-            new = tied_convert(lin)
-        elif name not in inputs:
-            raise ValueError(
-                f"layer {name!r} saw no input while the calibration batches ran; skip it, e.g. skip=({name!r},)"
-            )
-        else:
-            new = convert(lin, inputs[name])
+        new = tied_convert(lin) if name in tied_apart else convert(lin, inputs[name])
         set_module(model, name, new)
         if tied is not None:
             set_module(model, tied, QuantEmbedding(new))

@@ -11,21 +11,19 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..utils.checks import check_number, check_tensor, check_type
 
-def check_channel_scale(s: torch.Tensor, in_features: int) -> None:
-    """``s`` must be a positive, finite ``(in_features,)`` tensor."""
-    if not isinstance(s, torch.Tensor) or s.shape != (in_features,):
-        got = tuple(s.shape) if isinstance(s, torch.Tensor) else type(s).__name__
-        raise ValueError(f"s must be a tensor of shape (in_features={in_features},), got {got}")
-    if not torch.isfinite(s).all() or (s <= 0).any():
-        raise ValueError(f"s must hold positive finite values, got values in [{s.min().item()}, {s.max().item()}]")
+
+def check_channel_scale(s: torch.Tensor, in_features: int | None = None) -> None:
+    """``s`` must be a positive, finite ``(in_features,)`` tensor (``in_features=None``: any length >= 1)."""
+    check_tensor("s", s, shape=(in_features,), finite=True, note="one scale per input channel")
+    check_number("s.min()", s.min().item(), min=0, min_open=True, note="each scale divides an input channel")
 
 
 @torch.no_grad()
 def scale_columns(linear: nn.Linear, s: torch.Tensor) -> nn.Linear:
     """A copy of ``linear`` with weight ``W diag(s)``: column ``j`` times ``s_j`` (``W: (N, K)``, ``s: (K,)``)."""
-    if not isinstance(linear, nn.Linear):
-        raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
+    check_type("linear", linear, nn.Linear, expected="an nn.Linear")
     check_channel_scale(s, linear.in_features)
     w = linear.weight
     out = nn.Linear(
@@ -43,16 +41,11 @@ class ScaledInput(nn.Module):
 
     def __init__(self, module: nn.Module, s: torch.Tensor):
         super().__init__()
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
-        if not isinstance(s, torch.Tensor) or s.dim() != 1:
-            got = tuple(s.shape) if isinstance(s, torch.Tensor) else type(s).__name__
-            raise ValueError(f"s must be a 1-d tensor (K,) of per-channel scales, got {got}")
-        check_channel_scale(s, s.shape[0])
+        check_type("module", module, nn.Module, expected="an nn.Module")
+        check_channel_scale(s)  # (K,)
         self.module = module
         self.register_buffer("scale", s.detach().float().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.scale.shape[0]:
-            raise ValueError(f"x must be (..., K={self.scale.shape[0]}), got {tuple(x.shape)}")
+        check_tensor("x", x, shape=(..., self.scale.shape[0]), note="..., K: one input per scale")
         return self.module(x / self.scale.to(x.dtype))

@@ -21,28 +21,18 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..utils.checks import check_int, check_number
+from ..utils.checks import check_int, check_number, check_tensor, check_type
 from .calibration import replace_linears_calibrated
-from .grids import QuantizedTensor, check_bits, check_finite, int_range, quantize
+from .grids import QuantizedTensor, check_bits, int_range, quantize
 from .linear import QuantLinear
 
 
 def layer_hessian(x: torch.Tensor) -> torch.Tensor:
     """``H = 2 X^T X / n`` in float64 for calibration inputs ``x: (n, K)`` -> ``(K, K)`` (the mean over inputs:
     the scale of ``H`` does not change GPTQ's result)."""
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2 or x.shape[0] == 0:
-        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be a floating-point tensor (n, K) with n >= 1 calibration inputs, got {got}")
-    check_finite(x, "x")
+    check_tensor("x", x, shape=(None, None), floating=True, finite=True, note="n calibration inputs, K")
     x = x.double()
     return 2 * x.T @ x / x.shape[0]  # (K, K)
-
-
-def _check_finite(**tensors: torch.Tensor) -> None:
-    """``check_finite`` on each tensor, naming its argument (one line in ``gptq_quantize``, whose lines the book
-    shows by number)."""
-    for name, value in tensors.items():
-        check_finite(value, name)
 
 
 def _inverse_hessian_factor(h: torch.Tensor, damp: float) -> torch.Tensor:
@@ -73,18 +63,14 @@ def gptq_quantize(
     ``dequantize()`` is the chosen weight. ``block``: columns per lazy update (rounded to whole groups; any value
     gives the same codes up to float rounding)."""
     check_bits(bits)
-    if not isinstance(weight, torch.Tensor) or not weight.is_floating_point() or weight.dim() != 2:
-        got = f"{weight.dtype} {tuple(weight.shape)}" if isinstance(weight, torch.Tensor) else type(weight).__name__
-        raise ValueError(f"weight must be a floating-point matrix (N, K), got {got}")
+    check_tensor("weight", weight, shape=(None, None), floating=True, finite=True, note="N, K")
     N, K = weight.shape
-    if not isinstance(hessian, torch.Tensor) or hessian.shape != (K, K):
-        got = tuple(hessian.shape) if isinstance(hessian, torch.Tensor) else type(hessian).__name__
-        raise ValueError(f"hessian must be (K, K) = ({K}, {K}) for weight {tuple(weight.shape)}, got {got}")
+    # a NaN calibration input makes a NaN H: say so here, not in linalg.cholesky
+    check_tensor("hessian", hessian, shape=(K, K), finite=True, note="K, K: layer_hessian of the inputs")
     check_number("damp", damp, min=0, min_open=True, note="a fraction of H's mean diagonal, e.g. 0.01")
-    if group_size is not None and (not isinstance(group_size, int) or group_size < 1 or K % group_size != 0):
-        raise ValueError(f"group_size must be None or a positive int dividing K={K}, got {group_size!r}")
+    check_int("group_size", group_size, min=1, optional="one scale per row")
+    check_int("weight.shape[1]", K, multiple_of=group_size, note=f"whole groups of group_size={group_size}")
     check_int("block", block, min=1, note="columns per lazy update")
-    _check_finite(weight=weight, hessian=hessian)  # a NaN calibration input makes a NaN H: say so, not cholesky
     W = weight.detach().double().clone()  # (N, K), updated in place as columns are rounded
     h = hessian.detach().double().to(W.device)
     dead = h.diagonal() == 0  # inputs that are always zero: their weights do not matter
@@ -120,11 +106,8 @@ def gptq_linear(
     linear: nn.Linear, x: torch.Tensor, bits: int = 4, group_size: int | None = None, damp: float = 0.01
 ) -> QuantLinear:
     """A ``QuantLinear`` holding GPTQ's codes for ``linear``, calibrated on its inputs ``x: (n, in_features)``."""
-    if not isinstance(linear, nn.Linear):
-        raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != linear.in_features:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be (n, in_features={linear.in_features}), got {got}")
+    check_type("linear", linear, nn.Linear, expected="an nn.Linear")
+    check_tensor("x", x, shape=(None, linear.in_features), note="n calibration inputs, in_features")
     qt = gptq_quantize(linear.weight, layer_hessian(x.to(linear.weight.device)), bits, group_size, damp)
     return QuantLinear.from_codes(qt.q, qt.scale, linear.bias, group_size, bits)
 

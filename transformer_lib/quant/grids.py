@@ -17,25 +17,16 @@ from dataclasses import dataclass
 
 import torch
 
+from ..utils.checks import check_bool, check_choice, check_dtype, check_int, check_number, check_tensor
+
 BITS = (4, 8)
 GRANULARITIES = ("tensor", "channel", "group")
 
 
 # ----------------------------------------------------------------------------- integer grids
-def check_bits(bits) -> None:
-    if not isinstance(bits, int) or isinstance(bits, bool) or bits not in BITS:
-        raise ValueError(f"bits must be one of {BITS}, got {bits!r}")
-
-
-def check_finite(x: torch.Tensor, name: str) -> None:
-    """A scale set by an ``inf`` is ``inf`` and every code reads back as NaN: refuse non-finite values up front."""
-    bad = ~torch.isfinite(x.detach())
-    if bad.any():
-        first = tuple(int(i) for i in bad.nonzero()[0])
-        raise ValueError(
-            f"{name} must hold only finite values to be quantized, got {int(bad.sum())} inf/NaN "
-            f"value(s), the first {x[first].item()} at index {first}"
-        )
+def check_bits(bits) -> int:
+    """``bits`` as an ``int``: 4 or 8 (``TypeError`` for a float or a string, ``ValueError`` for another int)."""
+    return check_choice("bits", check_int("bits", bits), BITS)
 
 
 def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
@@ -49,17 +40,15 @@ def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
 
 def grouped(x: torch.Tensor, granularity: str, group_size: int | None) -> torch.Tensor:
     """View ``x: (..., K)`` as ``(rows, n_groups, group)``: each ``[r, g, :]`` shares one scale."""
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
-    if x.dim() == 0:
-        raise ValueError("x must have at least one dimension, got a 0-d tensor")
+    check_choice("granularity", granularity, GRANULARITIES)
+    check_tensor("x", x, shape=(..., None), note="..., K")
     if granularity == "tensor":
         return x.reshape(1, 1, -1)
     K = x.shape[-1]
     if granularity == "channel":
         return x.reshape(-1, 1, K)
-    if not isinstance(group_size, int) or group_size < 1 or K % group_size != 0:
-        raise ValueError(f"group_size must be a positive int dividing the last dimension K={K}, got {group_size!r}")
+    check_int("group_size", group_size, min=1, note=f"dividing the last dimension K={K}")
+    check_int("x.shape[-1]", K, multiple_of=group_size, note=f"whole groups of group_size={group_size}")
     return x.reshape(-1, K // group_size, group_size)
 
 
@@ -77,8 +66,7 @@ class QuantizedTensor:
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``(q - zero) * scale`` in ``dtype``, shape of the original tensor."""
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        check_dtype("dtype", dtype, floating=True)
         q = grouped(self.q, self.granularity, self.group_size).to(dtype)  # (rows, n_groups, group)
         if self.zero is not None:
             q = q - self.zero.to(dtype)[..., None]
@@ -100,15 +88,10 @@ def quantize(
     holds for the stored scales. A group of zeros gets scale 1 (any scale stores 0 exactly).
     """
     check_bits(bits)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a floating-point tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"x must be a floating-point tensor, got {x.dtype}")
-    if not isinstance(symmetric, bool):
-        raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__} {symmetric!r}")
-    if scale_dtype is not None and (not isinstance(scale_dtype, torch.dtype) or not scale_dtype.is_floating_point):
-        raise TypeError(f"scale_dtype must be None or a floating-point torch.dtype, got {scale_dtype!r}")
-    check_finite(x, "x")
+    check_tensor("x", x, floating=True, finite=True)  # an inf sets an inf scale: its group would read back as NaN
+    check_bool("symmetric", symmetric)
+    if scale_dtype is not None:
+        check_dtype("scale_dtype", scale_dtype, floating=True)
     qmin, qmax = int_range(bits, symmetric)
     xg = grouped(x.detach(), granularity, group_size).float()  # (rows, n_groups, group)
     if symmetric:
@@ -117,10 +100,10 @@ def quantize(
         lo, hi = xg.amin(dim=-1).clamp(max=0), xg.amax(dim=-1).clamp(min=0)  # the range always contains 0
         scale = (hi - lo) / (qmax - qmin)
     if scale_dtype is not None:  # round up to the stored precision, so no value falls outside the grid
+        largest = scale.max().item() if scale.numel() else 0.0
+        check_number("x's largest scale", largest, max=torch.finfo(scale_dtype).max, note=f"what {scale_dtype} holds")
         stored = scale.to(scale_dtype)
         stored = torch.where(stored.float() < scale, torch.nextafter(stored, stored.new_tensor(float("inf"))), stored)
-        if not torch.isfinite(stored).all():
-            raise ValueError(f"a scale of up to {scale.max():.3g} does not fit in scale_dtype={scale_dtype}")
         scale = stored.float()
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     if symmetric:
@@ -147,10 +130,10 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
     Element ``2i`` goes into the low nibble of byte ``i``, element ``2i + 1`` into its high nibble
     (two's complement: -1 is ``0b1111``).
     """
-    if q.dtype != torch.int8 or q.shape[-1] % 2 != 0:
-        raise ValueError(f"q must be int8 with an even last dimension, got {q.dtype} {tuple(q.shape)}")
-    if q.numel() and (q.min() < -8 or q.max() > 7):
-        raise ValueError(f"q must hold 4-bit values in [-8, 7], got values in [{int(q.min())}, {int(q.max())}]")
+    check_tensor("q", q, shape=(..., None), dtype=torch.int8, min=-8, note="..., K")
+    check_int("q.shape[-1]", q.shape[-1], multiple_of=2, note="two codes per byte")
+    if q.numel():
+        check_int("q.max()", int(q.max()), max=7, note="4-bit codes in [-8, 7]")
     nib = q.to(torch.int16) & 0xF  # two's complement low 4 bits
     return (nib[..., 0::2] | (nib[..., 1::2] << 4)).to(torch.uint8)
 
@@ -161,8 +144,7 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     Read as int8, a byte shifted right by 4 (an arithmetic shift, which copies the sign bit) is its high nibble,
     sign-extended; shifting the byte left by 4 first does the same for the low nibble.
     """
-    if packed.dtype != torch.uint8:
-        raise ValueError(f"packed must be uint8, got {packed.dtype}")
+    check_tensor("packed", packed, dtype=torch.uint8)
     low = (packed << 4).view(torch.int8) >> 4  # (..., K // 2)
     high = packed.view(torch.int8) >> 4
     return torch.stack([low, high], dim=-1).flatten(-2)  # (..., K): low, high, low, high, ...

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ..utils.checks import check_choice, check_equal, check_int, check_tensor
 from .grids import fake_quantize
 
 
@@ -15,21 +16,17 @@ from .grids import fake_quantize
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Dynamic absmax int8 for activations: one scale per token (row). ``x: (M, K)`` -> ``(q int8 (M, K),
     scale (M, 1))``; computed at run time for each input, as LLM.int8() and SmoothQuant do."""
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 2:
-        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be a floating-point tensor (M, K), got {got}")
+    check_tensor("x", x, floating=True)
+    check_equal("x.dim()", x.dim(), 2, note="x is (M, K)")  # not shape=(None, None): M = 0 (an empty batch) is fine
     scale = x.abs().amax(dim=-1, keepdim=True).float().clamp_min_(1e-12).div_(127)  # (M, 1)
     return torch.round(x / scale).to(torch.int8), scale  # |x / scale| <= 127: no clamp needed
 
 
 def _check_int8_pair(xq: torch.Tensor, wq: torch.Tensor) -> None:
-    if xq.dtype != torch.int8 or wq.dtype != torch.int8 or xq.dim() != 2 or wq.dim() != 2 or xq.shape[1] != wq.shape[1]:
-        raise ValueError(
-            f"xq (M, K) and wq (N, K) must be int8 matrices sharing K, got xq {xq.dtype} "
-            f"{tuple(xq.shape)} and wq {wq.dtype} {tuple(wq.shape)}"
-        )
-    if xq.device != wq.device:
-        raise ValueError(f"xq and wq must be on one device, got {xq.device} and {wq.device}")
+    """``xq: (M, K)`` and ``wq: (N, K)``: int8 matrices sharing ``K``, on one device."""
+    check_tensor("xq", xq, dtype=torch.int8)
+    check_equal("xq.dim()", xq.dim(), 2, note="xq is (M, K)")
+    check_tensor("wq", wq, shape=(None, xq.shape[1]), dtype=torch.int8, device=xq.device, note="N, K of xq")
 
 
 INT8_KERNELS = ("int_mm", "float32")  # how int8_matmul computes: torch._int_mm, or exact float32 chunks
@@ -47,8 +44,7 @@ def int8_matmul(xq: torch.Tensor, wq: torch.Tensor, kernel: str = "int_mm") -> t
     nothing to the sums, and the result is sliced back. An fp16 product would not be exact (sums reach
     ``K * 127^2``), and a float64 one runs at a small fraction of a GPU's integer speed.
     """
-    if kernel not in INT8_KERNELS:
-        raise ValueError(f"kernel must be one of {INT8_KERNELS}, got {kernel!r}")
+    check_choice("kernel", kernel, INT8_KERNELS)
     _check_int8_pair(xq, wq)
     if kernel == "float32":
         return float32_int8_matmul(xq, wq)
@@ -105,12 +101,8 @@ def keep_outliers(x: torch.Tensor, n_outliers: int, bits: int = 8) -> torch.Tens
     """Per-tensor fake quantization of ``x: (M, K)`` with the ``n_outliers`` feature columns of largest magnitude
     kept in float: those columns no longer set the scale. A simplified form of LLM.int8()'s mixed-precision
     decomposition, which picks the columns by a magnitude threshold (6.0) and quantizes the rest per token."""
-    if x.dim() != 2 or not x.is_floating_point():
-        raise ValueError(f"x must be a floating-point tensor (M, K), got {x.dtype} {tuple(x.shape)}")
-    if not isinstance(n_outliers, int) or isinstance(n_outliers, bool):
-        raise TypeError(f"n_outliers must be an int, got {type(n_outliers).__name__} {n_outliers!r}")
-    if not 0 <= n_outliers < x.shape[-1]:
-        raise ValueError(f"n_outliers must be in [0, K={x.shape[-1]}), got {n_outliers}")
+    check_tensor("x", x, shape=(None, None), floating=True, note="M, K")
+    n_outliers = check_int("n_outliers", n_outliers, min=0, max=x.shape[1] - 1, note=f"fewer than K={x.shape[1]}")
     cols = x.abs().amax(dim=0).topk(n_outliers).indices  # (n_outliers,)
     keep = torch.zeros(x.shape[-1], dtype=torch.bool, device=x.device)
     keep[cols] = True

@@ -13,9 +13,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_int, check_sequence, check_tensor
+from ..utils.checks import check_choice, check_equal, check_int, check_sequence, check_tensor, check_type
 from .int8_ops import INT8_KERNELS, int8_matmul, quantize_per_token
-from .grids import check_bits, check_finite, int_range, pack_int4, quantize, unpack_int4
+from .grids import check_bits, int_range, pack_int4, quantize, unpack_int4
 
 
 # ----------------------------------------------------------------------------- modules
@@ -45,22 +45,15 @@ class QuantLinear(nn.Module):
     ):
         super().__init__()
         check_bits(bits)
-        for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
         check_int("group_size", group_size, min=1, optional="one scale per row")
-        if group_size is not None and in_features % group_size != 0:
-            raise ValueError(
-                f"group_size must be None or a positive int dividing in_features={in_features}, got {group_size!r}"
-            )
-        if act_bits not in (None, 8):
-            raise ValueError(f"act_bits must be None (weight-only) or 8, got {act_bits!r}")
-        if act_bits == 8 and (bits != 8 or group_size is not None):
-            raise ValueError(
-                f"act_bits=8 needs bits=8 and group_size=None (per-channel), got bits={bits}, group_size={group_size}"
-            )
-        if bits == 4 and in_features % 2 != 0:
-            raise ValueError(f"bits=4 packs two weights per byte: in_features must be even, got {in_features}")
+        groups = f"whole groups of group_size={group_size}" if group_size else ""
+        check_int("in_features", in_features, min=1, multiple_of=group_size, note=groups)
+        check_int("out_features", out_features, min=1)
+        if act_bits is not None:  # None: weight-only
+            check_equal("act_bits", check_int("act_bits", act_bits), 8, note="int8 activations; None: weight-only")
+            check_equal("(bits, group_size)", (bits, group_size), (8, None), note="act_bits=8 needs int8 per channel")
+        if bits == 4:
+            check_int("in_features", in_features, multiple_of=2, note="bits=4 packs two weights per byte")
         self.in_features, self.out_features = in_features, out_features
         self.bits, self.group_size, self.act_bits = bits, group_size, act_bits
         self.int8_kernel = "int_mm"
@@ -78,10 +71,8 @@ class QuantLinear(nn.Module):
         cls, linear: nn.Linear, bits: int = 8, group_size: int | None = None, act_bits: int | None = None
     ) -> "QuantLinear":
         """Quantize a trained ``nn.Linear`` (absmax, per row or per group, float16 scales)."""
-        if not isinstance(linear, nn.Linear):
-            raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
-        w = linear.weight
-        check_finite(w, "linear.weight")
+        check_type("linear", linear, nn.Linear, expected="an nn.Linear")
+        w = check_tensor("linear.weight", linear.weight, finite=True)
         qt = quantize(
             w.float(), bits, True, "channel" if group_size is None else "group", group_size, scale_dtype=torch.float16
         )
@@ -101,27 +92,17 @@ class QuantLinear(nn.Module):
         """A layer holding codes some algorithm chose (round-to-nearest, GPTQ, AWQ): ``q: (N, K)`` int8 in the
         symmetric ``bits``-bit range, ``scale: (N, K // group_size)`` (or ``(N, 1)``), stored as float16, and
         an optional ``bias: (N,)``. ``dequantized_weight()`` is then ``q * scale`` exactly."""
-        if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.dim() != 2:
-            got = f"{q.dtype} {tuple(q.shape)}" if isinstance(q, torch.Tensor) else type(q).__name__
-            raise ValueError(f"q must be an int8 matrix (N, K), got {got}")
+        check_tensor("q", q, shape=(None, None), dtype=torch.int8, note="N, K")
         N, K = q.shape
         layer = cls(K, N, bias is not None, bits, group_size, act_bits, device=q.device)
         qmin, qmax = int_range(bits)
-        if q.numel() and (q.min() < qmin or q.max() > qmax):
-            raise ValueError(
-                f"q must hold {bits}-bit codes in [{qmin}, {qmax}], got values in [{int(q.min())}, {int(q.max())}]"
-            )
-        if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != tuple(layer.scale.shape):
-            got = tuple(scale.shape) if isinstance(scale, torch.Tensor) else type(scale).__name__
-            raise ValueError(f"scale must have shape {tuple(layer.scale.shape)} (N, n_groups), got {got}")
-        check_finite(scale, "scale")
-        if (scale.to(torch.float16).float() != scale.float()).any():
-            raise ValueError(
-                "scale must hold float16 values (it is stored in float16; quantize with "
-                f"scale_dtype=torch.float16), got {scale.dtype} values float16 cannot hold exactly"
-            )
-        if bias is not None and tuple(bias.shape) != (N,):
-            raise ValueError(f"bias must have shape ({N},), got {tuple(bias.shape)}")
+        check_tensor("q", q, min=qmin)
+        check_int("q.max()", int(q.max()), max=qmax, note=f"{bits}-bit codes in [{qmin}, {qmax}]")
+        check_tensor("scale", scale, shape=tuple(layer.scale.shape), finite=True, note="N, n_groups")
+        inexact = int((scale.to(torch.float16).float() != scale.float()).sum())
+        note = "scale is stored in float16: quantize with scale_dtype=torch.float16"
+        check_equal("count of scale values float16 cannot hold exactly", inexact, 0, note=note)
+        check_tensor("bias", bias, shape=(N,), optional=True)
         layer.qweight.copy_(q if bits == 8 else pack_int4(q))
         layer.scale.copy_(scale)
         if bias is not None:
@@ -138,9 +119,8 @@ class QuantLinear(nn.Module):
         return (q * self.scale.to(dtype)[..., None]).view(self.out_features, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x, floating=True)  # an integer x failed in F.linear or was quantized silently
-        if x.shape[-1] != self.in_features:
-            raise ValueError(f"x must be (..., in_features={self.in_features}), got {tuple(x.shape)}")
+        # an integer x failed in F.linear or was quantized silently
+        check_tensor("x", x, shape=(..., self.in_features), floating=True, note="..., in_features")
         if self.act_bits is None:
             bias = None if self.bias is None else self.bias.to(x.dtype)
             return F.linear(x, self.dequantized_weight(x.dtype), bias)
@@ -166,8 +146,7 @@ class QuantEmbedding(nn.Module):
 
     def __init__(self, head: QuantLinear):
         super().__init__()
-        if head.act_bits is not None:
-            raise ValueError(f"a tied embedding reads weight-only QuantLinear buffers; got act_bits={head.act_bits}")
+        check_equal("head.act_bits", head.act_bits, None, note="a tied embedding reads weight-only buffers")
         self.bits, self.n_groups = head.bits, head.scale.shape[1]
         self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
         self.register_buffer("qweight", head.qweight)  # the same tensors as the head's: tied, saved once
@@ -191,8 +170,7 @@ def int8_kernel(model: nn.Module, kernel: str):
     ``kernel`` (``"int_mm"`` or ``"float32"``, see ``int8_matmul``); afterwards each has its kernel back, also
     when the block raises. The outputs are the same either way: ``"float32"`` is for measuring quality fast on a
     CPU whose ``torch._int_mm`` is slow, never for timing."""
-    if kernel not in INT8_KERNELS:
-        raise ValueError(f"kernel must be one of {INT8_KERNELS}, got {kernel!r}")
+    check_choice("kernel", kernel, INT8_KERNELS)
     layers = [m for m in model.modules() if isinstance(m, QuantLinear) and m.act_bits is not None]
     before = [m.int8_kernel for m in layers]
     for m in layers:
@@ -241,20 +219,14 @@ def quantize_model(
 def linears_to_replace(model: nn.Module, skip, group_size) -> list[tuple[str, nn.Linear]]:
     """``[(name, layer)]`` of the model's ``nn.Linear`` not in ``skip``; checks ``group_size`` divides each and each
     weight is finite, so that a replacement loop over them never stops half way."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    check_sequence("skip", skip, note="module names, e.g. ('lm_head',)")
-    if not all(isinstance(name, str) for name in skip):
-        raise TypeError(f"skip must be a tuple of module names, e.g. ('lm_head',), got {skip!r}")
+    check_type("model", model, nn.Module, expected="an nn.Module")
+    check_sequence("skip", skip, note="module names, e.g. ('lm_head',)", items=str)
     check_int("group_size", group_size, min=1, optional="one scale per row")
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in skip]
+    note = f"group_size={group_size} must divide every layer's in_features"
     for name, lin in linears:
-        if group_size is not None and lin.in_features % group_size != 0:
-            raise ValueError(
-                f"group_size must divide in_features of every layer: {name} has "
-                f"in_features={lin.in_features}, got group_size={group_size!r}"
-            )
-        check_finite(lin.weight, f"{name}.weight")
+        check_int(f"{name or 'model'}.in_features", lin.in_features, multiple_of=group_size, note=note)
+        check_tensor(f"{name or 'model'}.weight", lin.weight, finite=True)
     return linears
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..utils.checks import check_int
-from .grids import check_finite, fake_quantize, pack_int4, unpack_int4
+from ..utils.checks import check_dtype, check_int, check_tensor, check_type
+from .grids import fake_quantize, pack_int4, unpack_int4
 
 NF4_OFFSET = 1 - (1 / (2 * 15) + 1 / (2 * 16)) / 2  # 0.9677083...
 
@@ -53,15 +53,9 @@ class NF4Tensor:
 def nf4_quantize(w: torch.Tensor, block_size: int = 64) -> NF4Tensor:
     """``w`` (any shape, ``numel`` a multiple of ``block_size``) -> ``NF4Tensor``: per block of ``block_size``
     consecutive values (flattened), divide by the block's largest ``|w|`` and take the nearest NF4 level."""
-    if not isinstance(w, torch.Tensor) or not w.is_floating_point():
-        got = w.dtype if isinstance(w, torch.Tensor) else type(w).__name__
-        raise ValueError(f"w must be a floating-point tensor, got {got}")
-    check_int("block_size", block_size, min=2, note="even: two codes per byte")
-    if block_size % 2:
-        raise ValueError(f"block_size must be an even int >= 2 (two codes per byte), got {block_size!r}")
-    if w.numel() == 0 or w.numel() % block_size:
-        raise ValueError(f"w.numel() must be a positive multiple of block_size={block_size}, got {w.numel()}")
-    check_finite(w, "w")
+    check_tensor("w", w, floating=True, finite=True)
+    check_int("block_size", block_size, min=2, multiple_of=2, note="two codes per byte")
+    check_int("w.numel()", w.numel(), min=1, multiple_of=block_size, note=f"whole blocks of block_size={block_size}")
     blocks = w.detach().float().reshape(-1, block_size)  # (n_blocks, block)
     absmax = blocks.abs().amax(dim=1)  # (n_blocks,)
     absmax = torch.where(absmax > 0, absmax, torch.ones_like(absmax))  # a block of zeros stores zeros
@@ -74,10 +68,8 @@ def nf4_quantize(w: torch.Tensor, block_size: int = 64) -> NF4Tensor:
 
 def nf4_dequantize(t: NF4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """``level[index] * absmax`` of each block, in the original shape and ``dtype``."""
-    if not isinstance(t, NF4Tensor):
-        raise TypeError(f"t must be an NF4Tensor (from nf4_quantize), got {type(t).__name__}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    check_type("t", t, NF4Tensor, expected="an NF4Tensor (from nf4_quantize)")
+    check_dtype("dtype", dtype, floating=True)
     idx = unpack_int4(t.codes).long() + 8  # (numel,)
     values = nf4_code_book().to(t.codes.device)[idx].view(-1, t.block_size) * t.absmax[:, None]
     return values.reshape(t.shape).to(dtype)

@@ -16,10 +16,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..utils.checks import check_number
+from ..utils.checks import check_number, check_tensor, check_type
 from .calibration import replace_linears_calibrated
 from .channel_scale import ScaledInput, scale_columns
-from .grids import check_finite
 from .linear import QuantLinear
 
 
@@ -27,14 +26,9 @@ def smoothing_factors(x_absmax: torch.Tensor, weight: torch.Tensor, alpha: float
     """``s: (K,)`` from the per-channel input maxima ``x_absmax: (K,)`` (over calibration tokens) and
     ``weight: (N, K)``; channels that are zero in either keep ``s = 1``."""
     check_number("alpha", alpha, 0, 1, note="the share of difficulty moved")
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        got = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
-        raise ValueError(f"weight must be a matrix (N, K), got {got}")
+    check_tensor("weight", weight, shape=(None, None), note="N, K")
     K = weight.shape[1]
-    if not isinstance(x_absmax, torch.Tensor) or x_absmax.shape != (K,):
-        got = tuple(x_absmax.shape) if isinstance(x_absmax, torch.Tensor) else type(x_absmax).__name__
-        raise ValueError(f"x_absmax must be (K={K},), the largest |x| of each input channel, got {got}")
-    check_finite(x_absmax, "x_absmax")
+    check_tensor("x_absmax", x_absmax, shape=(K,), finite=True, note="K: the largest |x| of each input channel")
     a = x_absmax.detach().float().abs()
     w = weight.detach().float().abs().amax(dim=0).to(a.device)  # (K,)
     s = a.pow(alpha) / w.pow(1 - alpha)
@@ -45,11 +39,8 @@ def smooth_linear(linear: nn.Linear, x: torch.Tensor, alpha: float = 0.5, quanti
     """``linear`` smoothed with factors from its calibration inputs ``x: (n, K)``: ``ScaledInput`` around a W8A8
     ``QuantLinear`` of ``W diag(s)`` (``quantize=False``: around the float ``nn.Linear``, same output as
     ``linear``)."""
-    if not isinstance(linear, nn.Linear):
-        raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != linear.in_features or x.shape[0] == 0:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be (n, in_features={linear.in_features}) with n >= 1, got {got}")
+    check_type("linear", linear, nn.Linear, expected="an nn.Linear")
+    check_tensor("x", x, shape=(None, linear.in_features), note="n calibration inputs, in_features")
     s = smoothing_factors(x.abs().amax(dim=0), linear.weight, alpha).to(linear.weight.device)
     smoothed = scale_columns(linear, s)
     return ScaledInput(QuantLinear.from_linear(smoothed, 8, None, act_bits=8) if quantize else smoothed, s)

@@ -14,28 +14,27 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from functools import partial
 from typing import Sequence
 
 import torch.nn as nn
 
 from ..data.checkpoint_io import save_weights
+from ..utils.checks import check_choice, check_int, check_sequence
 from .grids import GRANULARITIES
 
 
 def weights_per_scale(shape: Sequence[int], granularity: str, group_size: int | None = None) -> int:
     """How many weights of a ``shape = (..., K)`` tensor share one scale at ``granularity``."""
-    shape = tuple(shape)
-    if not shape or any(not isinstance(n, int) or n < 1 for n in shape):
-        raise ValueError(f"shape must be a non-empty sequence of positive ints (..., K), got {shape}")
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    shape = tuple(check_sequence("shape", shape, min_len=1, note="..., K", items=partial(check_int, min=1)))
+    check_choice("granularity", granularity, GRANULARITIES)
     if granularity == "tensor":
         return math.prod(shape)
     K = shape[-1]
     if granularity == "channel":
         return K
-    if not isinstance(group_size, int) or group_size < 1 or K % group_size != 0:
-        raise ValueError(f"group_size must be a positive int dividing the last dimension K={K}, got {group_size!r}")
+    check_int("group_size", group_size, min=1, note=f"dividing the last dimension K={K}")
+    check_int("shape[-1]", K, multiple_of=group_size, note=f"whole groups of group_size={group_size}")
     return group_size
 
 
@@ -48,10 +47,8 @@ def bits_per_weight(
     ``group_size`` as in ``grids.quantize``. Absmax has no zero point; for zero-point quantization add the
     zero point's bits to ``scale_bits``.
     """
-    if not isinstance(bits, int) or isinstance(bits, bool) or bits < 1:
-        raise ValueError(f"bits must be a positive int, got {bits!r}")
-    if not isinstance(scale_bits, int) or isinstance(scale_bits, bool) or scale_bits < 0:
-        raise ValueError(f"scale_bits must be a non-negative int, got {scale_bits!r}")
+    check_int("bits", bits, min=1)
+    check_int("scale_bits", scale_bits, min=0)
     return bits + scale_bits / weights_per_scale(shape, granularity, group_size)
 
 
