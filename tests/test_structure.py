@@ -235,7 +235,7 @@ def test_no_module_is_much_longer_than_400_lines():
 
 # A concept that spans several modules is a package whose __init__ is its face: every public name of its modules,
 # gathered in __all__, except the argument checks listed here (they guard the functions, they are not tools).
-FACES = {"quant": {"check_bits", "check_finite", "check_channel_scale"}, "serving": set(), "book_models": set()}
+FACES = {"quant": {"check_bits", "check_channel_scale"}, "serving": set(), "book_models": set()}
 
 
 def public_names(tree: ast.Module) -> set[str]:
