@@ -78,7 +78,7 @@ CASES = [
     ("gpt-block-zero", lambda: gpt_cfg(block_size=0), ValueError, "block_size", "0"),
     ("gpt-layers-zero", lambda: gpt_cfg(n_layers=0), ValueError, "n_layers", "0"),
     ("gpt-d_ff-zero", lambda: gpt_cfg(d_ff=0), ValueError, "d_ff", "0"),
-    ("gpt-indivisible", lambda: gpt_cfg(d_model=10, n_heads=4), ValueError, "n_heads", "d_model=10"),
+    ("gpt-indivisible", lambda: gpt_cfg(d_model=10, n_heads=4), ValueError, "d_model", "got 10"),
     ("gpt-dropout-one", lambda: gpt_cfg(dropout=1.0), ValueError, "dropout", "1.0"),
     ("gpt-dropout-nan", lambda: gpt_cfg(dropout=float("nan")), ValueError, "dropout", "nan"),
     ("gpt-positional", lambda: gpt_cfg(positional="absolute"), ValueError, "positional", "'absolute'"),
@@ -93,7 +93,7 @@ CASES = [
     ("tf-activation", lambda: tf_cfg(activation="swish"), ValueError, "activation", "'swish'"),
     ("tf-odd-d_model", lambda: tf_cfg(d_model=9, n_heads=3), ValueError, "d_model", "9"),
     ("tf-pad-id", lambda: tf_cfg(pad_id=11), ValueError, "pad_id", "11"),
-    ("tf-share-vocab", lambda: tf_cfg(share_embeddings=True), ValueError, "share_embeddings", "src_vocab_size=13"),
+    ("tf-share-vocab", lambda: tf_cfg(share_embeddings=True), ValueError, "share_embeddings", "got 11"),
     ("tf-norm-first-str", lambda: tf_cfg(norm_first="pre"), TypeError, "norm_first", "'pre'"),
     ("bert-heads", lambda: bert_cfg(n_heads=3), ValueError, "n_heads", "3"),
     ("bert-eps", lambda: bert_cfg(eps=0.0), ValueError, "eps", "0.0"),
@@ -101,7 +101,7 @@ CASES = [
     # ------------------------------------------------------------------ models' inputs
     ("gpt-ids-float", lambda: GPT(gpt_cfg())(torch.zeros(1, 3)), ValueError, "idx", "torch.float32"),
     ("gpt-ids-list", lambda: GPT(gpt_cfg())([[1, 2]]), TypeError, "idx", "list"),
-    ("gpt-ids-range", lambda: GPT(gpt_cfg())(torch.tensor([[1, 11]])), ValueError, "idx", "[1, 11]"),
+    ("gpt-ids-range", lambda: GPT(gpt_cfg())(torch.tensor([[1, 11]])), ValueError, "idx", "got 11"),
     (
         "gpt-targets-shape",
         lambda: GPT(gpt_cfg())(torch.ones(1, 3, dtype=torch.long), torch.ones(1, 4).long()),
@@ -145,7 +145,7 @@ CASES = [
         lambda: BertEncoder(bert_cfg())(torch.ones(1, 4).long(), token_type_ids=torch.full((1, 4), 2)),
         ValueError,
         "token_type_ids",
-        "[2, 2]",
+        "got 2",
     ),
     (
         "bert-mask-list",

@@ -293,9 +293,12 @@ def test_llama_has_no_biases_and_runs_in_bf16():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(d_model=30, n_heads=4), "even d_head"),
-        (dict(n_heads=4, n_kv_heads=3), "multiple of n_kv_heads"),
-        (dict(n_experts=2, top_k=3), "top_k=3"),
+        (
+            dict(d_model=30, n_heads=4),
+            r"d_model must be an int, a multiple of 8 \(n_heads=4 times an even d_head.*got 30",
+        ),
+        (dict(n_heads=4, n_kv_heads=3), r"n_heads must be an int, a multiple of 3 \(n_kv_heads=3 .*got 4"),
+        (dict(n_experts=2, top_k=3), r"top_k must be an int in \[1, 2\] .*got 3"),
         (dict(n_layers=0), "n_layers"),
     ],
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..utils.checks import check_bool, check_int, check_number, check_probability
+from ..utils.checks import check_bool, check_choice, check_equal, check_int, check_number, check_probability
 from ..blocks.layers import ACTIVATIONS
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "alibi", "none")
@@ -38,14 +38,9 @@ def _check_dropout(cfg) -> None:
 
 
 def _check_heads(cfg) -> None:
-    if cfg.d_model % cfg.n_heads != 0:
-        raise ValueError(f"d_model={cfg.d_model} must be divisible by n_heads={cfg.n_heads}")
-
-
-def _check_choice(cfg, name: str, choices) -> None:
-    value = getattr(cfg, name)
-    if value not in tuple(choices):
-        raise ValueError(f"{type(cfg).__name__}.{name} must be one of {tuple(choices)}, got {value!r}")
+    """``cfg.d_model`` must split into ``n_heads`` equal heads (call it once ``n_heads`` is checked an int >= 1)."""
+    name, heads = f"{type(cfg).__name__}.d_model", cfg.n_heads
+    check_int(name, cfg.d_model, min=1, multiple_of=heads, note=f"n_heads={heads} heads of equal size")
 
 
 # ----------------------------------------------------------------------------- encoder-decoder
@@ -94,25 +89,18 @@ class TransformerConfig(_HeadSize):
             "n_decoder_layers",
             "max_len",
         )
-        _check_ints(self, "pad_id", minimum=0)
         _check_flags(self, "norm_first", "share_embeddings")
         _check_dropout(self)
         _check_heads(self)
-        _check_choice(self, "activation", sorted(ACTIVATIONS))
-        if self.d_model % 2 != 0:
-            raise ValueError(
-                f"TransformerConfig.d_model must be even (sinusoidal positions pair sin and cos), got {self.d_model}"
-            )
-        if self.pad_id >= min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(
-                f"TransformerConfig.pad_id must be a token of both vocabularies, in [0, "
-                f"{min(self.src_vocab_size, self.tgt_vocab_size)}), got {self.pad_id}"
-            )
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise ValueError(
-                f"share_embeddings=True needs one vocabulary for source and target: src_vocab_size="
-                f"{self.src_vocab_size} must equal tgt_vocab_size={self.tgt_vocab_size}"
-            )
+        check_choice("TransformerConfig.activation", self.activation, sorted(ACTIVATIONS))
+        check_int(
+            "TransformerConfig.d_model", self.d_model, multiple_of=2, note="sinusoidal positions pair sin and cos"
+        )
+        vocab = min(self.src_vocab_size, self.tgt_vocab_size)
+        check_int("TransformerConfig.pad_id", self.pad_id, min=0, max=vocab - 1, note="a token of both vocabularies")
+        if self.share_embeddings:  # one matrix for both embeddings and the output layer
+            note = f"share_embeddings=True: one vocabulary for source and target, src_vocab_size={self.src_vocab_size}"
+            check_equal("TransformerConfig.tgt_vocab_size", self.tgt_vocab_size, self.src_vocab_size, note=note)
 
 
 # ----------------------------------------------------------------------------- decoder-only
@@ -140,20 +128,18 @@ class GPTConfig(_HeadSize):
         _check_ints(self, "d_ff")
         _check_dropout(self)
         _check_flags(self, "bias")
-        _check_choice(self, "positional", POSITIONAL)
+        check_choice("GPTConfig.positional", self.positional, POSITIONAL)
         _check_heads(self)
-        if self.n_kv_heads is not None:
-            _check_ints(self, "n_kv_heads")
-            if self.n_heads % self.n_kv_heads != 0:
-                raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
+        check_int("GPTConfig.n_kv_heads", self.n_kv_heads, min=1, optional="n_heads: one key/value head per query head")
+        if self.n_kv_heads is not None:  # each key/value head serves the same number of query heads
+            note = f"n_kv_heads={self.n_kv_heads} key/value heads, each shared by n_heads // n_kv_heads query heads"
+            check_int("GPTConfig.n_heads", self.n_heads, min=1, multiple_of=self.n_kv_heads, note=note)
         check_int("GPTConfig.window", self.window, min=1, optional="full attention")
-        if self.positional == "rope" and self.d_head % 2 != 0:
-            raise ValueError(
-                f"positional='rope' rotates feature pairs: d_head = d_model // n_heads must be even, "
-                f"got {self.d_model} // {self.n_heads} = {self.d_model // self.n_heads}"
-            )
-        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(f"positional='sinusoidal' pairs sin and cos: d_model must be even, got {self.d_model}")
+        if self.positional == "rope":
+            note = f"positional='rope' rotates feature pairs; d_model // n_heads = {self.d_model} // {self.n_heads}"
+            check_int("GPTConfig.d_head", self.d_head, multiple_of=2, note=note)
+        if self.positional == "sinusoidal":
+            check_int("GPTConfig.d_model", self.d_model, multiple_of=2, note="sinusoidal positions pair sin and cos")
 
 
 # ----------------------------------------------------------------------------- encoder-only

@@ -23,9 +23,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_ids, check_int, check_tensor
+from ..utils.checks import check_empty, check_equal, check_ids, check_int, check_number, check_tensor
 from ..blocks.activations import SwiGLU, swiglu_hidden
-from .transformer import init_weights
+from .transformer import ID_DTYPES, init_weights
 from ..blocks.moe import MoE
 from ..blocks.grouped_query import GroupedQueryAttention
 from ..blocks.norms import RMSNorm
@@ -51,10 +51,8 @@ class HalfSplitRotary(RotaryEmbedding):
     """
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        check_tensor("x", x, floating=True)
-        d = 2 * self.inv_freq.shape[0]
-        if x.shape[-1] != d:
-            raise ValueError(f"x must be (..., T, d_head={d}), got {tuple(x.shape)}")
+        d = 2 * self.inv_freq.shape[0]  # d_head
+        check_tensor("x", x, shape=(..., None, d), floating=True, note=f"d_head={d}")  # cheap: no value scan
         ang = self.angles(x.shape[-2], offset, x.device)  # (T, d_head/2), checks offset
         ang = torch.cat((ang, ang), dim=-1)  # (T, d_head): theta_i for feature i and i + d/2
         xf = x.float()
@@ -100,16 +98,15 @@ class LlamaConfig:
             check_int(f"LlamaConfig.{name}", getattr(self, name), min=1)
         self.n_kv_heads = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
         self.d_ff = swiglu_hidden(self.d_model, multiple_of=8) if self.d_ff is None else self.d_ff
-        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
-            raise ValueError(f"d_model={self.d_model} must be n_heads={self.n_heads} times an even d_head (RoPE)")
+        note = f"n_heads={self.n_heads} times an even d_head: RoPE rotates feature pairs"
+        check_int("LlamaConfig.d_model", self.d_model, multiple_of=2 * self.n_heads, note=note)
         check_int("LlamaConfig.n_kv_heads", self.n_kv_heads, min=1)
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
+        note = f"n_kv_heads={self.n_kv_heads} key/value heads, each shared by n_heads // n_kv_heads query heads"
+        check_int("LlamaConfig.n_heads", self.n_heads, multiple_of=self.n_kv_heads, note=note)
         check_int("LlamaConfig.n_experts", self.n_experts, min=0, note="0 = dense")
-        if self.n_experts and not 1 <= self.top_k <= self.n_experts:
-            raise ValueError(f"top_k={self.top_k} must be in [1, n_experts={self.n_experts}]")
-        if not self.aux_loss_coef >= 0:
-            raise ValueError(f"aux_loss_coef must be >= 0, got {self.aux_loss_coef!r}")
+        if self.n_experts:  # a mixture: each token goes to top_k of the n_experts
+            check_int("LlamaConfig.top_k", self.top_k, min=1, max=self.n_experts, note="experts per token")
+        check_number("LlamaConfig.aux_loss_coef", self.aux_loss_coef, min=0)
 
     @property
     def d_head(self) -> int:
@@ -170,13 +167,8 @@ class Llama(nn.Module):
         ``position_ids`` is accepted for ``generate`` and ignored: RoPE depends only on distances, which left padding
         does not change. With ``targets`` (-100 = ignore) the loss is the cross-entropy plus, for a mixture,
         ``aux_loss_coef`` times ``balance_loss()``."""
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.long, torch.int):
-            raise ValueError(
-                f"idx must be an integer tensor (B, T), got {getattr(idx, 'dtype', type(idx))} "
-                f"{tuple(getattr(idx, 'shape', ()))}"
-            )
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.cfg.vocab_size):
-            raise ValueError(f"idx ids must be in [0, {self.cfg.vocab_size}), got [{int(idx.min())}, {int(idx.max())}]")
+        check_ids("idx", idx, self.cfg.vocab_size, shape=("B", "T"))
+        check_tensor("idx", idx, dtype=ID_DTYPES)  # the ids nn.Embedding reads
         (B, T), past = idx.shape, 0 if cache is None else cache.get_seq_length(0)
         check_tensor("attention_mask", attention_mask, (B, past + T), dtype=torch.bool, optional=True)
         check_ids("targets", targets, self.cfg.vocab_size, shape=(B, T), ignore_index=-100, optional=True)
@@ -193,8 +185,7 @@ class Llama(nn.Module):
 
     def balance_loss(self) -> torch.Tensor:
         """Mean over blocks of each mixture's load-balancing loss in the last forward (``moe.load_balancing_loss``)."""
-        if not self.cfg.n_experts:
-            raise ValueError("balance_loss() needs a mixture: LlamaConfig.n_experts is 0")
+        check_int("LlamaConfig.n_experts", self.cfg.n_experts, min=1, note="balance_loss() needs a mixture")
         return torch.stack([b.ffn.balance_loss() for b in self.blocks]).mean()
 
     def num_params(self) -> int:
@@ -242,23 +233,19 @@ def hf_llama_to_ours(state_dict: dict[str, torch.Tensor], n_layers: int) -> dict
                 out[f"{dst}ffn.experts.{e}.gate.weight"] = gate_up[e, :d_ff]
                 out[f"{dst}ffn.experts.{e}.up.weight"] = gate_up[e, d_ff:]
                 out[f"{dst}ffn.experts.{e}.down.weight"] = down[e]
-    if sd:
-        raise ValueError(
-            f"state_dict has {len(sd)} keys Llama(n_layers={n_layers}) cannot place, e.g. {sorted(sd)[:3]}"
-        )
+    check_empty("state_dict's keys left over", sd, note=f"keys Llama(n_layers={n_layers}) cannot place")
     return out
 
 
 def config_from_hf(hf_config) -> LlamaConfig:
     """Our ``LlamaConfig`` from a Hugging Face ``LlamaConfig`` / ``MixtralConfig`` object (no sliding window)."""
     rope = getattr(hf_config, "rope_parameters", None) or {}
-    if rope.get("rope_type", "default") != "default":
-        raise ValueError(f"only plain RoPE is supported, got rope_type={rope.get('rope_type')!r}")
-    if getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False):
-        raise ValueError("Llama has no biases; the Hugging Face config sets attention_bias or mlp_bias")
-    head_dim = getattr(hf_config, "head_dim", None)
-    if head_dim not in (None, hf_config.hidden_size // hf_config.num_attention_heads):
-        raise ValueError(f"head_dim={head_dim} must be hidden_size // num_attention_heads")
+    check_equal("hf_config's rope_type", rope.get("rope_type", "default"), "default", note="plain RoPE only")
+    for bias in ("attention_bias", "mlp_bias"):
+        check_equal(f"hf_config.{bias}", bool(getattr(hf_config, bias, False)), False, note="Llama has no biases")
+    head_dim, d_head = getattr(hf_config, "head_dim", None), hf_config.hidden_size // hf_config.num_attention_heads
+    if head_dim is not None:
+        check_equal("hf_config.head_dim", head_dim, d_head, note="hidden_size // num_attention_heads")
     return LlamaConfig(
         vocab_size=hf_config.vocab_size,
         block_size=hf_config.max_position_embeddings,

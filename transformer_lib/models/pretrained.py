@@ -25,6 +25,7 @@ import pathlib
 
 import torch
 
+from ..utils.checks import check_dtype, check_empty, check_equal, check_int, check_sequence, check_tensor, check_type
 from ..utils.device import default_device
 from .configs import BertConfig
 from .transformer import BertEncoder
@@ -62,11 +63,8 @@ def bert_config_from_hf(path: pathlib.Path) -> BertConfig:
     if not file.is_file():
         return BertConfig()  # the defaults are all-MiniLM-L6-v2's shape
     hf = json.loads(file.read_text())
-    if hf.get("hidden_act", "gelu") != "gelu" or hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(
-            f"{file}: BertEncoder supports hidden_act='gelu' and position_embedding_type='absolute', "
-            f"got {hf.get('hidden_act')!r} and {hf.get('position_embedding_type')!r}"
-        )
+    for key, supported in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):  # BertEncoder's only
+        check_equal(f"{file}'s {key}", hf.get(key, supported), supported, note="what BertEncoder supports")
     return BertConfig(
         vocab_size=hf["vocab_size"],
         d_model=hf["hidden_size"],
@@ -114,10 +112,7 @@ def hf_bert_to_ours(state_dict: dict[str, torch.Tensor], n_layers: int) -> dict[
             out[f"layers.{i}.self_attn.qkv.{kind}"] = torch.cat([q, k, v])  # (3 d_model, d_model) or (3 d_model,)
             for theirs, ours in _LAYER.items():
                 out[f"layers.{i}.{ours}.{kind}"] = sd.pop(f"{src}{theirs}.{kind}")
-    if sd:
-        raise ValueError(
-            f"state_dict has {len(sd)} keys BertEncoder(n_layers={n_layers}) cannot place, e.g. {sorted(sd)[:3]}"
-        )
+    check_empty("state_dict's keys left over", sd, note=f"keys BertEncoder(n_layers={n_layers}) cannot place")
     return out
 
 
@@ -141,13 +136,10 @@ def load_minilm(device=None, dtype: torch.dtype = torch.float32) -> tuple[BertEn
     train or edit the returned model (copy it with ``copy.deepcopy`` first). ``device=None`` picks CUDA
     when present. Parameters have ``requires_grad=False``.
     """
+    check_dtype("dtype", dtype, floating=True)
     device = default_device() if device is None else torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {type(dtype).__name__} {dtype!r}")
-    if not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating-point torch dtype, got {dtype}")
     return _load_minilm(device, dtype)
 
 
@@ -173,14 +165,9 @@ class MiniLMTokenizer:
         self.vocab_size = self._tok.get_vocab_size()
 
     def _encode(self, texts, max_length: int):
-        if isinstance(texts, str):
-            texts = [texts]
-        if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
-            raise ValueError(
-                f"texts must be a str or a non-empty list of str, got {type(texts).__name__} {texts!r:.80}"
-            )
-        if not isinstance(max_length, int) or max_length < 2:
-            raise ValueError(f"max_length must be an int >= 2 (room for [CLS] and [SEP]), got {max_length!r}")
+        texts = [texts] if isinstance(texts, str) else texts
+        check_sequence("texts", texts, min_len=1, items=str, note="a str, or a list of them")
+        check_int("max_length", max_length, min=2, note="room for [CLS] and [SEP]")
         self._tok.enable_truncation(max_length)  # keeps [CLS] ... [SEP] when it cuts
         return self._tok.encode_batch(list(texts))
 
@@ -198,8 +185,7 @@ class MiniLMTokenizer:
 
     def tokens(self, text: str, max_length: int = 128) -> list[str]:
         """The word pieces of one text, with ``[CLS]`` and ``[SEP]``: labels for attention heatmaps."""
-        if not isinstance(text, str):
-            raise ValueError(f"text must be a str, got {type(text).__name__}")
+        check_type("text", text, str)
         return list(self._encode(text, max_length)[0].tokens)
 
     def decode(self, ids) -> str:
@@ -224,8 +210,7 @@ def attention_maps(
     ``attentions`` is a float32 CPU tensor ``(n_layers, n_heads, T, T)``; row ``i`` of a map is how
     query token ``i`` spreads its attention over the keys (each row sums to 1).
     """
-    if not isinstance(sentence, str):
-        raise ValueError(f"sentence must be one str, got {type(sentence).__name__} {sentence!r:.80}")
+    check_type("sentence", sentence, str, expected="one str")
     enc = tokenizer.encode(sentence, max_length=max_length)  # (1, T), no padding
     out = model(**_as_model_input(model, enc), need_weights=True)
     attn = torch.stack(out.attentions)[:, 0]  # (n_layers, B=1, H, T, T) -> (n_layers, H, T, T)
@@ -238,16 +223,9 @@ def mean_pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor) -> 
     ``last_hidden_state: (B, T, D)``, ``attention_mask: (B, T)`` (1/True on real tokens) -> ``(B, D)``.
     This is the pooling all-MiniLM-L6-v2 was trained with (Reimers & Gurevych 2019, section 3).
     """
-    if not isinstance(last_hidden_state, torch.Tensor) or not isinstance(attention_mask, torch.Tensor):
-        raise TypeError(
-            f"last_hidden_state and attention_mask must be tensors, got "
-            f"{type(last_hidden_state).__name__} and {type(attention_mask).__name__}"
-        )
-    if last_hidden_state.dim() != 3 or attention_mask.shape != last_hidden_state.shape[:2]:
-        raise ValueError(
-            f"need last_hidden_state (B, T, D) and attention_mask (B, T) with the same B, T; got "
-            f"{tuple(last_hidden_state.shape)} and {tuple(attention_mask.shape)}"
-        )
+    check_tensor("last_hidden_state", last_hidden_state, shape=("B", "T", "D"))
+    B, T, _ = last_hidden_state.shape
+    check_tensor("attention_mask", attention_mask, shape=(B, T), note="last_hidden_state's B and T")
     m = attention_mask.to(last_hidden_state.dtype).unsqueeze(-1)  # (B, T, 1)
     summed = (last_hidden_state * m).sum(dim=1)  # (B, D)
     return summed / m.sum(dim=1).clamp_min(1e-9)  # (B, D); an all-padding row gives 0, not NaN
@@ -267,10 +245,8 @@ def sentence_embeddings(
     ``emb @ emb.T`` is the cosine-similarity matrix.
     """
     texts = [texts] if isinstance(texts, str) else texts
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    if not isinstance(texts, (list, tuple)) or not texts:
-        raise ValueError(f"texts must be a str or a non-empty list of str, got {texts!r:.80}")
+    check_int("batch_size", batch_size, min=1)
+    check_sequence("texts", texts, min_len=1, items=str, note="a str, or a list of them")
     chunks = []
     for start in range(0, len(texts), batch_size):
         enc = _as_model_input(model, tokenizer.encode(list(texts[start : start + batch_size]), max_length=max_length))

@@ -152,8 +152,7 @@ def set_spectral_radius(w: torch.Tensor, rho: float) -> torch.Tensor:
     """``w`` rescaled so that its spectral radius is ``rho``: ``w * rho / spectral_radius(w)``."""
     check_number("rho", rho, min=0)
     radius = spectral_radius(w)
-    if radius == 0:
-        raise ValueError("w has spectral radius 0 (nilpotent): it cannot be rescaled to a given radius")
+    check_number("spectral_radius(w)", float(radius), min=0, min_open=True, note="a nilpotent w cannot be rescaled")
     return w * (rho / radius)
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_ids, check_number, check_tensor
+from ..utils.checks import check_ids, check_int, check_number, check_tensor
 from ..blocks.cached_attention import CachedSelfAttention
 from ..blocks.grouped_query import GroupedQueryAttention
 from ..blocks.layers import DecoderLayer, EncoderLayer, LayerNorm
@@ -25,21 +25,8 @@ from ..utils.params import count_parameters
 from ..blocks.positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding, alibi_bias
 
 
-# ----------------------------------------------------------------------------- checks
-def _check_mask_arg(mask: torch.Tensor, shape: tuple, name: str) -> None:
-    """A key-padding mask: bool ``shape`` (B, T), True on real tokens."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != tuple(shape):
-        got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ValueError(f"{name} must be a bool tensor {tuple(shape)} (True on real tokens), got {got}")
-
-
-def _check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be an integer tensor (B, T), got {type(ids).__name__}")
-    if ids.dim() != 2 or ids.dtype not in (torch.long, torch.int, torch.int32):
-        raise ValueError(f"{name} must be an integer tensor (B, T), got {ids.dtype} {tuple(ids.shape)}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(f"{name} ids must be in [0, {vocab_size}), got range [{int(ids.min())}, {int(ids.max())}]")
+ID_DTYPES = (torch.long, torch.int32)  # the token ids nn.Embedding reads (not int8, int16 or uint8)
+REAL_TOKENS = "True on real tokens"  # what a key-padding mask holds
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -86,9 +73,10 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, attention_mask: torch.Tensor | None = None, need_weights: bool = False):
         """``src: (B, S)`` -> memory ``(B, S, d_model)``. ``attention_mask: (B, S)`` bool, True on real tokens
         (default: ``src != pad_id``)."""
-        _check_ids(src, self.cfg.src_vocab_size, "src")
+        check_ids("src", src, self.cfg.src_vocab_size, shape=("B", "S"))
+        check_tensor("src", src, dtype=ID_DTYPES)
         attention_mask = src != self.cfg.pad_id if attention_mask is None else attention_mask
-        _check_mask_arg(attention_mask, src.shape, "attention_mask")
+        check_tensor("attention_mask", attention_mask, shape=tuple(src.shape), dtype=torch.bool, note=REAL_TOKENS)
         x = self.embed(self.src_emb, src)
         for layer in self.encoder:
             x = layer(x, attention_mask=attention_mask, need_weights=need_weights)
@@ -103,16 +91,16 @@ class Transformer(nn.Module):
         target keys (``past`` = tokens already in ``cache``, else 0). Both bool, True on real tokens (the names of
         Hugging Face's encoder-decoder models).
         """
-        _check_ids(tgt, self.cfg.tgt_vocab_size, "tgt")
-        B, d = tgt.shape[0], self.cfg.d_model
-        if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[0] != B or memory.shape[2] != d:
-            got = tuple(memory.shape) if isinstance(memory, torch.Tensor) else type(memory).__name__
-            raise ValueError(f"memory must be (B={B}, S, d_model={d}) from encode(), got {got}")
-        if attention_mask is not None:
-            _check_mask_arg(attention_mask, memory.shape[:2], "attention_mask")
+        check_ids("tgt", tgt, self.cfg.tgt_vocab_size, shape=("B", "T"))
+        check_tensor("tgt", tgt, dtype=ID_DTYPES)
+        (B, T), d = tgt.shape, self.cfg.d_model
+        check_tensor("memory", memory, shape=(B, None, d), note=f"encode()'s (B={B}, S, d_model={d})")
+        check_tensor(
+            "attention_mask", attention_mask, (B, memory.shape[1]), dtype=torch.bool, note=REAL_TOKENS, optional=True
+        )
         past = 0 if cache is None else cache.get_seq_length(0)
-        if decoder_attention_mask is not None:
-            _check_mask_arg(decoder_attention_mask, (B, past + tgt.shape[1]), "decoder_attention_mask")
+        mask = decoder_attention_mask
+        check_tensor("decoder_attention_mask", mask, (B, past + T), dtype=torch.bool, note=REAL_TOKENS, optional=True)
         x = self.embed(self.tgt_emb, tgt, offset=past)
         for layer in self.decoder:
             x = layer(
@@ -191,15 +179,15 @@ class GPT(nn.Module):
         ``past .. past + T - 1``), so a left-padded row can start at 0 as it would alone. RoPE and ALiBi
         depend only on the distance between two tokens, which padding does not change: they ignore it.
         """
-        _check_ids(idx, self.cfg.vocab_size, "idx")
+        check_ids("idx", idx, self.cfg.vocab_size, shape=("B", "T"))
+        check_tensor("idx", idx, dtype=ID_DTYPES)
         B, T = idx.shape
         check_ids("targets", targets, self.cfg.vocab_size, shape=(B, T), ignore_index=-100, optional=True)
         past = 0 if cache is None else cache.get_seq_length(0)
         check_tensor("attention_mask", attention_mask, (B, past + T), dtype=torch.bool, optional=True)
-        if past + T > self.cfg.block_size and self.cfg.positional in ("learned", "sinusoidal"):
-            raise ValueError(
-                f"sequence length {past + T} (past={past} + T={T}) exceeds block_size={self.cfg.block_size}"
-            )
+        if self.pos is not None:  # learned or sinusoidal: a table of block_size positions
+            note = f"block_size, the {self.cfg.positional} position table's length; past={past}, T={T}"
+            check_int("sequence length past + T", past + T, max=self.cfg.block_size, note=note)
         check_ids("position_ids", position_ids, self.cfg.block_size, shape=(B, T), optional=True)
         x = self.tok_emb(idx)  # (B, T, d_model)
         if self.pos is not None and position_ids is None:
@@ -251,8 +239,7 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         T = ids.shape[1]
-        if T > self.position.num_embeddings:
-            raise ValueError(f"sequence length T={T} exceeds max_len={self.position.num_embeddings}")
+        check_int("sequence length T", T, max=self.position.num_embeddings, note="max_len, the position table's length")
         pos = torch.arange(T, device=ids.device)
         return self.dropout(self.norm(self.word(ids) + self.position(pos) + self.token_type(token_type_ids)))
 
@@ -281,25 +268,16 @@ class BertEncoder(nn.Module):
         Padding only masks *keys*: padded query rows are still computed (from the real keys) and
         should be ignored downstream, as ``pretrained.mean_pool`` does.
         """
-        _check_ids(input_ids, self.cfg.vocab_size, "input_ids")
-        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if t is not None and not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a tensor (B, T) or None, got {type(t).__name__}")
-        if attention_mask is not None:
-            if attention_mask.shape != input_ids.shape:
-                raise ValueError(
-                    f"attention_mask must have input_ids' shape {tuple(input_ids.shape)}, "
-                    f"got {tuple(attention_mask.shape)}"
-                )
-            attention_mask = attention_mask.bool()
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)  # one segment
-        elif token_type_ids.shape != input_ids.shape:
-            raise ValueError(
-                f"token_type_ids must have input_ids' shape {tuple(input_ids.shape)}, got {tuple(token_type_ids.shape)}"
-            )
-        else:
-            _check_ids(token_type_ids, self.cfg.type_vocab_size, "token_type_ids")
+        check_ids("input_ids", input_ids, self.cfg.vocab_size, shape=("B", "T"))
+        check_tensor("input_ids", input_ids, dtype=ID_DTYPES)
+        shape = tuple(input_ids.shape)  # (B, T)
+        check_tensor(
+            "attention_mask", attention_mask, shape, note="input_ids' shape, 1/True on real tokens", optional=True
+        )
+        check_ids("token_type_ids", token_type_ids, self.cfg.type_vocab_size, shape=shape, optional=True)
+        check_tensor("token_type_ids", token_type_ids, dtype=ID_DTYPES, optional=True)
+        attention_mask = None if attention_mask is None else attention_mask.bool()
+        token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids  # one segment
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, d_model)
         hidden, attentions = [x], []
         for layer in self.layers:

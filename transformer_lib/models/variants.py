@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch.nn as nn
 
 from ..blocks.layers import Residual
+from ..utils.checks import check_bool, check_choice
 from .transformer import GPT
 
 PLACEMENTS = ("none", "post", "pre")
@@ -19,8 +20,7 @@ PLACEMENTS = ("none", "post", "pre")
 def set_norm_placement(model: GPT, placement: str) -> GPT:
     """Rewire every ``Residual`` of ``model`` in place: ``"pre"`` ``x + f(LN(x))`` (the GPT default),
     ``"post"`` ``LN(x + f(x))``, or ``"none"`` ``x + f(x)`` (no LayerNorm anywhere, the final one included)."""
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    check_choice("placement", placement, PLACEMENTS)
     for module in model.modules():
         if isinstance(module, Residual):
             module.norm_first = placement != "post"
@@ -37,8 +37,7 @@ def set_causal(model: GPT, causal: bool) -> GPT:
     Only for experiments: a GPT without its causal mask can read the token it is asked to predict (and cannot
     decode with a KV cache, chapter 07: ``generate`` then needs ``use_cache=False``).
     """
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
+    check_bool("causal", causal)
     for block in model.blocks:
         block.causal = causal  # DecoderLayer.forward reads it
     return model
