@@ -167,8 +167,7 @@ class Llama(nn.Module):
         ``position_ids`` is accepted for ``generate`` and ignored: RoPE depends only on distances, which left padding
         does not change. With ``targets`` (-100 = ignore) the loss is the cross-entropy plus, for a mixture,
         ``aux_loss_coef`` times ``balance_loss()``."""
-        check_ids("idx", idx, self.cfg.vocab_size, shape=("B", "T"))
-        check_tensor("idx", idx, dtype=ID_DTYPES)  # the ids nn.Embedding reads
+        check_ids("idx", idx, self.cfg.vocab_size, shape=("B", "T"), dtype=ID_DTYPES)
         (B, T), past = idx.shape, 0 if cache is None else cache.get_seq_length(0)
         check_tensor("attention_mask", attention_mask, (B, past + T), dtype=torch.bool, optional=True)
         check_ids("targets", targets, self.cfg.vocab_size, shape=(B, T), ignore_index=-100, optional=True)

@@ -73,8 +73,7 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, attention_mask: torch.Tensor | None = None, need_weights: bool = False):
         """``src: (B, S)`` -> memory ``(B, S, d_model)``. ``attention_mask: (B, S)`` bool, True on real tokens
         (default: ``src != pad_id``)."""
-        check_ids("src", src, self.cfg.src_vocab_size, shape=("B", "S"))
-        check_tensor("src", src, dtype=ID_DTYPES)
+        check_ids("src", src, self.cfg.src_vocab_size, shape=("B", "S"), dtype=ID_DTYPES)
         attention_mask = src != self.cfg.pad_id if attention_mask is None else attention_mask
         check_tensor("attention_mask", attention_mask, shape=tuple(src.shape), dtype=torch.bool, note=REAL_TOKENS)
         x = self.embed(self.src_emb, src)
@@ -91,8 +90,7 @@ class Transformer(nn.Module):
         target keys (``past`` = tokens already in ``cache``, else 0). Both bool, True on real tokens (the names of
         Hugging Face's encoder-decoder models).
         """
-        check_ids("tgt", tgt, self.cfg.tgt_vocab_size, shape=("B", "T"))
-        check_tensor("tgt", tgt, dtype=ID_DTYPES)
+        check_ids("tgt", tgt, self.cfg.tgt_vocab_size, shape=("B", "T"), dtype=ID_DTYPES)
         (B, T), d = tgt.shape, self.cfg.d_model
         check_tensor("memory", memory, shape=(B, None, d), note=f"encode()'s (B={B}, S, d_model={d})")
         check_tensor(
@@ -179,8 +177,7 @@ class GPT(nn.Module):
         ``past .. past + T - 1``), so a left-padded row can start at 0 as it would alone. RoPE and ALiBi
         depend only on the distance between two tokens, which padding does not change: they ignore it.
         """
-        check_ids("idx", idx, self.cfg.vocab_size, shape=("B", "T"))
-        check_tensor("idx", idx, dtype=ID_DTYPES)
+        check_ids("idx", idx, self.cfg.vocab_size, shape=("B", "T"), dtype=ID_DTYPES)
         B, T = idx.shape
         check_ids("targets", targets, self.cfg.vocab_size, shape=(B, T), ignore_index=-100, optional=True)
         past = 0 if cache is None else cache.get_seq_length(0)
@@ -268,14 +265,14 @@ class BertEncoder(nn.Module):
         Padding only masks *keys*: padded query rows are still computed (from the real keys) and
         should be ignored downstream, as ``pretrained.mean_pool`` does.
         """
-        check_ids("input_ids", input_ids, self.cfg.vocab_size, shape=("B", "T"))
-        check_tensor("input_ids", input_ids, dtype=ID_DTYPES)
+        check_ids("input_ids", input_ids, self.cfg.vocab_size, shape=("B", "T"), dtype=ID_DTYPES)
         shape = tuple(input_ids.shape)  # (B, T)
         check_tensor(
             "attention_mask", attention_mask, shape, note="input_ids' shape, 1/True on real tokens", optional=True
         )
-        check_ids("token_type_ids", token_type_ids, self.cfg.type_vocab_size, shape=shape, optional=True)
-        check_tensor("token_type_ids", token_type_ids, dtype=ID_DTYPES, optional=True)
+        check_ids(
+            "token_type_ids", token_type_ids, self.cfg.type_vocab_size, shape=shape, optional=True, dtype=ID_DTYPES
+        )
         attention_mask = None if attention_mask is None else attention_mask.bool()
         token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids  # one segment
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, d_model)

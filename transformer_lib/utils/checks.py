@@ -16,8 +16,8 @@ a number (``True`` is an ``int`` to Python, but ``n_heads=True`` is a mistake, n
 * ``check_tensor(name, value, shape=None, finite=False, dtype=None, floating=False, integer=False, min=None, ...)``:
   a tensor, of ``shape`` (``None`` entries match any size >= 1, a leading ``...`` any leading dimensions) and, with
   ``finite=True``, holding no NaN or infinity; with ``min``, no value below it;
-* ``check_ids(name, value, vocab_size, shape=None, ignore_index=None)``: an integer tensor of token ids (or targets)
-  in ``[0, vocab_size)`` (``>= 0`` with ``vocab_size=None``), ``ignore_index`` allowed where given;
+* ``check_ids(name, value, vocab_size, shape=None, ignore_index=None, dtype=None)``: an integer tensor of token ids
+  (or targets) in ``[0, vocab_size)`` (``>= 0`` with ``vocab_size=None``), ``ignore_index`` allowed where given;
 * ``check_choice(name, value, choices, note="")``: one of a set of options;
 * ``check_equal(name, value, expected, note="")``: a value that must equal another (a size, a flag);
 * ``check_empty(name, items, note="")``: nothing left over (a loader's unplaced keys);
@@ -259,14 +259,15 @@ def check_ids(
     shape: tuple | None = None,
     ignore_index: int | None = None,
     optional=False,
+    dtype=None,
 ) -> torch.Tensor | None:
     """Token ids (or targets): an integer tensor (not bool) of ``shape`` whose values are in ``[0, vocab_size)``
     or equal ``ignore_index`` (a target the loss skips, e.g. -100); ``vocab_size=None``: any id >= 0 (the vocabulary
-    is not known here). The message names the first id out of range."""
-    if check_tensor(name, value, shape=shape, optional=optional) is None:
+    is not known here); ``dtype``: the integer dtypes allowed (``nn.Embedding`` reads int64 and int32 only). The
+    message names the first id out of range."""
+    if check_tensor(name, value, shape=shape, optional=optional, integer=True) is None:
         return None
-    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-        raise ValueError(f"{name} must be an integer tensor (int64, int32, ...), got {value.dtype}")
+    check_tensor(name, value, dtype=dtype)
     bad = (value < 0) if vocab_size is None else (value < 0) | (value >= vocab_size)
     if ignore_index is not None:
         bad &= value != ignore_index
