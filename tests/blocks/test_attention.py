@@ -236,10 +236,16 @@ def test_non_positive_temperature_is_rejected():
 @pytest.mark.parametrize(
     "shapes,pattern",
     [
-        (((2, 5, 8), (2, 7, 6), (2, 7, 8)), r"q and k must share the last dimension D.*q\(2, 5, 8\).*k\(2, 7, 6\)"),
-        (((2, 5, 8), (2, 7, 8), (2, 6, 8)), r"k and v must share the key length Tk.*k\(2, 7, 8\).*v\(2, 6, 8\)"),
-        (((2, 5, 8), (7, 8), (7, 8)), r"same number of dimensions.*q\(2, 5, 8\).*k\(7, 8\)"),
-        (((2, 5, 8), (3, 7, 8), (3, 7, 8)), r"q\(2, 5, 8\).*k\(3, 7, 8\)"),
+        (
+            ((2, 5, 8), (2, 7, 6), (2, 7, 8)),
+            r"k must be a tensor of shape \(\.\.\., Tk, 8\) \(D as q's\), got \(2, 7, 6\)",
+        ),
+        (
+            ((2, 5, 8), (2, 7, 8), (2, 6, 8)),
+            r"v must be a tensor of shape \(\.\.\., 7, Dv\) \(Tk as k's\), got \(2, 6, 8\)",
+        ),
+        (((2, 5, 8), (7, 8), (7, 8)), r"same number of dimensions.*got 'q\(2, 5, 8\), k\(7, 8\), v\(7, 8\)'"),
+        (((2, 5, 8), (3, 7, 8), (3, 7, 8)), r"leading dimensions \(B, H\) .*broadcasting.*q\(2, 5, 8\), k\(3, 7, 8\)"),
     ],
 )
 def test_mismatched_qkv_shapes_are_rejected(shapes, pattern):
@@ -249,15 +255,25 @@ def test_mismatched_qkv_shapes_are_rejected(shapes, pattern):
             scaled_dot_product_attention(q, k, v, need_weights=need_weights)
 
 
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_k_and_v_of_another_dtype_than_q_are_rejected(need_weights):
+    q, k, v = make_qkv()
+    for args, name, got in (((q, k.double(), v), "k", "float64"), ((q, k, v.half()), "v", "float16")):
+        with pytest.raises(ValueError, match=rf"{name} must be a torch.float32 tensor, got torch.{got}"):
+            scaled_dot_product_attention(*args, need_weights=need_weights)
+
+
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_bad_masks_are_rejected(is_causal, need_weights):
     q, k, v = make_qkv()
     int_mask = torch.ones(TQ, TK, dtype=torch.int64)
-    with pytest.raises(ValueError, match=r"mask must be a bool or float tensor, got dtype torch.int64"):
+    with pytest.raises(ValueError, match=r"mask must be a torch.bool or torch.float16 or .* tensor, got torch.int64"):
         scaled_dot_product_attention(q, k, v, int_mask, is_causal=is_causal, need_weights=need_weights)
     wrong = torch.ones(TK, TQ, dtype=torch.bool)
-    with pytest.raises(ValueError, match=r"mask of shape \(7, 5\) does not broadcast .*\(2, 3, 5, 7\)"):
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(7, 5\) broadcast to the scores' shape must be \(2, 3, 5, 7\)"
+    ):
         scaled_dot_product_attention(q, k, v, wrong, is_causal=is_causal, need_weights=need_weights)
 
 

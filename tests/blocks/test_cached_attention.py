@@ -128,7 +128,7 @@ def test_grouped_query_construction_draws_the_same_random_numbers_as_its_own_siz
 
 
 def test_bad_kv_heads_are_rejected():
-    with pytest.raises(ValueError, match=r"n_heads=4 must be a multiple of n_kv_heads=3"):
+    with pytest.raises(ValueError, match=r"n_heads must be an int >= 1, a multiple of 3 \(n_kv_heads: .*\), got 4"):
         GroupedQueryAttention(D, H, n_kv_heads=3)
     with pytest.raises(ValueError, match="n_kv_heads"):
         GroupedQueryAttention(D, H, n_kv_heads=0)
@@ -144,7 +144,9 @@ def test_failed_attn_mask_check_leaves_a_static_cache_unchanged():
     mha(prompt, is_causal=True, cache=cache)
     mha(prompt, is_causal=True, cache=clean)
     keys, values = cache.keys[0].clone(), cache.values[0].clone()
-    with pytest.raises(ValueError, match=r"attn_mask of shape \(5, 5\) does not broadcast.*\(2, 4, 1, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"attn_mask of shape \(5, 5\) broadcast to the scores' shape must be \(2, 4, 1, 5\)"
+    ):
         mha(new, is_causal=True, attn_mask=torch.ones(5, 5, dtype=torch.bool), cache=cache)
     with pytest.raises(ValueError, match=r"attention_mask must be a tensor of shape \(2, 5\), got \(2, 4\)"):
         mha(new, is_causal=True, attention_mask=torch.ones(B, 4, dtype=torch.bool), cache=cache)

@@ -197,13 +197,16 @@ def test_peak_tensor_bytes_counts_views_once_and_frees():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda q, k, v: tiled_attention(q[0], k, v), "q must be a 4-D floating-point tensor"),
-        (lambda q, k, v: tiled_attention(q.long(), k, v), "q must be a 4-D floating-point tensor"),
-        (lambda q, k, v: tiled_attention(q, k.double(), v), "share a dtype"),
-        (lambda q, k, v: tiled_attention(q, k[..., :3], v), "expected q (B, H, Tq, D)"),
+        (lambda q, k, v: tiled_attention(q[0], k, v), "q must be a tensor of shape (B, H, Tq, D), got (2, 4, 8)"),
+        (lambda q, k, v: tiled_attention(q.long(), k, v), "q must be a floating-point tensor, got torch.int64"),
+        (lambda q, k, v: tiled_attention(q, k.double(), v), "k must be a torch.float32 tensor, got torch.float64"),
+        (lambda q, k, v: tiled_attention(q, k, v.half()), "v must be a torch.float32 tensor, got torch.float16"),
+        (lambda q, k, v: tiled_attention(q, k[..., :3], v), "k must be a tensor of shape (1, 2, Tk, 8)"),
+        (lambda q, k, v: tiled_attention(q, k, v[:, :, :5]), "v must be a tensor of shape (1, 2, 6, Dv)"),
+        (lambda q, k, v: split_k_decode(q, k[:, :, :0], v[:, :, :0]), "Tk >= 1 keys), got (1, 2, 0, 8)"),
         (lambda q, k, v: tiled_attention(q, k, v, block_k=0), "block_k must be an int >= 1, got 0"),
-        (lambda q, k, v: tiled_attention(q, k, v, key_mask=torch.ones(1, 5)), "key_mask must be a boolean tensor"),
-        (lambda q, k, v: tiled_attention(q, k, v, key_mask=torch.ones(2, 5, dtype=torch.bool)), "(B, Tk) = (1, 6)"),
+        (lambda q, k, v: tiled_attention(q, k, v, key_mask=torch.ones(1, 6)), "key_mask must be a torch.bool tensor"),
+        (lambda q, k, v: tiled_attention(q, k, v, key_mask=torch.ones(2, 5, dtype=torch.bool)), "(1, 6) (B, Tk"),
         (lambda q, k, v: split_k_decode(q, k, v, n_splits=0), "n_splits must be an int >= 1, got 0"),
     ],
 )

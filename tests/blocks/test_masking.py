@@ -84,9 +84,14 @@ def test_mixed_boolean_and_additive_masks_sum():
 
 
 def test_check_mask_rejects_wrong_dtype_and_shape():
-    with pytest.raises(ValueError, match=r"attn_mask must be a bool or float tensor, got dtype torch.int64"):
+    with pytest.raises(
+        ValueError, match=r"attn_mask must be a torch.bool or torch.float16 or .* tensor, got torch.int64"
+    ):
         check_mask(torch.ones(3, 4, dtype=torch.long), (2, 3, 4), "attn_mask")
-    with pytest.raises(ValueError, match=r"mask of shape \(4, 3\) does not broadcast to the scores' shape \(2, 3, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"mask of shape \(4, 3\) broadcast to the scores' shape must be \(2, 3, 4\) \(\.\.\., Tq, Tk\), got None",
+    ):
         check_mask(torch.ones(4, 3, dtype=torch.bool), (2, 3, 4))
     # a mask that would broadcast the scores to a larger shape is wrong too
     with pytest.raises(ValueError, match=r"\(5, 3, 4\)"):

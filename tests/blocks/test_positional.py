@@ -55,28 +55,34 @@ def test_sinusoidal_encoding_adds_the_table_with_an_offset():
 
 def test_sequence_longer_than_the_table_is_rejected():
     pe = SinusoidalPositionalEncoding(8, max_len=10)
-    with pytest.raises(ValueError, match=r"T=11 .*max_len=10"):
+    with pytest.raises(ValueError, match=r"offset \+ T must be an int <= 10 \(the sinusoidal table's max_len.*got 11"):
         pe(torch.zeros(1, 11, 8))
-    with pytest.raises(ValueError, match=r"T=12 .*max_len=10"):  # offset 4 + 8 new positions
+    with pytest.raises(ValueError, match=r"offset \+ T must be an int <= 10 .*got 12"):  # offset 4 + 8 new positions
         pe(torch.zeros(1, 8, 8), offset=4)
     learned = LearnedPositionalEmbedding(8, max_len=10)
-    with pytest.raises(ValueError, match=r"T=11 .*max_len=10"):
+    with pytest.raises(ValueError, match=r"offset \+ T must be an int <= 10 \(the learned positional .*got 11"):
         learned(torch.zeros(1, 11, 8))
 
 
 def test_input_of_the_wrong_width_is_rejected():
-    with pytest.raises(ValueError, match=r"x must be \(B, T, d_model=8\), got \(1, 4, 6\)"):
+    with pytest.raises(ValueError, match=r"x must be a tensor of shape \(B, T, 8\) \(B, T, d_model\), got \(1, 4, 6\)"):
         SinusoidalPositionalEncoding(8, max_len=10)(torch.zeros(1, 4, 6))
-    with pytest.raises(ValueError, match=r"x must be \(B, T, d_model=8\), got \(1, 4, 6\)"):
+    with pytest.raises(ValueError, match=r"x must be a tensor of shape \(B, T, 8\) \(B, T, d_model\), got \(1, 4, 6\)"):
         LearnedPositionalEmbedding(8, max_len=10)(torch.zeros(1, 4, 6))
-    with pytest.raises(ValueError, match=r"x must be \(..., T, d_head=8\), got \(1, 2, 4, 6\)"):
+    with pytest.raises(
+        ValueError, match=r"x must be a tensor of shape \(\.\.\., T, 8\) \(\.\.\., T, d_head\), got \(1, 2, 4, 6\)"
+    ):
         RotaryEmbedding(8)(torch.zeros(1, 2, 4, 6))
 
 
 def test_odd_d_model_is_rejected():
-    with pytest.raises(ValueError, match=r"d_model=7 must be a positive even number"):
+    with pytest.raises(
+        ValueError, match=r"d_model must be an int >= 1, a multiple of 2 \(sin and cos come in pairs\), got 7"
+    ):
         sinusoidal_table(10, 7)
-    with pytest.raises(ValueError, match=r"d_head=7 must be even"):
+    with pytest.raises(
+        ValueError, match=r"d_head must be an int >= 2, a multiple of 2 \(RoPE rotates feature pairs\), got 7"
+    ):
         RotaryEmbedding(7)
 
 

@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..utils.checks import broadcast_shape, check_number, check_probability, check_tensor
+from ..utils.checks import broadcast_shape, check_equal, check_number, check_probability, check_tensor
 from .masking import causal_mask, check_mask, combine_masks, to_additive, to_boolean
 
 
@@ -48,22 +48,21 @@ def softmax_with_temperature(scores: torch.Tensor, temperature: float = 1.0, dim
     return torch.nan_to_num(weights, nan=0.0).to(scores.dtype)
 
 
+def _shapes(**tensors: torch.Tensor) -> str:
+    """``"q(2, 5, 8), k(2, 7, 8)"``: tensors' shapes, for a message."""
+    return ", ".join(f"{name}{tuple(x.shape)}" for name, x in tensors.items())
+
+
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Shapes and dtypes as the docstring gives them; values are not looked at (NaN is the model's to report)."""
+    """Shapes and dtypes as the docstring gives them, k's and v's dtype q's; values are not looked at (NaN is the
+    model's to report). Every layer calls this: sizes only, broadcast with ``broadcast_shape`` (not torch's)."""
     check_tensor("q", q, shape=(..., "Tq", "D"), floating=True)
-    check_tensor("k", k, shape=(..., "Tk", "D"), floating=True)
-    check_tensor("v", v, shape=(..., "Tk", "Dv"), floating=True)
-    shapes = f"q{tuple(q.shape)}, k{tuple(k.shape)}, v{tuple(v.shape)}"
-    if k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(f"q, k, v must have the same number of dimensions (>= 2), got {shapes}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the last dimension D, got q{tuple(q.shape)} and k{tuple(k.shape)}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must share the key length Tk, got k{tuple(k.shape)} and v{tuple(v.shape)}")
-    if broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2]) is None:
-        raise ValueError(f"q, k, v leading dimensions (e.g. (B, H)) must broadcast, got {shapes}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    check_tensor("k", k, shape=(..., "Tk", q.shape[-1]), dtype=q.dtype, note="D as q's")
+    check_tensor("v", v, shape=(..., k.shape[-2], "Dv"), dtype=q.dtype, note="Tk as k's")
+    # the leading dimensions (B, H): as many in each, and sizes that broadcast
+    lead = q.dim() == k.dim() == v.dim() and broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2]) is not None
+    ok = "the same number of dimensions, broadcasting"
+    check_equal("q, k, v leading dimensions (B, H)", ok if lead else _shapes(q=q, k=k, v=v), ok)
 
 
 def _scores_shape(q: torch.Tensor, k: torch.Tensor) -> tuple:

@@ -27,34 +27,20 @@ import math
 
 import torch
 
-from ..utils.checks import check_int, check_number, check_sequence
+from ..utils.checks import check_int, check_number, check_sequence, check_tensor
 
 
 def _check_inputs(q, k, v, key_mask, block_q: int, block_k: int) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 4:
-            got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"{name} must be a 4-D floating-point tensor (B, H, T, D), got {got}")
-    if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k, v must share a dtype and device, got {q.dtype}/{q.device}, "
-            f"{k.dtype}/{k.device}, {v.dtype}/{v.device}"
-        )
-    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"expected q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), got q{tuple(q.shape)}, "
-            f"k{tuple(k.shape)}, v{tuple(v.shape)}"
-        )
-    for name, b in (("block_q", block_q), ("block_k", block_k)):
-        check_int(name, b, min=1)
-    if key_mask is not None:
-        if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
-            got = key_mask.dtype if isinstance(key_mask, torch.Tensor) else type(key_mask).__name__
-            raise ValueError(f"key_mask must be a boolean tensor (B, Tk), True on real keys, got {got}")
-        if tuple(key_mask.shape) != (k.shape[0], k.shape[2]):
-            raise ValueError(
-                f"key_mask must have shape (B, Tk) = {(k.shape[0], k.shape[2])}, got {tuple(key_mask.shape)}"
-            )
+    """``q (B, H, Tq, D)``, ``k (B, H, Tk, D)``, ``v (B, H, Tk, Dv)`` of one floating dtype and device; block sizes
+    >= 1; ``key_mask``: None or a boolean ``(B, Tk)``."""
+    B, H, _, D = check_tensor("q", q, shape=("B", "H", "Tq", "D"), floating=True).shape
+    check_tensor("k", k, shape=(B, H, "Tk", D), dtype=q.dtype, device=q.device, note="B, H, D as q's; Tk >= 1 keys")
+    check_tensor("v", v, shape=(B, H, k.shape[2], "Dv"), dtype=q.dtype, device=q.device, note="B, H as q's, Tk as k's")
+    check_int("block_q", block_q, min=1)
+    check_int("block_k", block_k, min=1)
+    check_tensor(
+        "key_mask", key_mask, shape=(B, k.shape[2]), dtype=torch.bool, note="B, Tk: True on real keys", optional=True
+    )
 
 
 def tile_mask(i0: int, i1: int, j0: int, j1: int, t_q: int, t_k: int, causal: bool, key_mask, device):
@@ -166,9 +152,7 @@ def split_k_decode(q, k, v, *, n_splits: int = 4, key_mask=None, scale: float | 
     """
     check_int("n_splits", n_splits, min=1)
     _check_inputs(q, k, v, key_mask, 1, 1)
-    t_k = k.shape[2]
-    if t_k == 0:
-        raise ValueError(f"k must hold at least one key, got k{tuple(k.shape)}")
+    t_k = k.shape[2]  # >= 1: _check_inputs refuses a k without keys
     chunk = -(-t_k // n_splits)
     outs, lses = [], []
     for j0 in range(0, t_k, chunk):

@@ -32,11 +32,11 @@ class GroupedQueryAttention(CachedSelfAttention):
         layer_idx: int = 0,
         window: int | None = None,
     ):
+        check_int("n_kv_heads", n_kv_heads, min=1)
+        note = "n_kv_heads: each key/value head serves n_heads // n_kv_heads query heads"
+        check_int("n_heads", n_heads, min=1, multiple_of=n_kv_heads, note=note)
         with torch.device("meta"):  # the full-size projections, replaced below: never allocated nor drawn at random
             super().__init__(d_model, n_heads, dropout, bias, rope, layer_idx, window)
-        check_int("n_kv_heads", n_kv_heads, min=1)
-        if n_heads % n_kv_heads != 0:
-            raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
         self.group = n_heads // n_kv_heads  # query heads per key/value head
         self.kv_dim = n_kv_heads * self.d_head
         self.qkv = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # [W_Q; W_K; W_V] stacked

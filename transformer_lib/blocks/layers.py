@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_int, check_number, check_tensor
+from ..utils.checks import check_bool, check_choice, check_int, check_number, check_tensor
 from .multihead import MultiHeadAttention
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
@@ -23,8 +23,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        check_choice("activation", activation, ACTIVATIONS)
         self.up = nn.Linear(d_model, d_ff, bias=bias)  # W_1: (d_ff, d_model)
         self.down = nn.Linear(d_ff, d_model, bias=bias)  # W_2: (d_model, d_ff)
         self.act = ACTIVATIONS[activation]
@@ -68,9 +67,8 @@ class LayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x, floating=True)  # dtype only (an integer x came back truncated), no NaN check per layer
-        if x.shape[-1] != self.weight.shape[0]:
-            raise ValueError(f"x must be (..., d_model={self.weight.shape[0]}), got {tuple(x.shape)}")
+        # shape and dtype only (an integer x came back truncated), no NaN check per layer
+        check_tensor("x", x, shape=(..., self.weight.shape[0]), floating=True, note="..., d_model")
         y = F.layer_norm(x.float(), self.weight.shape, self.weight.float(), self.bias.float(), self.eps)
         return y.to(x.dtype)
 
@@ -167,9 +165,7 @@ class DecoderLayer(nn.Module):
         self_attn: nn.Module | None = None,
     ):
         super().__init__()
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {causal!r}")
-        self.causal = causal
+        self.causal = check_bool("causal", causal)
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if self_attn is None else self_attn
         self.res_self = Residual(d_model, norm_first, dropout, eps)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias) if cross_attention else None
@@ -191,6 +187,8 @@ class DecoderLayer(nn.Module):
     ):
         """``is_causal``: None (default) = the layer's ``causal`` attribute; True/False overrides it for this call.
         ``self_attn_args`` go to ``self_attn`` as they are (a KV ``cache``, chapter 07)."""
+        if self.cross_attn is not None:  # before self_attn writes to a cache in self_attn_args
+            check_tensor("memory", memory, note="B, Tk, d_model: a DecoderLayer with cross-attention needs it")
         is_causal = self.causal if is_causal is None else is_causal
 
         def self_attend(h):
@@ -212,8 +210,6 @@ class DecoderLayer(nn.Module):
 
         x = self.res_self(x, self_attend)
         if self.cross_attn is not None:
-            if memory is None:
-                raise ValueError("memory (B, Tk, d_model) is required by a DecoderLayer with cross-attention")
             x = self.res_cross(x, cross_attend)
         return self.res_ffn(x, self.ffn)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.checks import broadcast_shape, check_dtype, check_int, check_tensor
+from ..utils.checks import broadcast_shape, check_dtype, check_equal, check_int, check_tensor
 
 
 def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:
@@ -86,13 +86,13 @@ def to_boolean(mask: torch.Tensor) -> torch.Tensor:
     return mask > torch.finfo(mask.dtype).min / 2
 
 
+MASK_DTYPES = (torch.bool, torch.float16, torch.bfloat16, torch.float32, torch.float64)  # boolean or additive
+
+
 def check_mask(mask: torch.Tensor, scores_shape, name: str = "mask") -> None:
-    """Raise ``ValueError`` unless ``mask`` is bool/float, ``(..., Tq, Tk)`` and broadcastable to ``scores_shape``."""
-    check_tensor(name, mask, shape=(..., "Tq", "Tk"))  # (Tk,) broadcasts, but F.scaled_dot_product_attention refuses it
-    if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise ValueError(f"{name} must be a bool or float tensor, got dtype {mask.dtype}")
-    if broadcast_shape(mask.shape, scores_shape) != tuple(scores_shape):
-        raise ValueError(
-            f"{name} of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-            f"{tuple(scores_shape)} (..., Tq, Tk)"
-        )
+    """Raise unless ``mask`` is a bool or float (``MASK_DTYPES``) tensor ``(..., Tq, Tk)`` broadcastable to
+    ``scores_shape``: ``TypeError`` for a non-tensor, ``ValueError`` for the rest."""
+    check_tensor(name, mask, shape=(..., "Tq", "Tk"), dtype=MASK_DTYPES)  # (Tk,) broadcasts, but SDPA refuses it
+    joint = broadcast_shape(mask.shape, scores_shape)  # the shape both broadcast to; None: they do not
+    what = f"{name} of shape {tuple(mask.shape)} broadcast to the scores' shape"
+    check_equal(what, joint, tuple(scores_shape), note="..., Tq, Tk")

@@ -108,10 +108,9 @@ class MoE(nn.Module):
         normalize: bool = True,
     ):
         super().__init__()
-        for name, value in (("d_model", d_model), ("d_ff", d_ff), ("n_experts", n_experts), ("top_k", top_k)):
+        for name, value in (("d_model", d_model), ("d_ff", d_ff), ("n_experts", n_experts)):
             _check_positive_int(name, value)
-        if top_k > n_experts:
-            raise ValueError(f"top_k={top_k} must be at most n_experts={n_experts}")
+        check_int("top_k", top_k, 1, n_experts, note="n_experts")
         if capacity_factor is not None:
             expert_capacity(1, n_experts, top_k, capacity_factor)  # validates it
         self.n_experts, self.top_k = n_experts, top_k
@@ -121,8 +120,7 @@ class MoE(nn.Module):
         self.router_logits = self.experts_chosen = self.kept = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[-1] != self.router.in_features:
-            raise ValueError(f"x must be (B, T, d_model={self.router.in_features}), got {tuple(x.shape)}")
+        check_tensor("x", x, shape=("B", "T", self.router.in_features), floating=True, note="B, T, d_model")
         B, T, d = x.shape
         h = x.reshape(B * T, d)  # (N, d): tokens are routed one by one
         logits = self.router(h)  # (N, E)
@@ -164,23 +162,17 @@ def load_from_hf_mixtral_block(moe: MoE, block) -> MoE:
     Hugging Face stacks the experts: ``experts.gate_up_proj: (E, 2 d_ff, d_model)`` (gate rows, then up rows)
     and ``experts.down_proj: (E, d_model, d_ff)``; the router is ``gate.weight: (E, d_model)``.
     """
-    if not hasattr(block.experts, "gate_up_proj"):
-        raise ValueError(
-            "the block keeps its experts as separate modules (transformers < 5); this loader reads the "
-            "stacked experts.gate_up_proj / down_proj of transformers 5 (the book pins 5.24.0)"
-        )
-    gate_up, down = block.experts.gate_up_proj, block.experts.down_proj
-    E, d_ff = gate_up.shape[0], gate_up.shape[1] // 2
-    if (
-        E != moe.n_experts
-        or tuple(down.shape[1:]) != (moe.router.in_features, moe.experts[0].down.in_features)
-        or d_ff != moe.experts[0].down.in_features
-    ):
-        raise ValueError(
-            f"the block has {E} experts, gate_up_proj {tuple(gate_up.shape)}; this MoE has "
-            f"{moe.n_experts} experts of d_model={moe.router.in_features}, "
-            f"d_ff={moe.experts[0].down.in_features}"
-        )
+    E, d_model, d_ff = moe.n_experts, moe.router.in_features, moe.experts[0].down.in_features  # moe's sizes
+    gate_up = check_tensor(
+        "block.experts.gate_up_proj",
+        getattr(block.experts, "gate_up_proj", None),  # None: transformers < 5, one module per expert
+        shape=(E, 2 * d_ff, d_model),
+        note="E, 2 d_ff, d_model: transformers 5 stacks the experts (the book pins 5.24.0); < 5 is not read here",
+    )
+    down = check_tensor(
+        "block.experts.down_proj", block.experts.down_proj, shape=(E, d_model, d_ff), note="E, d_model, d_ff"
+    )
+    check_tensor("block.gate.weight", block.gate.weight, shape=(E, d_model), note="E, d_model")
     moe.router.weight.copy_(block.gate.weight)
     for e, expert in enumerate(moe.experts):
         expert.gate.weight.copy_(gate_up[e, :d_ff])

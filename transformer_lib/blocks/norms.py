@@ -42,7 +42,6 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x)  # a type check only: rms_norm checks the dtype, no NaN check on a model's every layer
-        if x.shape[-1] != self.weight.shape[0]:
-            raise ValueError(f"x must be (..., d_model={self.weight.shape[0]}), got {tuple(x.shape)}")
+        # the shape only (rms_norm checks the dtype): no NaN check on a model's every layer
+        check_tensor("x", x, shape=(..., self.weight.shape[0]), note="..., d_model")
         return rms_norm(x, self.weight, self.eps)

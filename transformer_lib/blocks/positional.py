@@ -33,10 +33,8 @@ def _check_base(base) -> None:
 def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """The paper's ``(max_len, d_model)`` table; d_model must be even."""
     check_int("max_len", max_len, min=1)
-    check_int("d_model", d_model, min=1)
+    check_int("d_model", d_model, min=1, multiple_of=2, note="sin and cos come in pairs")
     _check_base(base)
-    if d_model % 2 != 0:
-        raise ValueError(f"d_model={d_model} must be a positive even number for sinusoidal encoding")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (T, 1)
     inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
@@ -46,14 +44,13 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch
 
 
 def _check_length(t: int, max_len: int, what: str) -> None:
-    if t > max_len:
-        raise ValueError(f"sequence length T={t} is longer than the {what} table's max_len={max_len}")
+    """``t = offset + T``, the positions ``x`` ends at, fits the table's ``max_len`` rows."""
+    check_int("offset + T", t, max=max_len, note=f"the {what} table's max_len: a position past it has no row")
 
 
 def _check_input(x: torch.Tensor, d_model: int) -> None:
-    check_tensor("x", x, floating=True)  # an int x would get the table truncated to integers
-    if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(f"x must be (B, T, d_model={d_model}), got {tuple(x.shape)}")
+    """``x: (B, T, d_model)``, floating point (an int x would get the table truncated to integers)."""
+    check_tensor("x", x, shape=("B", "T", d_model), floating=True, note="B, T, d_model")
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -94,10 +91,8 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, d_head: int, base: float = 10000.0):
         super().__init__()
-        check_int("d_head", d_head, min=2)
+        check_int("d_head", d_head, min=2, multiple_of=2, note="RoPE rotates feature pairs")
         _check_base(base)
-        if d_head % 2 != 0:
-            raise ValueError(f"d_head={d_head} must be even for RoPE")
         inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (d_head/2,)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
@@ -107,9 +102,8 @@ class RotaryEmbedding(nn.Module):
         return pos[:, None] * self.inv_freq.to(device)[None, :]  # (T, d_head/2)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        check_tensor("x", x, floating=True)  # rotated in fp32, then cast back: an int x would be truncated
-        if x.shape[-1] != 2 * self.inv_freq.shape[0]:
-            raise ValueError(f"x must be (..., T, d_head={2 * self.inv_freq.shape[0]}), got {tuple(x.shape)}")
+        # rotated in fp32, then cast back: an int x would be truncated
+        check_tensor("x", x, shape=(..., "T", 2 * self.inv_freq.shape[0]), floating=True, note="..., T, d_head")
         ang = self.angles(x.shape[-2], offset, x.device)
         cos, sin = ang.cos(), ang.sin()  # (T, d_head/2)
         x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]  # even and odd features
