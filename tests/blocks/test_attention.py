@@ -271,9 +271,7 @@ def test_bad_masks_are_rejected(is_causal, need_weights):
     with pytest.raises(ValueError, match=r"mask must be a torch.bool or torch.float16 or .* tensor, got torch.int64"):
         scaled_dot_product_attention(q, k, v, int_mask, is_causal=is_causal, need_weights=need_weights)
     wrong = torch.ones(TK, TQ, dtype=torch.bool)
-    with pytest.raises(
-        ValueError, match=r"mask of shape \(7, 5\) broadcast to the scores' shape must be \(2, 3, 5, 7\)"
-    ):
+    with pytest.raises(ValueError, match=r"mask must be a tensor that broadcasts to \(2, 3, 5, 7\) .*got \(7, 5\)"):
         scaled_dot_product_attention(q, k, v, wrong, is_causal=is_causal, need_weights=need_weights)
 
 

@@ -323,3 +323,12 @@ def test_check_tensor_device():
     assert check_tensor("k", x, device=torch.device("cpu")) is x
     with pytest.raises(ValueError, match=r"^k must be on meta, got cpu$"):
         check_tensor("k", x, device="meta")
+
+
+def test_check_tensor_broadcasts_to_names_the_target_shape():
+    mask = torch.ones(1, 5, dtype=torch.bool)
+    assert check_tensor("mask", mask, broadcasts_to=(2, 3, 4, 5)) is mask
+    with pytest.raises(ValueError, match=r"^mask must be a tensor that broadcasts to \(2, 3, 4, 5\), got \(4, 4\)$"):
+        check_tensor("mask", torch.ones(4, 4), broadcasts_to=(2, 3, 4, 5))
+    with pytest.raises(ValueError, match=r"broadcasts to \(3, 4\) \(the scores\), got \(2, 3, 4\)$"):
+        check_tensor("mask", torch.ones(2, 3, 4), broadcasts_to=(3, 4), note="the scores")  # broadcasts wider

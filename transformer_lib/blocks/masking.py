@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.checks import broadcast_shape, check_dtype, check_equal, check_int, check_tensor
+from ..utils.checks import check_dtype, check_int, check_tensor
 
 
 def causal_mask(t_q: int, t_k: int | None = None, device=None) -> torch.Tensor:
@@ -93,6 +93,4 @@ def check_mask(mask: torch.Tensor, scores_shape, name: str = "mask") -> None:
     """Raise unless ``mask`` is a bool or float (``MASK_DTYPES``) tensor ``(..., Tq, Tk)`` broadcastable to
     ``scores_shape``: ``TypeError`` for a non-tensor, ``ValueError`` for the rest."""
     check_tensor(name, mask, shape=(..., "Tq", "Tk"), dtype=MASK_DTYPES)  # (Tk,) broadcasts, but SDPA refuses it
-    joint = broadcast_shape(mask.shape, scores_shape)  # the shape both broadcast to; None: they do not
-    what = f"{name} of shape {tuple(mask.shape)} broadcast to the scores' shape"
-    check_equal(what, joint, tuple(scores_shape), note="..., Tq, Tk")
+    check_tensor(name, mask, broadcasts_to=tuple(scores_shape), note="the scores' (..., Tq, Tk)")

@@ -201,6 +201,7 @@ def check_tensor(
     integer: bool = False,
     min: float | None = None,
     device=None,
+    broadcasts_to: tuple | None = None,
 ) -> torch.Tensor | None:
     """``value`` checked to be a ``torch.Tensor`` and returned as it is.
 
@@ -208,7 +209,8 @@ def check_tensor(
     same size wherever it repeats: ``("H", "H")`` is square; a leading ``...`` matches any leading dimensions, as in
     ``(..., "T", "D")``); ``dtype``: one dtype or a tuple of them; ``floating``: a floating-point dtype;
     ``integer``: an integer dtype (not bool); ``min``: every value ``>= min`` (the message names the smallest);
-    ``device``: on that device (another tensor's ``.device``); ``finite``: no NaN or infinity (with
+    ``device``: on that device (another tensor's ``.device``); ``broadcasts_to``: a shape it broadcasts to
+    (PyTorch's rules; a mask against the scores); ``finite``: no NaN or infinity (with
     ``allow_neg_inf``, ``-inf`` is accepted: a masked score). ``TypeError`` for a non-tensor, ``ValueError`` for the
     rest, naming the shape or dtype received and, for ``finite``, how many values are not finite and where the first
     is. ``note`` says in the shape message what the sizes are; ``optional`` as in ``check_int``.
@@ -228,6 +230,9 @@ def check_tensor(
         if not ok:
             want = _expected(f"a tensor of shape {_shape_text(shape)}", note, False)
             raise ValueError(f"{name} must be {want}, got {tuple(value.shape)}")
+    if broadcasts_to is not None and broadcast_shape(value.shape, broadcasts_to) != tuple(broadcasts_to):
+        want = _expected(f"a tensor that broadcasts to {_shape_text(broadcasts_to)}", note, False)
+        raise ValueError(f"{name} must be {want}, got {tuple(value.shape)}")
     dtypes = (dtype,) if isinstance(dtype, torch.dtype) else dtype
     if dtypes is not None and value.dtype not in dtypes:
         want = " or ".join(str(d) for d in dtypes)
