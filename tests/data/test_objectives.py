@@ -249,5 +249,7 @@ def test_next_token_targets_shift_and_ignore_padding():
     assert targets.tolist() == [[6, 7, 8], [10, IGNORE_INDEX, IGNORE_INDEX]]
     assert next_token_targets(ids)[1].tolist() == [[6, 7, 8], [10, 0, 0]]
     assert ids.tolist()[1] == [9, 10, 0, 0]  # unchanged
-    with pytest.raises(ValueError, match="at least 2"):
+    with pytest.raises(
+        ValueError, match=r"input_ids.shape\[1\] must be an int >= 2 \(tokens per row, to shift\), got 1"
+    ):
         next_token_targets(ids[:, :1])

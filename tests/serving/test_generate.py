@@ -437,12 +437,20 @@ def test_same_seed_same_text_with_and_without_cache(kw):
 
 # ----------------------------------------------------------------------------- limits and bad input
 def test_a_prompt_longer_than_the_context_raises():
-    with pytest.raises(ValueError, match=rf"prompt length {BLOCK + 1} exceeds the model's context block_size={BLOCK}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"prompt_ids.shape\[1\] must be an int <= {BLOCK} \(prompt length: the model's context "
+        rf"block_size={BLOCK}\), got {BLOCK + 1}",
+    ):
         generate(toy_gpt(), ids((1, BLOCK + 1), seed=0), 1, use_cache=False)
 
 
 def test_a_cache_cannot_grow_past_the_context():
-    with pytest.raises(ValueError, match=rf"prompt length 30 \+ max_new_tokens 11 exceeds block_size={BLOCK}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"max_new_tokens must be an int <= {BLOCK - 30} \(prompt length 30 \+ max_new_tokens <= "
+        rf"block_size={BLOCK}; or use_cache=False\), got 11",
+    ):
         generate(toy_gpt(), ids((1, 30), seed=0), 11)
 
 
@@ -492,12 +500,12 @@ def _error(value, kind=(int, float)):
         (
             dict(cache_implementation="paged"),
             ValueError,
-            "cache_implementation must be 'static' or 'dynamic', got 'paged'",
+            r"cache_implementation must be one of \['dynamic', 'sliding', 'static'\], got 'paged'",
         ),
         (
             dict(attention_mask=torch.ones(1, 5, dtype=torch.bool)),
             ValueError,
-            r"attention_mask must be a \(B, T\) = \(1, 4\) tensor, got \(1, 5\)",
+            r"attention_mask must be a tensor of shape \(1, 4\) \(B, T: False on left padding\), got \(1, 5\)",
         ),
     ],
 )
@@ -626,7 +634,7 @@ def test_matvec_weights_built_once_give_the_same_tokens_and_refuse_changed_weigh
         model.blocks[0].ffn.up.weight.mul_(2.0)  # an in-place change, as an optimizer step makes
     with pytest.raises(ValueError, match="stale"):
         generate(model, prompt, 3, matvec_weights=packed)
-    with pytest.raises(ValueError, match="matvec_weights must be"):
+    with pytest.raises(TypeError, match=r"matvec_weights must be a bool or a MatvecWeights, got str 'yes'"):
         generate(model, prompt, 3, matvec_weights="yes")
 
 

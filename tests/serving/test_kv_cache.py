@@ -38,19 +38,24 @@ def test_cache_returns_the_concatenation_of_every_update(make):
 def test_static_cache_overflow_raises():
     cache = StaticCache(1, 1, 2, max_len=4, d_head=3)
     cache.update(torch.zeros(1, 2, 3, 3), torch.zeros(1, 2, 3, 3), 0)
-    with pytest.raises(ValueError, match=r"StaticCache is full: 3 cached \+ 2 new > max_len=4"):
+    with pytest.raises(
+        ValueError, match=r"k.shape\[-2\] must be an int <= 1 \(new positions; 3 of max_len=4 held\), got 2"
+    ):
         cache.update(torch.zeros(1, 2, 2, 3), torch.zeros(1, 2, 2, 3), 0)
     assert cache.get_seq_length(0) == 3  # the failed update wrote nothing
 
 
 def test_static_cache_rejects_keys_of_the_wrong_shape():
     cache = StaticCache(1, 2, 2, max_len=4, d_head=3)
-    with pytest.raises(ValueError, match=r"k of shape \(2, 1, 1, 3\) does not fit layer 0's cache"):
+    with pytest.raises(
+        ValueError,
+        match=r"k must be a tensor of shape \(2, 2, any, 3\) \(layer 0's \(B, H_kv, T, d_head\).*, got \(2, 1, 1, 3\)",
+    ):
         cache.update(torch.zeros(2, 1, 1, 3), torch.zeros(2, 1, 1, 3), 0)
 
 
 def test_dynamic_cache_rejects_a_skipped_layer():
-    with pytest.raises(ValueError, match="layer_idx=1 skips layers"):
+    with pytest.raises(ValueError, match=r"layer_idx must be an int in \[0, 0\] \(no layer skipped: 0 held\), got 1"):
         DynamicCache().update(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), 1)
 
 
@@ -80,11 +85,14 @@ def test_known_model_shapes():
     assert kv_cache_bytes(80, 64, 128, 4096) == 8 * kv_cache_bytes(80, 8, 128, 4096)
 
 
-@pytest.mark.parametrize("bad", [dict(n_layers=-1), dict(seq_len=2.5), dict(bytes_per_element="2")])
-def test_kv_cache_bytes_rejects_bad_sizes(bad):
+@pytest.mark.parametrize(
+    "bad, error",
+    [(dict(n_layers=-1), ValueError), (dict(seq_len=2.5), TypeError), (dict(bytes_per_element="2"), TypeError)],
+)
+def test_kv_cache_bytes_rejects_bad_sizes(bad, error):
     args = dict(n_layers=2, n_kv_heads=2, d_head=4, seq_len=8, batch_size=1, bytes_per_element=2) | bad
     name = next(iter(bad))
-    with pytest.raises(ValueError, match=rf"{name} must be a non-negative int"):
+    with pytest.raises(error, match=rf"{name} must be an int >= 0, got"):
         kv_cache_bytes(**args)
 
 
@@ -104,7 +112,7 @@ def test_static_cache_for_model_matches_the_model_and_a_filled_dynamic_cache(n_k
 def test_static_cache_allows_one_size_per_layer():
     cache = StaticCache(2, 1, [4, 2], max_len=5, d_head=[8, 6])
     assert [k.shape for k in cache.keys] == [(1, 4, 5, 8), (1, 2, 5, 6)]
-    with pytest.raises(ValueError, match=r"n_kv_heads must be a positive int or one per layer \(2\), got \[4\]"):
+    with pytest.raises(ValueError, match=r"n_kv_heads must hold exactly 2 item\(s\) \(one per layer\), got 1"):
         StaticCache(2, 1, [4], max_len=5, d_head=8)
 
 
@@ -146,9 +154,21 @@ def test_crop_past_the_length_keeps_everything_and_bad_lengths_are_refused():
     cache.crop(9)  # longer than what is held: nothing to forget (as in Hugging Face's crop)
     assert cache.lengths == [4, 4]
     for bad, error, match in (
-        (-5, ValueError, r"length=-5 would remove more positions than the cache holds \(4\)"),
-        (2.0, TypeError, r"length must be an int \(positions to keep; negative: to remove\), got float 2.0"),
-        (True, TypeError, r"length must be an int \(positions to keep; negative: to remove\), got bool True"),
+        (
+            -5,
+            ValueError,
+            r"length must be an int >= -4 \(positions to keep; negative: to remove, of the 4 held\), got -5",
+        ),
+        (
+            2.0,
+            TypeError,
+            r"length must be an int >= -4 \(positions to keep; negative: to remove, of the 4 held\), got float 2.0",
+        ),
+        (
+            True,
+            TypeError,
+            r"length must be an int >= -4 \(positions to keep; negative: to remove, of the 4 held\), got bool True",
+        ),
     ):
         with pytest.raises(error, match=match):
             cache.crop(bad)
@@ -182,9 +202,13 @@ def test_human_bytes_prints_binary_units_as_the_calculator_does(n, text):
     assert human_bytes(n) == text
 
 
-@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "1024", True, None])
-def test_human_bytes_refuses_what_is_not_a_finite_count(bad):
-    with pytest.raises(ValueError, match=r"n must be a finite number of bytes >= 0, got"):
+@pytest.mark.parametrize(
+    "bad, error",
+    [(-1, ValueError), (float("nan"), ValueError), (float("inf"), ValueError), ("1024", TypeError), (True, TypeError)]
+    + [(None, TypeError)],
+)
+def test_human_bytes_refuses_what_is_not_a_finite_count(bad, error):
+    with pytest.raises(error, match=r"n must be a finite number >= 0 \(bytes\), got"):
         human_bytes(bad)
 
 
@@ -209,10 +233,12 @@ def test_values_of_the_wrong_size_are_refused_before_the_keys_are_written(make):
         cache.update(k, v, layer)
     state = _state(cache)
     k, v = torch.randn(B, H_KV, 1, D), torch.randn(B, H_KV, 1, D + 1)
-    with pytest.raises(ValueError, match=r"v of shape \(2, 3, 1, 5\) does not fit layer 0's cache"):
+    with pytest.raises(
+        ValueError, match=r"v must be a tensor of shape \(2, 3, any, 4\) \(layer 0's .*\), got \(2, 3, 1, 5\)"
+    ):
         cache.update(k, v, 0)
     with pytest.raises(
-        ValueError, match=r"k and v must share \(B, H_kv, T_new\), got k\(2, 3, 1, 4\), v\(2, 3, 2, 4\)"
+        ValueError, match=r"v must be a tensor of shape \(2, 3, 1, any\) \(k's \(B, H_kv, T_new\)\), got \(2, 3, 2, 4\)"
     ):
         cache.update(k, torch.randn(B, H_KV, 2, D), 0)
     _assert_state(cache, state)
@@ -222,7 +248,7 @@ def test_values_of_the_wrong_size_are_refused_before_the_keys_are_written(make):
 
 def test_dynamic_cache_refuses_values_of_a_new_size_on_a_layer_s_first_update():
     cache = DynamicCache()
-    with pytest.raises(ValueError, match=r"k and v must share \(B, H_kv, T_new\)"):
+    with pytest.raises(ValueError, match=r"v must be a tensor of shape \(2, 3, 2, any\) \(k's \(B, H_kv, T_new\)\)"):
         cache.update(torch.randn(B, H_KV, 2, D), torch.randn(B + 1, H_KV, 2, D), 0)
     assert cache.keys == [] and cache.values == []
 
@@ -235,7 +261,9 @@ def test_a_new_batch_size_is_refused_before_anything_is_written(make):
     state = _state(cache)
     k = torch.randn(B + 1, H_KV, 1, D)
     for layer in range(L):
-        with pytest.raises(ValueError, match=rf"k has batch size 3, layer {layer} of the cache holds batch size 2"):
+        with pytest.raises(
+            ValueError, match=rf"k must be a tensor of shape \(2, 3, any, 4\) \(layer {layer}'s .*\), got \(3,"
+        ):
             cache.update(k, k, layer)
     _assert_state(cache, state)
     cache.update(k[:B], k[:B], 0)

@@ -81,7 +81,7 @@ def test_translate_and_exact_match():
     ids = ids[: ids.index(tgt_tok.eos_id)] if tgt_tok.eos_id in ids else ids
     assert translate(model, ["3/3/87"], src_tok, tgt_tok, beam_size=3, max_len=5) == [tgt_tok.decode(ids)]
     assert exact_match(["a", "b", "c", "d"], ["a", "x", "c", "y"]) == 0.5
-    with pytest.raises(ValueError, match="equally long"):
+    with pytest.raises(ValueError, match=r"len\(predictions\) must be 2 \(one per reference, equally long\), got 1"):
         exact_match(["a"], ["a", "b"])
 
 

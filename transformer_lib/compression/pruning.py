@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+from functools import partial
 from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -28,6 +29,7 @@ import torch.nn as nn
 from torch.nn.utils import prune
 
 from ..blocks.multihead import MultiHeadAttention
+from ..utils.checks import check_equal, check_int, check_number, check_sequence, check_tensor, check_type
 from ..utils.device import to_device
 from ..training.losses import gpt_loss
 from ..utils.modes import eval_mode
@@ -63,19 +65,15 @@ def head_counts(model: nn.Module) -> list[int]:
 
 
 def _check_mask(mask, counts: list[int]) -> list[torch.Tensor]:
-    ok = isinstance(mask, torch.Tensor) and mask.dim() in (2, 3) or isinstance(mask, (list, tuple))
-    rows = list(mask) if ok else []
-    if len(rows) != len(counts) or any(
-        not isinstance(r, torch.Tensor) or r.dim() not in (1, 2) or r.shape[-1] != n for r, n in zip(rows, counts)
-    ):
-        got = (
-            tuple(mask.shape)
-            if isinstance(mask, torch.Tensor)
-            else [tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__ for r in rows] or mask
-        )
-        raise ValueError(
-            f"mask must hold one (n_heads,) or (B, n_heads) tensor per layer, head counts {counts}, got {got}"
-        )
+    """``mask`` as one gate tensor per layer, each ``(n_heads_l,)`` or ``(B, n_heads_l)``."""
+    per_layer = f"one per layer, head counts {counts}"
+    check_type("mask", mask, (torch.Tensor, list, tuple), expected=f"a tensor or a list of tensors ({per_layer})")
+    if isinstance(mask, torch.Tensor):  # its rows are the layers' gates
+        check_int("mask.dim()", mask.dim(), min=2, max=3, note="(n_layers, n_heads) or (n_layers, B, n_heads)")
+    rows = check_sequence("mask", list(mask), length=len(counts), note=per_layer)
+    for layer, (row, n) in enumerate(zip(rows, counts)):
+        check_tensor(f"mask[{layer}]", row, shape=(..., n), note=f"(n_heads,) or (B, n_heads); head counts {counts}")
+        check_int(f"mask[{layer}].dim()", row.dim(), min=1, max=2, note="(n_heads,) or (B, n_heads)")
     return rows
 
 
@@ -110,8 +108,7 @@ def head_mask(model: nn.Module, mask):
 
 def mask_from_heads(counts: Sequence[int], heads: Mapping[int, Sequence[int]]) -> torch.Tensor:
     """``(n_layers, n_heads)`` float mask: 0 at the ``heads`` to prune (``{layer: [head, ...]}``), 1 elsewhere."""
-    if len(set(counts)) != 1:
-        raise ValueError(f"a (n_layers, n_heads) mask needs the same head count in every layer, got {list(counts)}")
+    _check_same_counts(list(counts), "for a (n_layers, n_heads) mask")
     _check_heads(list(counts), heads, allow_empty_layer=True)
     mask = torch.ones(len(counts), counts[0])
     for layer, hs in heads.items():
@@ -134,8 +131,7 @@ def head_importance(
     gradient; the model runs in eval mode (no dropout), so the scores are deterministic.
     """
     counts = head_counts(model)
-    if len(set(counts)) != 1:
-        raise ValueError(f"head_importance needs the same head count in every layer, got {counts}")
+    _check_same_counts(counts, "for head_importance's (n_layers, n_heads) scores")
     p = next(model.parameters())
     scores, n = torch.zeros(len(counts), counts[0], device=p.device), 0
     with eval_mode(model):
@@ -147,8 +143,7 @@ def head_importance(
                 (grad,) = torch.autograd.grad(loss_fn(model, batch), xi)  # (L, B, H); parameters untouched
             scores += (grad * B).abs().sum(dim=1)
             n += B
-    if n == 0:
-        raise ValueError("batches must hold at least one batch, got none")
+    check_int("the sequences in batches", n, min=1, note="at least one batch")
     scores = scores / n
     if normalize:
         scores = scores / scores.norm(dim=-1, keepdim=True).clamp_min(1e-20)
@@ -160,8 +155,7 @@ def head_weight_norms(attn: MultiHeadAttention) -> torch.Tensor:
     """``(n_heads,)``: the L2 norm of each head's own weights: its rows of ``W_Q``, ``W_K``, ``W_V``
     (``(d_head, d_model)`` each) and its columns of ``W_O`` (``(d_model, d_head)``)."""
     H, D = attn.n_heads, attn.d_head
-    if getattr(attn, "n_kv_heads", H) != H:
-        raise ValueError(f"head_weight_norms needs n_kv_heads == n_heads, got {attn.n_kv_heads} and {H}")
+    check_equal("attn.n_kv_heads", getattr(attn, "n_kv_heads", H), H, note="n_heads: no grouped-query attention")
     w_qkv = attn.qkv.weight.float().view(3, H, D, -1)  # (3 = q/k/v, H, d_head, d_model)
     w_o = attn.out.weight.float().view(attn.d_model, H, D)  # (d_model, H, d_head)
     return (w_qkv.pow(2).sum(dim=(0, 2, 3)) + w_o.pow(2).sum(dim=(0, 2))).sqrt().cpu()
@@ -185,16 +179,12 @@ def heads_to_prune(scores: torch.Tensor, n: int, per_layer: bool = False) -> dic
     ``n_layers * (n_heads - 1)``: one head stays per layer); ``per_layer=True``: the ``n`` lowest of *each*
     layer (``n < n_heads``). Ties go to the lower (layer, head) index.
     """
-    if scores.dim() != 2:
-        raise ValueError(f"scores must be (n_layers, n_heads), got shape {tuple(scores.shape)}")
-    L, H = scores.shape
+    L, H = check_tensor("scores", scores, shape=(None, None), note="n_layers, n_heads").shape
     if per_layer:
-        if not 0 <= n < H:
-            raise ValueError(f"n must be in [0, {H - 1}] per layer (one of {H} heads stays), got {n}")
+        check_int("n", n, min=0, max=H - 1, note=f"per layer: one of its {H} heads stays")
         order = torch.argsort(scores, dim=-1, stable=True)[:, :n]  # (L, n)
         return {layer: sorted(order[layer].tolist()) for layer in range(L) if n > 0}
-    if not 0 <= n <= L * (H - 1):
-        raise ValueError(f"n must be in [0, {L * (H - 1)}] (one head stays in each of {L} layers), got {n}")
+    check_int("n", n, min=0, max=L * (H - 1), note=f"one head stays in each of the {L} layers")
     plan, left, taken = {}, [H] * L, 0
     for i in torch.argsort(scores.flatten(), stable=True).tolist():
         if taken == n:
@@ -208,23 +198,22 @@ def heads_to_prune(scores: torch.Tensor, n: int, per_layer: bool = False) -> dic
 
 
 # ----------------------------------------------------------------------------- structural pruning
+def _check_same_counts(counts: list[int], why: str) -> None:
+    """The same head count in every layer (an unpruned model)."""
+    check_equal("head counts", counts, counts[:1] * len(counts), note=f"the same in every layer, {why}")
+
+
 def _check_heads(counts: list[int], heads: Mapping[int, Sequence[int]], allow_empty_layer: bool = False) -> None:
-    if not isinstance(heads, Mapping):
-        raise ValueError(f"heads must be a dict {{layer: [head, ...]}}, got {type(heads).__name__}")
+    """``heads``: ``{layer: [head, ...]}`` of distinct, existing heads; with ``allow_empty_layer=False`` (pruning)
+    never every head of a layer."""
+    check_type("heads", heads, Mapping, expected="a dict {layer: [head, ...]}")
     for layer, hs in heads.items():
-        if not isinstance(layer, int) or not 0 <= layer < len(counts):
-            raise ValueError(f"layer index must be in [0, {len(counts)}), got {layer!r}")
-        hs = list(hs)
-        bad = [h for h in hs if not isinstance(h, int) or not 0 <= h < counts[layer]]
-        if bad:
-            raise ValueError(f"head indices of layer {layer} must be in [0, {counts[layer]}), got {bad}")
-        if len(set(hs)) != len(hs):
-            raise ValueError(f"head indices of layer {layer} must be distinct, got {hs}")
-        if not allow_empty_layer and len(hs) == counts[layer]:
-            raise ValueError(
-                f"cannot prune all {counts[layer]} heads of layer {layer} (got {sorted(hs)}); "
-                "drop the whole layer with drop_layers instead"
-            )
+        check_int("heads' layer index", layer, min=0, max=len(counts) - 1, note=f"{len(counts)} layers")
+        heads_of = partial(check_int, min=0, max=counts[layer] - 1, note=f"layer {layer}'s heads")
+        hs = check_sequence(f"heads[{layer}]", list(hs), items=heads_of, unique=True)
+        if not allow_empty_layer:  # a layer with no heads left: drop_layers removes it instead
+            note = f"one of layer {layer}'s {counts[layer]} heads stays; drop the whole layer with drop_layers"
+            check_int(f"len(heads[{layer}])", len(hs), max=counts[layer] - 1, note=note)
 
 
 def attention_with_heads(attn: MultiHeadAttention, n_heads: int, d_head: int | None = None) -> MultiHeadAttention:
@@ -247,14 +236,8 @@ def prune_attention_heads(attn: MultiHeadAttention, keep: Sequence[int]) -> Mult
     ``out`` keeps the same columns of ``W_O`` (and its whole bias, which belongs to no head).
     """
     H, D = attn.n_heads, attn.d_head
-    keep = list(keep)
-    if getattr(attn, "n_kv_heads", H) != H:
-        raise ValueError(
-            f"pruning heads needs n_kv_heads == n_heads (no grouped-query attention), "
-            f"got n_kv_heads={attn.n_kv_heads}, n_heads={H}"
-        )
-    if not keep or len(set(keep)) != len(keep) or any(not isinstance(h, int) or not 0 <= h < H for h in keep):
-        raise ValueError(f"keep must be distinct head indices in [0, {H}), at least one, got {keep}")
+    check_equal("attn.n_kv_heads", getattr(attn, "n_kv_heads", H), H, note="n_heads: no grouped-query attention")
+    keep = check_sequence("keep", list(keep), min_len=1, items=partial(check_int, min=0, max=H - 1), unique=True)
     cols = torch.cat([torch.arange(h * D, (h + 1) * D) for h in keep])  # features of the kept heads
     rows = torch.cat([cols + block * H * D for block in range(3)])  # the same features in W_Q, W_K, W_V
     device = attn.qkv.weight.device
@@ -296,11 +279,8 @@ def drop_layers(model: nn.Module, layers: Sequence[int]) -> nn.Module:
     ``cfg.n_layers`` is updated.
     """
     n = len(attention_modules(model))
-    layers = list(layers)
-    if any(not isinstance(i, int) or not 0 <= i < n for i in layers) or len(set(layers)) != len(layers):
-        raise ValueError(f"layers must be distinct indices in [0, {n}), got {layers}")
-    if len(layers) == n:
-        raise ValueError(f"cannot drop all {n} layers, got {sorted(layers)}")
+    layers = check_sequence("layers", list(layers), items=partial(check_int, min=0, max=n - 1), unique=True)
+    check_int("len(layers)", len(layers), max=n - 1, note=f"cannot drop all {n} layers: one stays")
     pruned = copy.deepcopy(model)
     name, stack = _stack(pruned)
     stack = nn.ModuleList(b for i, b in enumerate(stack) if i not in set(layers))
@@ -326,8 +306,7 @@ def magnitude_prune(model: nn.Module, amount: float, permanent: bool = True) -> 
     One global threshold over all ``prunable_weights`` (``prune.global_unstructured`` with L1 magnitude).
     ``permanent=False`` keeps PyTorch's mask: each forward recomputes ``weight = weight_orig * weight_mask``.
     """
-    if not 0.0 <= amount <= 1.0:
-        raise ValueError(f"amount must be in [0, 1], got {amount}")
+    check_number("amount", amount, 0, 1, note="the fraction of block weights to zero")
     pruned = copy.deepcopy(model)
     params = prunable_weights(pruned)
     prune.global_unstructured(params, pruning_method=prune.L1Unstructured, amount=float(amount))

@@ -18,7 +18,7 @@ from importlib import resources
 
 import torch
 
-from ..utils.checks import check_ids, check_int
+from ..utils.checks import check_empty, check_ids, check_int
 from .tokenization import BPETokenizer, CharTokenizer
 
 
@@ -67,8 +67,7 @@ def shakespeare_split() -> tuple[str, str]:
     """``(train_text, val_text)``: works joined in name order with a blank line between them, ``VAL_WORKS`` held out."""
     works = shakespeare_works()
     missing = set(VAL_WORKS) - set(works)
-    if missing:
-        raise ValueError(f"VAL_WORKS names {sorted(missing)}, which are not in the corpus")
+    check_empty("VAL_WORKS missing from the corpus", missing, note="held-out works must be in the corpus")
     return (
         "\n".join(t for name, t in works.items() if name not in VAL_WORKS),
         "\n".join(works[name] for name in VAL_WORKS),
@@ -100,10 +99,8 @@ def get_batch(
     ``y[b, t] = x[b, t + 1]`` continued by one character. ``generator`` (CPU) makes the draw reproducible.
     """
     check_ids("data", data, None, shape=(None,))  # (N,) token ids
-    check_int("block_size", block_size, min=1)
+    check_int("block_size", block_size, min=1, max=len(data) - 1, note=f"shorter than data's {len(data)} ids")
     check_int("batch_size", batch_size, min=1)
-    if data.numel() <= block_size:
-        raise ValueError(f"data must be 1-D and longer than block_size={block_size}, got shape {tuple(data.shape)}")
     starts = torch.randint(data.numel() - block_size, (batch_size,), generator=generator)  # (B,)
     idx = starts[:, None] + torch.arange(block_size + 1)  # (B, T + 1)
     window = data[idx]

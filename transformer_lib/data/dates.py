@@ -18,6 +18,7 @@ from typing import Sequence
 
 import torch
 
+from ..utils.checks import check_choice, check_int, check_number
 from .tokenization import BOS, EOS, PAD, CharTokenizer, pad_sequences
 
 
@@ -79,8 +80,7 @@ def ordinal_suffix(n: int) -> str:
 
 def number_words(n: int) -> str:
     """``0 < n < 100`` in words: ``87 -> "eighty-seven"``."""
-    if not 0 < n < 100:
-        raise ValueError(f"n must be in 1..99, got {n}")
+    check_int("n", n, min=1, max=99)
     if n < 20:
         return _ONES[n]
     return _TENS[n // 10] + ("-" + _ONES[n % 10] if n % 10 else "")
@@ -96,11 +96,9 @@ def ordinal_words(n: int) -> str:
 
 def year_words(year: int, rng: random.Random) -> str:
     """``1987 -> "nineteen eighty-seven"``; 20xx: ``"two thousand (and) five"`` or ``"twenty twelve"``."""
-    century, rest = divmod(year, 100)
+    century, rest = divmod(check_int("year", year, min=1900, max=2099), 100)
     if century == 19:
         return "nineteen " + (number_words(rest) if rest >= 10 else f"oh {number_words(rest)}" if rest else "hundred")
-    if century != 20:
-        raise ValueError(f"year must be in 1900..2099, got {year}")
     if rest == 0:
         return "two thousand"
     if rest >= 10 and rng.random() < 0.5:
@@ -141,8 +139,7 @@ DATE_STYLES = _styles()  # name -> f(date, rng) -> text; slashes are month-first
 
 def format_date(date: dt.date, style: str, rng: random.Random | None = None) -> str:
     """Write ``date`` in one of ``DATE_STYLES`` (``rng`` picks among a style's variants, e.g. spelled years)."""
-    if style not in DATE_STYLES:
-        raise ValueError(f"style must be one of {sorted(DATE_STYLES)}, got {style!r}")
+    check_choice("style", style, DATE_STYLES)
     if not FIRST_DATE <= date <= LAST_DATE:
         raise ValueError(f"date must be in {FIRST_DATE}..{LAST_DATE} (two-digit years are read 1969-2068), got {date}")
     return DATE_STYLES[style](date, rng or random.Random(0))
@@ -151,8 +148,7 @@ def format_date(date: dt.date, style: str, rng: random.Random | None = None) -> 
 @functools.lru_cache(maxsize=4)
 def date_split(seed: int = 0, test_fraction: float = 0.1) -> tuple[tuple[dt.date, ...], tuple[dt.date, ...]]:
     """All days in ``FIRST_DATE..LAST_DATE``, shuffled with ``seed``: ``(train_days, test_days)``, disjoint."""
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    check_number("test_fraction", test_fraction, 0, 1, min_open=True, max_open=True)
     days = [FIRST_DATE + dt.timedelta(i) for i in range((LAST_DATE - FIRST_DATE).days + 1)]
     random.Random(seed).shuffle(days)
     n_test = round(len(days) * test_fraction)

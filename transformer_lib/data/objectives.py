@@ -22,10 +22,21 @@ Shapes: ``input_ids`` ``(B, T)`` int64; ``mlm_mask`` returns ``(B, T)`` tensors,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
-from ..utils.checks import check_ids, check_int
+from ..utils.checks import (
+    check_choice,
+    check_equal,
+    check_ids,
+    check_int,
+    check_number,
+    check_probability,
+    check_sequence,
+    check_tensor,
+    check_type,
+)
 
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
 
@@ -43,32 +54,19 @@ class MaskedBatch:
     choice: torch.Tensor
 
 
-def _check_ids(input_ids, name="input_ids"):
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long or input_ids.dim() != 2:
-        got = (
-            f"{input_ids.dtype} {tuple(input_ids.shape)}"
-            if isinstance(input_ids, torch.Tensor)
-            else type(input_ids).__name__
-        )
-        raise ValueError(f"{name} must be an int64 tensor (B, T), got {got}")
-    check_ids(name, input_ids, None)  # no negative ids (the vocabulary is not known here)
+def _check_ids(input_ids, vocab_size=None, name="input_ids"):
+    check_tensor(name, input_ids, shape=("B", "T"), dtype=torch.long, note="token ids")
+    check_ids(name, input_ids, vocab_size)  # vocab_size None: no negative ids (the vocabulary is not known here)
 
 
 def _check_mask(attention_mask, input_ids):
-    if attention_mask is None:
+    """``attention_mask`` as a bool tensor: 1 (or True) on real tokens, 0 on padding; ``None`` stays ``None``."""
+    like = "like input_ids: 1 on real tokens, 0 on padding"
+    if check_tensor("attention_mask", attention_mask, shape=tuple(input_ids.shape), note=like, optional=True) is None:
         return None
-    if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
-        got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__
-        raise ValueError(f"attention_mask must be a (B, T) tensor like input_ids {tuple(input_ids.shape)}, got {got}")
-    if attention_mask.dtype != torch.bool and ((attention_mask != 0) & (attention_mask != 1)).any():
-        raise ValueError("attention_mask must hold 0/1 (or bool): 1 on real tokens, 0 on padding")
+    for value in attention_mask.unique().tolist():  # 0/1 or bool (True == 1); NaN is neither
+        check_choice("attention_mask", value, (0, 1))
     return attention_mask.bool()
-
-
-def _check_prob(name, value):
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
-    if not ok:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
 
 
 def mlm_mask(
@@ -89,40 +87,30 @@ def mlm_mask(
     Positions holding any of ``special_token_ids`` (and ``mask_token_id``), and positions where ``attention_mask``
     is 0, are never chosen. ``input_ids`` is not modified. Returns a ``MaskedBatch``.
     """
-    _check_ids(input_ids)
+    check_int("vocab_size", vocab_size, min=1)
+    check_int("mask_token_id", mask_token_id, min=0, max=vocab_size - 1, note="a token id")
+    _check_ids(input_ids, vocab_size)
     mask = _check_mask(attention_mask, input_ids)
-    for name, value in (("mask_token_id", mask_token_id), ("vocab_size", vocab_size), ("ignore_index", ignore_index)):
-        check_int(name, value)
-    if not 0 <= mask_token_id < vocab_size:
-        raise ValueError(f"mask_token_id must be a token id in [0, vocab_size={vocab_size}), got {mask_token_id}")
     special = sorted({int(i) for i in special_token_ids} | {mask_token_id})
-    if any(not 0 <= i < vocab_size for i in special):
-        raise ValueError(f"special_token_ids must be ids in [0, vocab_size={vocab_size}), got {special}")
-    if 0 <= ignore_index < vocab_size:
-        raise ValueError(f"ignore_index must not be a token id (it marks unchosen labels), got {ignore_index}")
+    check_sequence("special_token_ids", special, items=partial(check_int, min=0, max=vocab_size - 1, note="token ids"))
+    if check_int("ignore_index", ignore_index) >= 0:  # a negative one is never a token id
+        check_int("ignore_index", ignore_index, min=vocab_size, note="not a token id: it marks unchosen labels")
     for name, value in (("mask_prob", mask_prob), ("mask_frac", mask_frac), ("random_frac", random_frac)):
-        _check_prob(name, value)
-    if mask_frac + random_frac > 1.0 + 1e-12:
-        raise ValueError(
-            f"mask_frac + random_frac must be at most 1 (the rest stay unchanged), got {mask_frac} + {random_frac}"
-        )
-    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= vocab_size):
-        raise ValueError(
-            f"input_ids must lie in [0, vocab_size={vocab_size}), got values in "
-            f"[{int(input_ids.min())}, {int(input_ids.max())}]"
-        )
+        check_probability(name, value, allow_one=True)
+    rest = round(1 - mask_frac, 12)  # rounded: 1 - 0.8 is 0.19999999999999996
+    check_number(
+        "random_frac", random_frac, max=rest, note="mask_frac + random_frac at most 1: the rest stay unchanged"
+    )
+    if random_frac > 0:  # the vocabulary needs an ordinary token to draw a random replacement from
+        check_int("vocab_size", vocab_size, min=len(special) + 1, note=f"more than the {len(special)} special ids")
     device = input_ids.device
+    check_type("generator", generator, torch.Generator, expected="a torch.Generator", optional=True)
     if generator is not None:
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        if generator.device.type != device.type:
-            raise ValueError(f"generator is on {generator.device}, input_ids on {device}: they must match")
+        check_equal("generator.device.type", generator.device.type, device.type, note="input_ids' device")
     special_t = torch.tensor(special, device=device)
     ordinary = torch.ones(vocab_size, dtype=torch.bool, device=device)
     ordinary[special_t] = False
     allowed = ordinary.nonzero().squeeze(1)  # (n_ordinary,): the ids a random replacement is drawn from
-    if random_frac > 0 and allowed.numel() == 0:
-        raise ValueError("every id of the vocabulary is special: no ordinary token to draw a random replacement from")
 
     eligible = ~torch.isin(input_ids, special_t)  # (B, T)
     if mask is not None:
@@ -151,8 +139,7 @@ def next_token_targets(
     with ``ignore_index`` where the target is padding (``attention_mask`` 0), so padding is never predicted."""
     _check_ids(input_ids)
     mask = _check_mask(attention_mask, input_ids)
-    if input_ids.shape[1] < 2:
-        raise ValueError(f"input_ids needs at least 2 tokens per row to shift, got shape {tuple(input_ids.shape)}")
+    check_int("input_ids.shape[1]", input_ids.shape[1], min=2, note="tokens per row, to shift")
     inputs, targets = input_ids[:, :-1], input_ids[:, 1:].clone()
     if mask is not None:
         targets[~mask[:, 1:]] = ignore_index

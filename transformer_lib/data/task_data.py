@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import check_choice, check_int, check_number, check_sequence, check_type
 from .corpus import shakespeare_works
 
 DEFAULT_PLAYS = ("macbeth", "midsummer_nights_dream", "henry_v", "tempest")  # a tragedy, a comedy, a history, a romance
@@ -51,8 +52,7 @@ def strip_stage_directions(text: str) -> str:
 def play_lines(text: str, min_words: int = 1) -> list[str]:
     """The spoken lines of one play's text, in order, whitespace-normalised, each with at least ``min_words``
     words; speaker headings, act/scene headings, the list of characters and stage directions are left out."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    check_type("text", text, str)
     lines, started, in_speech = [], False, False
     for raw in strip_stage_directions(text).splitlines():
         line = " ".join(raw.split())
@@ -91,34 +91,24 @@ def play_line_task(
     """Which play a line comes from: ``n_per_play`` distinct lines (of at least ``min_words`` words) drawn from each
     of ``plays``, a ``test_fraction`` of each play's lines held out; train and test each shuffled. Seeded."""
     works = shakespeare_works()
-    if isinstance(plays, str) or not isinstance(plays, (list, tuple)) or len(plays) < 2:
-        raise ValueError(f"plays must be a list of at least two play names, got {plays!r}")
-    unknown = [p for p in plays if p not in works]
-    if unknown or len(set(plays)) != len(plays):
-        raise ValueError(
-            f"plays must be distinct names of the corpus's works; unknown or repeated: "
-            f"{unknown or list(plays)}; the works are {sorted(works)}"
-        )
+    check_sequence(
+        "plays", plays, min_len=2, note="distinct play names", items=partial(check_choice, choices=works), unique=True
+    )
     for name, value in (("n_per_play", n_per_play), ("min_words", min_words), ("seed", seed)):
         check_int(name, value, min=0 if name == "seed" else 1)
-    if not isinstance(test_fraction, float) or not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be a float strictly between 0 and 1, got {test_fraction!r}")
+    check_number("test_fraction", test_fraction, 0, 1, min_open=True, max_open=True)
     per_play = {p: list(dict.fromkeys(play_lines(works[p], min_words))) for p in plays}  # distinct, in order
     counts: dict[str, int] = {}
     for lines in per_play.values():
         for line in lines:
             counts[line] = counts.get(line, 0) + 1
     per_play = {p: [line for line in lines if counts[line] == 1] for p, lines in per_play.items()}
-    short = {p: len(lines) for p, lines in per_play.items() if len(lines) < n_per_play}
-    if short:
-        raise ValueError(
-            f"n_per_play={n_per_play} is more than some plays have lines of >= {min_words} words "
-            f"(found {short}; a play laid out otherwise, e.g. hamlet with speakers as 'Pol.', yields 0); "
-            f"lower n_per_play or min_words, or choose other plays"
-        )
+    for p, lines in per_play.items():  # a play laid out otherwise (hamlet, speakers as 'Pol.') yields 0 lines
+        check_int("n_per_play", n_per_play, max=len(lines), note=f"{p}'s distinct lines of >= {min_words} words")
     n_test = round(n_per_play * test_fraction)
-    if not 0 < n_test < n_per_play:
-        raise ValueError(f"test_fraction={test_fraction} of n_per_play={n_per_play} leaves an empty split")
+    check_int(
+        "round(n_per_play * test_fraction)", n_test, min=1, max=n_per_play - 1, note="test lines: both splits non-empty"
+    )
     g = torch.Generator().manual_seed(seed)
     train, test = [], []
     for label, p in enumerate(plays):

@@ -10,14 +10,14 @@ Saved tokenizers are JSON, written atomically by ``checkpoint_io.atomic_write_by
 from __future__ import annotations
 
 import json
-import numbers
 from pathlib import Path
+from functools import partial
 from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 
-from ..utils.checks import check_int, check_sequence, check_type
+from ..utils.checks import check_choice, check_empty, check_equal, check_int, check_sequence, check_type
 from .checkpoint_io import atomic_write_bytes
 
 
@@ -29,10 +29,9 @@ class CharTokenizer:
 
     def __init__(self, chars: Iterable[str], specials: Sequence[str] = ()):
         chars = sorted(set(check_type("chars", chars, methods=("__iter__",), expected="a string or characters")))
-        if any(len(c) != 1 for c in chars):
-            raise ValueError(f"chars must be single characters, got {[c for c in chars if len(c) != 1][:5]}")
-        if len(set(specials)) != len(specials) or any(len(s) < 2 for s in specials):
-            raise ValueError(f"specials must be distinct strings longer than one character, got {list(specials)}")
+        check_empty("chars longer than one character", [c for c in chars if len(c) != 1], note="one token each")
+        check_sequence("specials", tuple(specials), unique=True, note="distinct special tokens, such as '<pad>'")
+        check_empty("specials of one character", [s for s in specials if len(s) < 2], note="a char, not a special")
         self.specials = tuple(specials)
         self.itos = list(self.specials) + chars  # id -> token
         self.stoi = {s: i for i, s in enumerate(self.itos)}  # token -> id
@@ -51,8 +50,7 @@ class CharTokenizer:
         return torch.tensor([0] * len(self.specials) + [1] * (self.vocab_size - len(self.specials)))
 
     def special_id(self, token: str) -> int:
-        if token not in self.specials:
-            raise ValueError(f"token must be one of the specials {self.specials}, got {token!r}")
+        check_choice("token", token, self.specials)  # one of this tokenizer's specials
         return self.stoi[token]
 
     pad_id = property(lambda self: self.special_id(PAD))
@@ -83,11 +81,7 @@ class CharTokenizer:
 
     def decode(self, ids: Iterable[int], skip_specials: bool = True) -> str:
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(check_type("ids", ids, methods=("__iter__",)))
-        bad = [
-            i for i in ids if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < self.vocab_size
-        ]
-        if bad:
-            raise ValueError(f"ids must be ints in [0, {self.vocab_size}), got {bad[:5]}")
+        check_sequence("ids", ids, items=partial(check_int, min=0, max=self.vocab_size - 1, note="token ids"))
         n = len(self.specials)
         return "".join(self.itos[i] for i in ids if not (skip_specials and i < n))
 
@@ -97,8 +91,7 @@ class CharTokenizer:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CharTokenizer":
-        if d.get("type") != "CharTokenizer":
-            raise ValueError(f"expected a CharTokenizer dict, got type={d.get('type')!r}")
+        check_equal("d['type']", d.get("type"), "CharTokenizer", note="a CharTokenizer dict")
         return cls(d["chars"], d["specials"])
 
     def save(self, path: str | Path) -> None:
@@ -132,10 +125,9 @@ class BPETokenizer:
     @classmethod
     def train(cls, text: str, vocab_size: int) -> "BPETokenizer":
         """Learn ``vocab_size - 256`` merges from ``text`` (deterministic: same text, same tokenizer)."""
+        check_int("vocab_size", vocab_size, min=257, note="more than the 256 byte tokens")
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-        if vocab_size < 257:
-            raise ValueError(f"vocab_size must exceed the 256 byte tokens, got {vocab_size}")
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -158,11 +150,7 @@ class BPETokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(check_type("ids", ids, methods=("__iter__",)))
-        bad = [
-            i for i in ids if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < self.vocab_size
-        ]
-        if bad:
-            raise ValueError(f"ids must be ints in [0, {self.vocab_size}), got {bad[:5]}")
+        check_sequence("ids", ids, items=partial(check_int, min=0, max=self.vocab_size - 1, note="token ids"))
         return self.tokenizer.decode(ids)
 
     def to_dict(self) -> dict:
@@ -172,8 +160,7 @@ class BPETokenizer:
     def from_dict(cls, d: dict) -> "BPETokenizer":
         from tokenizers import Tokenizer
 
-        if d.get("type") != "BPETokenizer":
-            raise ValueError(f"expected a BPETokenizer dict, got type={d.get('type')!r}")
+        check_equal("d['type']", d.get("type"), "BPETokenizer", note="a BPETokenizer dict")
         return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])))
 
     save = CharTokenizer.save

@@ -39,7 +39,7 @@ class Request:
 
 
 def _check_requests(model, requests, cache: PagedKVCache) -> None:
-    check_sequence("requests", requests, note="Request objects")
+    check_sequence("requests", requests, note="Request objects", items=Request)
     check_type("cache", cache, PagedKVCache)
     if model.cfg.positional == "rope":
         raise ValueError(
@@ -47,20 +47,17 @@ def _check_requests(model, requests, cache: PagedKVCache) -> None:
             "offset. Use a model with positional 'learned', 'sinusoidal', 'alibi' or 'none'"
         )
     for i, r in enumerate(requests):
-        if not isinstance(r, Request):
-            raise TypeError(f"requests[{i}] must be a Request, got {type(r).__name__}")
-        if not isinstance(r.prompt, torch.Tensor) or r.prompt.dim() != 1 or len(r.prompt) < 1:
-            got = tuple(r.prompt.shape) if isinstance(r.prompt, torch.Tensor) else type(r.prompt).__name__
-            raise ValueError(f"requests[{i}].prompt must be a 1-D tensor of >= 1 token ids, got {got}")
-        check_ids(f"requests[{i}].prompt", r.prompt, model.cfg.vocab_size)  # before any prefill touches the cache
+        # (T,) ids, >= 1 of them, checked before any prefill touches the cache
+        check_ids(f"requests[{i}].prompt", r.prompt, model.cfg.vocab_size, shape=(None,))
         check_int(f"requests[{i}].max_new_tokens", r.max_new_tokens, min=1)
         check_int(f"requests[{i}].arrival", r.arrival, min=0, note="a decoding step")
-        total = len(r.prompt) + r.max_new_tokens - 1
-        if total > model.cfg.block_size or cache.blocks_for(total) > cache.n_blocks:
-            raise ValueError(
-                f"requests[{i}] needs {total} positions: more than block_size={model.cfg.block_size} "
-                f"or than the pool's n_blocks={cache.n_blocks} x block_size={cache.block_size}"
-            )
+        check_int(
+            f"requests[{i}]'s positions (prompt + max_new_tokens - 1)",
+            len(r.prompt) + r.max_new_tokens - 1,
+            max=min(model.cfg.block_size, cache.n_blocks * cache.block_size),
+            note=f"the model's block_size={model.cfg.block_size}, "
+            f"the pool's n_blocks={cache.n_blocks} x block_size={cache.block_size}",
+        )
 
 
 @torch.inference_mode()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.checks import check_bool, check_ids, check_int, check_number, check_tensor
+from ..utils.checks import check_bool, check_choice, check_ids, check_int, check_number, check_tensor, check_type
 from .decoding import MatvecWeights, check_cacheable, fast_path_refusal, fused_decode_step
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache
 
@@ -117,25 +117,15 @@ def _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_i
     check_bool("use_cache", use_cache)
     if use_cache:
         check_cacheable(model)
-    if T > block:
-        raise ValueError(f"prompt length {T} exceeds the model's context block_size={block}")
-    if use_cache and T + max_new_tokens > block:
-        raise ValueError(
-            f"prompt length {T} + max_new_tokens {max_new_tokens} exceeds block_size={block}, "
-            "which a cache cannot slide past; use fewer tokens or use_cache=False"
-        )
-    if use_cache and cache_implementation not in CACHE_IMPLEMENTATIONS:
-        raise ValueError(
-            f"cache_implementation must be 'static' or 'dynamic', got {cache_implementation!r} "
-            "(or 'sliding' for a model with "
-            "GPTConfig.window)"
-        )
+    check_int("prompt_ids.shape[1]", T, max=block, note=f"prompt length: the model's context block_size={block}")
+    if use_cache:  # positions cannot slide past the context with a cache; without one the window slides
+        note = f"prompt length {T} + max_new_tokens <= block_size={block}; or use_cache=False"
+        check_int("max_new_tokens", max_new_tokens, max=block - T, note=note)
+        check_choice("cache_implementation", cache_implementation, CACHE_IMPLEMENTATIONS)
     if use_cache and cache_implementation == "sliding":
         _check_sliding(model, attention_mask)
+    check_tensor("attention_mask", attention_mask, shape=(B, T), note="B, T: False on left padding", optional=True)
     if attention_mask is not None:
-        if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != (B, T):
-            got = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask)
-            raise ValueError(f"attention_mask must be a (B, T) = {(B, T)} tensor, got {got}")
         m = attention_mask.bool()
         if not m[:, -1].all() or (m[:, 1:].int() < m[:, :-1].int()).any():
             raise ValueError(
@@ -220,12 +210,11 @@ def _matvec_copies(model, matvec_weights, fast: bool, device) -> MatvecWeights |
     """The weight-copy policy (``generate``'s ``matvec_weights``): the ``MatvecWeights`` to decode with, or None."""
     if matvec_weights is None:
         matvec_weights = device.type == "cpu"
+    check_type("matvec_weights", matvec_weights, (bool, MatvecWeights))
     if isinstance(matvec_weights, MatvecWeights):
         matvec_weights.check(model)
         return matvec_weights if fast else None
-    if matvec_weights is True or matvec_weights is False:
-        return MatvecWeights(model) if fast and matvec_weights else None
-    raise ValueError(f"matvec_weights must be a bool, None or MatvecWeights(model), got {matvec_weights!r:.60}")
+    return MatvecWeights(model) if fast and matvec_weights else None
 
 
 def _prefill(

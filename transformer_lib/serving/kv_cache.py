@@ -24,38 +24,30 @@ printed in binary units by ``human_bytes`` (the twin of the chapter's calculator
 from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
+from functools import partial
 from typing import Sequence
 
 import torch
 
-from ..utils.checks import check_int, check_tensor
+from ..utils.checks import check_int, check_number, check_sequence, check_tensor
 
 
 def check_kv_update(k, v, layer_idx: int, held_k=None, held_v=None) -> None:
     """What every cache checks before it writes anything: ``k, v: (B, H_kv, T_new, d_head)`` tensors that share
     ``(B, H_kv, T_new)`` and, when layer ``layer_idx`` already holds keys ``held_k`` and values ``held_v``
     ``(B, H_kv, T, d_head)``, have their batch size, heads and head size."""
-    check_tensor("k", k, floating=True)  # an integer or complex k would be stored (or cast) silently
-    check_tensor("v", v, floating=True)
-    if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
-        raise ValueError(f"k and v must share (B, H_kv, T_new), got k{tuple(k.shape)}, v{tuple(v.shape)}")
+    # floating: an integer or complex k would be stored (or cast) silently
+    check_tensor("k", k, shape=("B", "H_kv", "T_new", "d_head"), floating=True)
+    check_tensor("v", v, shape=(*k.shape[:3], None), floating=True, note="k's (B, H_kv, T_new)")
     if (
         held_k is None
         or k.shape[:2] == held_k.shape[:2]
         and (k.shape[3], v.shape[3]) == (held_k.shape[3], held_v.shape[3])
     ):
-        return  # the common case, decided in one comparison; the messages below say what differs
-    for name, new, held in (("k", k, held_k), ("v", v, held_v)):
-        if new.shape[0] != held.shape[0]:
-            raise ValueError(
-                f"{name} has batch size {new.shape[0]}, layer {layer_idx} of the cache holds batch size "
-                f"{held.shape[0]}: a cache serves one batch; start a new cache for a new batch"
-            )
-        if new.shape[1] != held.shape[1] or new.shape[3] != held.shape[3]:
-            raise ValueError(
-                f"{name} of shape {tuple(new.shape)} does not fit layer {layer_idx}'s cache "
-                f"(B, H_kv, T, d_head) = {tuple(held.shape[:2])} + (T, {held.shape[-1]})"
-            )
+        return  # the common case, decided in one comparison; the checks below say what differs
+    note = f"layer {layer_idx}'s (B, H_kv, T, d_head): a cache serves one batch, start a new cache for a new batch"
+    check_tensor("k", k, shape=(held_k.shape[0], held_k.shape[1], None, held_k.shape[3]), note=note)
+    check_tensor("v", v, shape=(held_v.shape[0], held_v.shape[1], None, held_v.shape[3]), note=note)
 
 
 class DynamicCache:
@@ -71,18 +63,16 @@ class DynamicCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Append ``k, v: (B, H_kv, T_new, d_head)``; return the layer's keys and values so far."""
-        check_int("layer_idx", layer_idx, min=0)
+        check_int("layer_idx", layer_idx, min=0, max=len(self.keys), note=f"no layer skipped: {len(self.keys)} held")
         held = (self.keys[layer_idx], self.values[layer_idx]) if layer_idx < len(self.keys) else ()
         check_kv_update(k, v, layer_idx, *held)  # before anything is written
         if layer_idx == len(self.keys):  # first call for this layer
             # copies: k and v are often views of the layer's whole q|k|v projection, which would stay alive
             self.keys.append(k.clone(memory_format=torch.contiguous_format))
             self.values.append(v.clone(memory_format=torch.contiguous_format))
-        elif layer_idx < len(self.keys):
+        else:
             self.keys[layer_idx] = torch.cat([self.keys[layer_idx], k], dim=-2)  # (B, H_kv, past + T, d_head)
             self.values[layer_idx] = torch.cat([self.values[layer_idx], v], dim=-2)
-        else:
-            raise ValueError(f"layer_idx={layer_idx} skips layers: the cache holds {len(self.keys)} so far")
         return self.keys[layer_idx], self.values[layer_idx]
 
     def nbytes(self) -> int:
@@ -119,7 +109,7 @@ class SlidingWindowCache:
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Append ``k, v: (B, H_kv, T_new, d_head)``; return ``(B, H_kv, held + T_new, d_head)``, then keep the last
         ``window``."""
-        check_int("layer_idx", layer_idx, min=0)
+        check_int("layer_idx", layer_idx, min=0, max=len(self.keys), note=f"no layer skipped: {len(self.keys)} held")
         held = (self.keys[layer_idx], self.values[layer_idx]) if layer_idx < len(self.keys) else ()
         check_kv_update(k, v, layer_idx, *held)  # before anything is written
         if layer_idx == len(self.keys):  # first call for this layer
@@ -127,11 +117,9 @@ class SlidingWindowCache:
             self.keys.append(k)
             self.values.append(v)
             self.seen.append(0)
-        elif layer_idx < len(self.keys):
+        else:
             full_k = torch.cat([self.keys[layer_idx], k], dim=-2)  # (B, H_kv, held + T_new, d_head)
             full_v = torch.cat([self.values[layer_idx], v], dim=-2)
-        else:
-            raise ValueError(f"layer_idx={layer_idx} skips layers: the cache holds {len(self.keys)} so far")
         # copies, so that no view keeps a long prompt's (or the qkv projection's) storage alive
         self.keys[layer_idx] = full_k[..., -self.window :, :].clone(memory_format=torch.contiguous_format)
         self.values[layer_idx] = full_v[..., -self.window :, :].clone(memory_format=torch.contiguous_format)
@@ -144,10 +132,10 @@ class SlidingWindowCache:
 
 
 def _per_layer(value, n_layers: int, name: str) -> list[int]:
-    values = [value] * n_layers if isinstance(value, int) else list(value)
-    if len(values) != n_layers or any(not isinstance(x, int) or x <= 0 for x in values):
-        raise ValueError(f"{name} must be a positive int or one per layer ({n_layers}), got {value!r}")
-    return values
+    """``value``, one int >= 1 or a list or tuple of one per layer, as a list of ``n_layers`` ints."""
+    if not isinstance(value, (list, tuple)):  # one size for every layer
+        value = [check_int(name, value, min=1, note=f"or a list of one per layer ({n_layers})")] * n_layers
+    return list(check_sequence(name, value, length=n_layers, note="one per layer", items=partial(check_int, min=1)))
 
 
 class StaticCache:
@@ -169,8 +157,7 @@ class StaticCache:
         dtype=torch.float32,
     ):
         for name, value in (("n_layers", n_layers), ("batch_size", batch_size), ("max_len", max_len)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, value, min=1)
         heads, dims = _per_layer(n_kv_heads, n_layers, "n_kv_heads"), _per_layer(d_head, n_layers, "d_head")
         shapes = [(batch_size, h, max_len, d) for h, d in zip(heads, dims)]
         self.keys = [torch.zeros(s, device=device, dtype=dtype) for s in shapes]
@@ -203,8 +190,9 @@ class StaticCache:
         buf_k, buf_v = self.keys[layer_idx], self.values[layer_idx]
         check_kv_update(k, v, layer_idx, buf_k, buf_v)  # before anything is written
         start, t = self.lengths[layer_idx], k.shape[-2]
-        if start + t > self.max_len:
-            raise ValueError(f"StaticCache is full: {start} cached + {t} new > max_len={self.max_len}")
+        check_int(
+            "k.shape[-2]", t, max=self.max_len - start, note=f"new positions; {start} of max_len={self.max_len} held"
+        )
         buf_k.narrow(2, start, t).copy_(k)  # slots start .. start + t - 1
         buf_v.narrow(2, start, t).copy_(v)
         self.lengths[layer_idx] = start + t
@@ -215,11 +203,9 @@ class StaticCache:
         ``update`` writes at position ``length``. A negative ``length`` removes that many positions from the end; a
         cache that holds no more than ``length`` positions is left as it is. Nothing is copied: the slots past the
         new length are never read again and the next update overwrites them."""
-        check_int("length", length, note="positions to keep; negative: to remove")
         held = self.lengths[0]
+        check_int("length", length, min=-held, note=f"positions to keep; negative: to remove, of the {held} held")
         keep = held + length if length < 0 else length
-        if keep < 0:
-            raise ValueError(f"length={length} would remove more positions than the cache holds ({held})")
         self.lengths[:] = [min(n, keep) for n in self.lengths]
 
     def nbytes(self) -> int:
@@ -242,8 +228,7 @@ def kv_cache_bytes(
         ("batch_size", batch_size),
         ("bytes_per_element", bytes_per_element),
     ):
-        if not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        check_int(name, value, min=0)
     return 2 * n_layers * batch_size * n_kv_heads * d_head * seq_len * bytes_per_element
 
 
@@ -252,9 +237,7 @@ def human_bytes(n) -> str:
 
     The same strings as ``human`` in ``viz/js/kvcache.js`` (the chapter's live calculator), which rounds a tie
     away from zero (``1280 -> "1.3 KiB"``), where Python's own formatting would round it to even ("1.2")."""
-    if isinstance(n, bool) or not isinstance(n, (int, float)) or not 0 <= n < float("inf"):
-        raise ValueError(f"n must be a finite number of bytes >= 0, got {n!r}")
-    value = float(n)
+    value = check_number("n", n, min=0, note="bytes")
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
             break

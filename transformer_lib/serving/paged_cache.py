@@ -26,11 +26,12 @@ blocks inside the attention kernel (no copy), which is what makes paging free at
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Hashable, Sequence
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import check_choice, check_int, check_sequence, check_tensor
 from .kv_cache import kv_cache_bytes
 
 
@@ -88,24 +89,15 @@ class PagedKVCache:
 
     def free_sequence(self, seq_id: Hashable) -> None:
         """Return the sequence's blocks to the free list and forget it."""
-        self._check_known(seq_id)
+        check_choice("seq_id", seq_id, self.block_tables)  # a sequence add_sequence registered
         self.free_blocks.extend(reversed(self.block_tables.pop(seq_id)))
         del self.lengths[seq_id]
         self.active = [s for s in self.active if s != seq_id]
 
     def set_active(self, seq_ids: Sequence[Hashable]) -> None:
         """The sequences of the next forward pass, one per row, in row order."""
-        for seq_id in seq_ids:
-            self._check_known(seq_id)
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"seq_ids must be distinct, got {list(seq_ids)}")
+        check_sequence("seq_ids", seq_ids, unique=True, items=partial(check_choice, choices=self.block_tables))
         self.active = list(seq_ids)
-
-    def _check_known(self, seq_id) -> None:
-        if seq_id not in self.block_tables:
-            raise ValueError(
-                f"seq_id={seq_id!r} is not in the cache (known: {list(self.block_tables)}); add_sequence it first"
-            )
 
     def blocks_for(self, n_tokens: int) -> int:
         """Blocks that ``n_tokens`` positions occupy: ``ceil(n_tokens / block_size)``."""
@@ -159,23 +151,11 @@ class PagedKVCache:
         Atomic: shapes, dtype, device and the blocks of every row are checked before any row is written, so an
         update that raises leaves every sequence's length and blocks as they were (a retry after freeing blocks
         decodes what a cache that never saw the failure decodes)."""
-        pool = self.key_pools[layer_idx]
-        if (
-            k.dim() != 4
-            or k.shape[0] != len(self.active)
-            or k.shape[1] != pool.shape[1]
-            or k.shape[3] != pool.shape[3]
-            or v.shape != k.shape
-        ):
-            raise ValueError(
-                f"k, v must be (B={len(self.active)} active rows, H_kv={pool.shape[1]}, T_new, "
-                f"d_head={pool.shape[3]}), got k{tuple(k.shape)}, v{tuple(v.shape)}"
-            )
-        if not (k.dtype == v.dtype == pool.dtype) or not (k.device == v.device == pool.device):
-            raise ValueError(
-                f"k and v must be {pool.dtype} on {pool.device} like the pools, got k {k.dtype}, "
-                f"v {v.dtype} on {k.device}" + ("" if k.device == v.device else f" and {v.device}")
-            )
+        pool = self.key_pools[check_int("layer_idx", layer_idx, min=0, max=self.n_layers - 1)]
+        B, H_kv, d_head = len(self.active), pool.shape[1], pool.shape[3]
+        rows = f"B={B} active rows, H_kv={H_kv}, T_new, d_head={d_head}; the pools' dtype and device"
+        check_tensor("k", k, shape=(B, H_kv, None, d_head), dtype=pool.dtype, device=pool.device, note=rows)
+        check_tensor("v", v, shape=tuple(k.shape), dtype=pool.dtype, device=pool.device, note="k's shape")
         self._reserve(k.shape[2], layer_idx)  # every row's blocks, or an error before anything is written
         for row, seq_id in enumerate(self.active):
             self._write(seq_id, layer_idx, k[row], v[row])

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_tensor
 from .kv_cache import DynamicCache, check_kv_update
 
 QMAX = 127  # symmetric int8: -127 .. 127 (-128 unused, so that q and -q are both representable)
@@ -31,9 +31,7 @@ SCALE_BYTES = 4  # scales are kept in fp32
 
 def quantize_kv(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``x: (..., d_head)`` float -> ``(q: (..., d_head) int8, scale: (..., 1) fp32)``, one scale per vector."""
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 1:
-        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be a floating-point tensor (..., d_head), got {got}")
+    check_tensor("x", x, shape=(..., "d_head"), floating=True)
     x = x.float()
     scale = x.abs().amax(dim=-1, keepdim=True) / QMAX  # (..., 1); 0 for an all-zero vector
     q = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny)).clamp_(-QMAX, QMAX)  # no 0/0
@@ -65,7 +63,7 @@ class QuantizedCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
         """Store ``k, v: (B, H_kv, T_new, d_head)`` as int8; return all keys and values so far, dequantized."""
-        check_int("layer_idx", layer_idx, min=0)
+        check_int("layer_idx", layer_idx, min=0, max=len(self.keys), note=f"no layer skipped: {len(self.keys)} held")
         held = (self.keys[layer_idx], self.values[layer_idx]) if layer_idx < len(self.keys) else ()
         check_kv_update(k, v, layer_idx, *held)  # before anything is written
         (qk, sk), (qv, sv) = quantize_kv(k), quantize_kv(v)
@@ -73,11 +71,9 @@ class QuantizedCache:
         if layer_idx == len(self.keys):  # first call for this layer
             for store, new in zip(stores, (qk, sk, qv, sv)):
                 store.append(new)
-        elif layer_idx < len(self.keys):
+        else:
             for store, new in zip(stores, (qk, sk, qv, sv)):
                 store[layer_idx] = torch.cat([store[layer_idx], new], dim=-2)  # (B, H_kv, past + T_new, .)
-        else:
-            raise ValueError(f"layer_idx={layer_idx} skips layers: the cache holds {len(self.keys)} so far")
         return (
             dequantize_kv(self.keys[layer_idx], self.key_scales[layer_idx], k.dtype),
             dequantize_kv(self.values[layer_idx], self.value_scales[layer_idx], v.dtype),
@@ -122,9 +118,7 @@ def kv_quantization_effect(model, ids: torch.Tensor, prefill: int = 1) -> KVQuan
     they see the same tokens and differ only in the cache. Returns KL(p_float || p_int8) per step (mean and max),
     the fraction of steps where both predict the same top token, and the two caches' bytes.
     """
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype not in (torch.long, torch.int):
-        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise ValueError(f"ids must be an integer tensor (B, T), got {got}")
+    check_tensor("ids", ids, shape=("B", "T"), dtype=(torch.long, torch.int), note="token ids")
     check_int("prefill", prefill, 1, ids.shape[1] - 1, note=f"T={ids.shape[1]}: at least one token left to decode")
     runs = []
     for cache in (DynamicCache(), QuantizedCache()):

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..utils.checks import check_equal, check_int
 from ..utils.modes import eval_mode
 from .kv_cache import DynamicCache
 from ..data.tokenization import pad_sequences
@@ -56,8 +57,7 @@ def beam_search(
     Score = sum of log-probabilities / length**``length_penalty`` (0: plain sum). ``src: (B, S)`` ->
     ``(B, <= max_len)`` ids like ``greedy_decode``. ``beam_size=1`` equals greedy decoding.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    check_int("beam_size", beam_size, min=1)
     pad, B, K = model.cfg.pad_id, src.shape[0], beam_size  # src: (B, S)
     attention_mask = src != pad
     memory = model.encode(src, attention_mask)  # (B, S, d)
@@ -117,9 +117,6 @@ def translate(
 
 def exact_match(predictions: Sequence[str], references: Sequence[str]) -> float:
     """Fraction of predictions equal to their reference, character for character."""
-    if len(predictions) != len(references) or not references:
-        raise ValueError(
-            f"predictions and references must be non-empty and equally long, got "
-            f"{len(predictions)} and {len(references)}"
-        )
+    check_int("len(references)", len(references), min=1)
+    check_equal("len(predictions)", len(predictions), len(references), note="one per reference, equally long")
     return sum(p == r for p, r in zip(predictions, references)) / len(references)

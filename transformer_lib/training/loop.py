@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 import torch
 import torch.nn as nn
 
-from ..utils.checks import check_bool, check_int, check_number, check_type
+from ..utils.checks import check_bool, check_choice, check_int, check_number, check_sequence, check_type
 from ..utils.device import default_device, seed_everything, to_device
 from .losses import gpt_loss
 from ..utils.modes import eval_mode
@@ -54,8 +54,7 @@ class TrainConfig:
         or None (``clip_grad_norm_`` with 0 zeroes every gradient, with a negative norm it flips them: ascent).
         ``train`` calls it again: a dataclass can be changed after it is made."""
         for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("on_nonfinite", ON_NONFINITE)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+            check_choice(name, getattr(self, name), allowed)
         check_number("lr", self.lr, min=0, min_open=True, note="the peak learning rate")
         check_int("steps", self.steps, min=1)
         check_int("warmup_steps", self.warmup_steps, min=0)
@@ -148,7 +147,7 @@ def train(
         desc: the progress bar's label.
     Stops after ``cfg.steps`` steps, ``cfg.max_seconds`` seconds, or (``on_nonfinite="stop"``) a NaN/inf loss.
     """
-    check_type("model", model, nn.Module)
+    check_type("model", model, nn.Module, expected="an nn.Module")
     check_type("batch_fn", batch_fn, methods=("__call__",), expected="a function step -> batch")
     check_type("cfg", cfg, TrainConfig).check()
     check_type("loss_fn", loss_fn, methods=("__call__",), expected="a function (model, batch) -> loss")
@@ -210,6 +209,5 @@ def evaluate_loss(model: nn.Module, batches: Iterable, loss_fn=gpt_loss) -> floa
     device = next(model.parameters()).device
     with eval_mode(model):
         losses = [float(loss_fn(model, to_device(b, device))) for b in batches]
-    if not losses:
-        raise ValueError("batches must hold at least one batch, got none")
+    check_sequence("batches", losses, min_len=1, note="batches to average")
     return sum(losses) / len(losses)

@@ -43,7 +43,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_int, check_number, check_probability, check_tensor
+from ..utils.checks import (
+    check_empty,
+    check_equal,
+    check_int,
+    check_number,
+    check_probability,
+    check_sequence,
+    check_tensor,
+    check_type,
+)
 
 
 @dataclass(frozen=True)
@@ -61,19 +70,15 @@ class LoRAConfig:
         check_int("r", self.r, min=1, note="the adapter rank")
         check_number("alpha", self.alpha, min=0, min_open=True, note="scaling alpha / r")
         check_probability("dropout", self.dropout)
-        t = self.target_modules
-        if isinstance(t, str):
-            if not t:
-                raise ValueError("target_modules must not be empty: a regex or a list of module names")
+        t = check_type("target_modules", self.target_modules, (str, list, tuple), expected="a regex or module names")
+        if isinstance(t, str):  # a regex, matched against the whole name
+            _check_name("target_modules", t)
             try:
                 re.compile(t)
             except re.error as err:
                 raise ValueError(f"target_modules {t!r} is not a valid regular expression: {err}") from None
-        elif not isinstance(t, (list, tuple)) or not t or not all(isinstance(s, str) and s for s in t):
-            raise ValueError(
-                f"target_modules must be a regex string or a non-empty list of non-empty module names, got {t!r}"
-            )
-        else:
+        else:  # module names or name suffixes
+            check_sequence("target_modules", t, min_len=1, note="module names", items=_check_name)
             object.__setattr__(self, "target_modules", tuple(t))
 
     @property
@@ -91,6 +96,12 @@ class LoRAConfig:
         """The entries of a list ``target_modules`` that select none of ``names`` (for a regex: none)."""
         t = self.target_modules
         return [] if isinstance(t, str) else [s for s in t if not any(n == s or n.endswith("." + s) for n in names)]
+
+
+def _check_name(name: str, value) -> None:
+    """A module name or regex: a non-empty string."""
+    check_type(name, value, str)
+    check_int(f"len({name})", len(value), min=1, note="a non-empty name")
 
 
 class LoRALinear(nn.Module):
@@ -111,12 +122,9 @@ class LoRALinear(nn.Module):
     ):
         super().__init__()
         cfg = LoRAConfig(r=r, alpha=alpha, dropout=dropout, target_modules=("_",))  # checks r, alpha, dropout
-        in_f, out_f = getattr(base, "in_features", None), getattr(base, "out_features", None)
-        if not isinstance(base, nn.Module) or not isinstance(in_f, int) or not isinstance(out_f, int):
-            raise TypeError(
-                f"base must be an nn.Linear (or a module with int in_features and out_features), "
-                f"got {type(base).__name__}"
-            )
+        check_type("base", base, nn.Module, expected="an nn.Linear (or a module with in_features, out_features)")
+        in_f = check_int("base.in_features", getattr(base, "in_features", None), min=1, note="an nn.Linear's")
+        out_f = check_int("base.out_features", getattr(base, "out_features", None), min=1, note="an nn.Linear's")
         device = _device_of(base)
         check_generator(generator, [device])
         self.base = base
@@ -135,9 +143,8 @@ class LoRALinear(nn.Module):
         return (self.lora_B @ self.lora_A) * self.scaling
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x, floating=True)  # an integer x failed inside F.linear
-        if x.shape[-1] != self.in_features:
-            raise ValueError(f"x must be (..., in_features={self.in_features}), got {tuple(x.shape)}")
+        # floating: an integer x failed inside F.linear
+        check_tensor("x", x, shape=(..., self.in_features), floating=True, note=f"in_features={self.in_features}")
         y = self.base(x)  # (..., out) in x's dtype
         if self.merged:
             return y
@@ -150,11 +157,7 @@ class LoRALinear(nn.Module):
         that ``unmerge`` is exact. Raises if already merged or if the base is not an ``nn.Linear``."""
         if self.merged:
             raise RuntimeError("this LoRALinear is already merged; call unmerge() first")
-        if not isinstance(self.base, nn.Linear):
-            raise TypeError(
-                f"only an nn.Linear base can be merged (its weight is rewritten); this base is "
-                f"{type(self.base).__name__}"
-            )
+        check_type("base", self.base, nn.Linear, expected="an nn.Linear base to merge into (its weight is rewritten)")
         w = self.base.weight
         merged = (w.float() + self.delta_weight()).to(w.dtype)
         self._original_weight = w.detach().clone()
@@ -188,21 +191,16 @@ def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
 
 def check_generator(generator, devices) -> None:
     """Raise unless ``generator`` is None or a ``torch.Generator`` on the device of every tensor in ``devices``."""
-    if generator is None:
+    if check_type("generator", generator, torch.Generator, expected="a torch.Generator", optional=True) is None:
         return
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    wrong = sorted({str(d) for d in devices if d != generator.device})
-    if wrong:
-        raise ValueError(f"generator is on {generator.device}, the layers on {wrong}: they must match")
+    for device in set(devices):
+        check_equal("generator.device", generator.device, device, note="the layers' device")
 
 
 def lora_targets(model: nn.Module, config: LoRAConfig) -> list[str]:
     """Names of the modules ``config`` selects (checked: at least one, each an ``nn.Linear``)."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if not isinstance(config, LoRAConfig):
-        raise TypeError(f"config must be a LoRAConfig, got {type(config).__name__}")
+    check_type("model", model, nn.Module, expected="an nn.Module")
+    check_type("config", config, LoRAConfig)
     adapted = tuple(n + "." for n in lora_layers(model))  # an adapted layer and its inside are left alone
     names = [
         n
@@ -210,21 +208,14 @@ def lora_targets(model: nn.Module, config: LoRAConfig) -> list[str]:
         if n and config.matches(n) and not isinstance(m, LoRALinear) and not n.startswith(adapted)
     ]
     linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)][:6]
-    if not names:
-        raise ValueError(
-            f"target_modules={config.target_modules!r} matches no module of the model; its linear "
-            f"layers are named like {linears}"
-        )
-    if config.unmatched(names):  # a misspelt name would otherwise leave its layers without adapters, silently
-        raise ValueError(
-            f"target_modules entries {config.unmatched(names)} match no module of the model; its linear layers "
-            f"are named like {linears}"
-        )
+    like = f"the model's linear layers are named like {linears}"
+    # a misspelt name would otherwise leave its layers without adapters, silently
+    check_empty("target_modules entries that match no module", config.unmatched(names), note=like)
+    check_sequence(f"the modules target_modules={config.target_modules!r} matches", names, min_len=1, note=like)
     wrong = [
         f"{n} ({type(model.get_submodule(n)).__name__})" for n in names if type(model.get_submodule(n)) is not nn.Linear
     ]
-    if wrong:
-        raise ValueError(f"target_modules={config.target_modules!r} selects modules that are not nn.Linear: {wrong}")
+    check_empty(f"the modules target_modules={config.target_modules!r} selects that are not nn.Linear", wrong)
     return names
 
 
@@ -250,8 +241,7 @@ def lora_layers(model: nn.Module) -> dict[str, LoRALinear]:
 
 def _need_layers(model: nn.Module) -> dict[str, LoRALinear]:
     layers = lora_layers(model)
-    if not layers:
-        raise ValueError("model has no LoRALinear layers; call apply_lora first")
+    check_sequence("model's LoRALinear layers", list(layers), min_len=1, note="call apply_lora first")
     return layers
 
 
@@ -285,9 +275,8 @@ def merge_and_unload(model: nn.Module) -> nn.Module:
     """Replace every ``LoRALinear`` by a plain ``nn.Linear`` holding ``W + scaling * B A`` (in place; returns
     ``model``), as ``peft``'s ``merge_and_unload``. The result has no adapters and no kept copy of ``W``."""
     layers = _need_layers(model)
-    bad = [n for n, m in layers.items() if not isinstance(m.base, nn.Linear)]
-    if bad:
-        raise TypeError(f"cannot merge into a base that is not an nn.Linear: {bad}")
+    for name, m in layers.items():
+        check_type(f"{name}.base", m.base, nn.Linear, expected="an nn.Linear to merge into")
     for name, m in layers.items():
         base = m.base
         if not m.merged:
@@ -306,8 +295,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes of every tensor an optimizer keeps per parameter (measured: Adam's ``exp_avg``, ``exp_avg_sq`` and
     ``step``), after at least one ``step()``; what full fine-tuning pays for every weight and LoRA only for the
     adapters."""
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    check_type("optimizer", optimizer, torch.optim.Optimizer, expected="a torch.optim.Optimizer")
     return sum(
         t.numel() * t.element_size()
         for state in optimizer.state.values()

@@ -11,12 +11,13 @@ and ``value`` (``tests/training/test_lora.py``). Merging, unmerging and ``merge_
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_int
+from ..utils.checks import check_choice, check_empty, check_int, check_sequence, check_tensor, check_type
 from .lora import LoRAConfig, LoRALinear, check_generator, lora_targets, replace_module
 
 
@@ -39,8 +40,7 @@ class SlicedLoRALinear(LoRALinear):
     ):
         nn.Module.__init__(self)
         cfg = LoRAConfig(r=r, alpha=alpha, dropout=dropout, target_modules=("_",))  # checks r, alpha, dropout
-        if not isinstance(base, nn.Linear):
-            raise TypeError(f"base must be an nn.Linear, got {type(base).__name__}")
+        check_type("base", base, nn.Linear, expected="an nn.Linear")
         self.slices = check_slices(slices, base.out_features)
         device = base.weight.device
         check_generator(generator, [device])
@@ -65,8 +65,7 @@ class SlicedLoRALinear(LoRALinear):
         return delta
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
-            raise ValueError(f"x must be (..., in_features={self.in_features}), got {tuple(x.shape)}")
+        check_tensor("x", x, shape=(..., self.in_features), floating=True, note=f"in_features={self.in_features}")
         y = self.base(x)  # (..., out)
         if self.merged:
             return y
@@ -87,26 +86,19 @@ class SlicedLoRALinear(LoRALinear):
 
 def check_slices(slices, out_features: int) -> dict[str, tuple[int, int]]:
     """``{name: (start, stop)}`` of non-empty, non-overlapping row ranges within ``out_features``, else an error."""
-    if not isinstance(slices, dict) or not slices:
-        raise ValueError(f"slices must be a non-empty dict {{name: (start, stop)}}, got {slices!r}")
+    check_type("slices", slices, dict, expected="a dict {name: (start, stop)}")
+    check_sequence("slices' names", list(slices), min_len=1, note="one slice at least")
+    names = [n for n in slices if not (isinstance(n, str) and n.isidentifier())]
+    check_empty("slices' names that are not identifiers", [repr(n) for n in names], note="parameter names")
     out = {}
     for name, rng in slices.items():
-        ok = (
-            isinstance(name, str)
-            and name.isidentifier()
-            and isinstance(rng, (tuple, list))
-            and len(rng) == 2
-            and all(isinstance(i, int) and not isinstance(i, bool) for i in rng)
-        )
-        if not ok or not 0 <= rng[0] < rng[1] <= out_features:
-            raise ValueError(
-                f"slices[{name!r}] must be (start, stop) with 0 <= start < stop <= out_features="
-                f"{out_features} and a name that is an identifier, got {rng!r}"
-            )
-        out[name] = (rng[0], rng[1])
-    spans = sorted(out.values())
-    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
-        raise ValueError(f"slices must not overlap, got {out}")
+        start, stop = check_sequence(f"slices[{name!r}]", rng, length=2, note="(start, stop)")
+        start = check_int(f"slices[{name!r}][0]", start, min=0, max=out_features - 1, note="start")
+        stop = check_int(f"slices[{name!r}][1]", stop, min=start + 1, max=out_features, note="stop, after start")
+        out[name] = (start, stop)
+    spans = sorted(out.items(), key=lambda item: item[1])  # by start
+    overlaps = [(a, b) for (a, (_, a_stop)), (b, (b_start, _)) in zip(spans, spans[1:]) if a_stop > b_start]
+    check_empty("overlapping slices", overlaps, note="each output row in one slice at most")
     return out
 
 
@@ -135,6 +127,6 @@ def qkv_slices(d_model: int, which: str = "qv") -> dict[str, tuple[int, int]]:
     """The rows of ``W_Q``, ``W_K``, ``W_V`` in ``MultiHeadAttention``'s stacked ``qkv: (3 d_model, d_model)``, for
     the letters in ``which`` (``"qv"``: the paper's choice)."""
     check_int("d_model", d_model, min=1)
-    if not isinstance(which, str) or not which or any(c not in "qkv" for c in which) or len(set(which)) != len(which):
-        raise ValueError(f"which must be distinct letters of 'qkv', e.g. 'qv', got {which!r}")
+    check_type("which", which, str, expected="a str of distinct letters of 'qkv', e.g. 'qv'")
+    check_sequence("which", list(which), min_len=1, items=partial(check_choice, choices="qkv"), unique=True)
     return {c: ("qkv".index(c) * d_model, ("qkv".index(c) + 1) * d_model) for c in which}

@@ -30,16 +30,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..utils.checks import check_int
+from ..utils.checks import check_empty, check_int, check_tensor, check_type
 from .lora import LoRAConfig, LoRALinear, check_generator, lora_targets
 from ..quant.nf4 import NF4Tensor, nf4_dequantize, nf4_quantize
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # torch.finfo(float8_e4m3fn).max
-
-
-def _check_block(name: str, value) -> None:
-    check_int(name, value, min=1)
 
 
 def double_quantize(absmax: torch.Tensor, block_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -49,17 +45,8 @@ def double_quantize(absmax: torch.Tensor, block_size: int = 256) -> tuple[torch.
     ``(absmax - offset) / scale``), ``scales (ceil(n_blocks / block_size),)`` float32 (each block's largest
     ``|absmax - offset|`` over 448) and ``offset`` ``(1,)`` float32 (the mean of ``absmax``).
     """
-    if (
-        not isinstance(absmax, torch.Tensor)
-        or absmax.dim() != 1
-        or absmax.numel() == 0
-        or absmax.dtype != torch.float32
-    ):
-        got = f"{absmax.dtype} {tuple(absmax.shape)}" if isinstance(absmax, torch.Tensor) else type(absmax).__name__
-        raise ValueError(f"absmax must be a non-empty 1-D float32 tensor, got {got}")
-    _check_block("block_size", block_size)
-    if not torch.isfinite(absmax).all():
-        raise ValueError("absmax must be finite")
+    check_tensor("absmax", absmax, shape=(None,), dtype=torch.float32, finite=True, note="n_blocks NF4 scales")
+    check_int("block_size", block_size, min=1)
     n = absmax.numel()
     offset = absmax.mean().reshape(1)  # (1,)
     n_pad = -n % block_size
@@ -98,15 +85,14 @@ class NF4Linear(nn.Module):
         device=None,
     ):
         super().__init__()
-        _check_block("in_features", in_features)
-        _check_block("out_features", out_features)
-        _check_block("scale_block_size", scale_block_size)
-        check_int("block_size", block_size, min=2, note="even: two codes per byte")
-        if block_size % 2:
-            raise ValueError(f"block_size must be an even int >= 2 (two codes per byte), got {block_size!r}")
+        check_int("in_features", in_features, min=1)
+        check_int("out_features", out_features, min=1)
+        check_int("scale_block_size", scale_block_size, min=1)
+        check_int("block_size", block_size, min=2, multiple_of=2, note="two codes per byte")
         n = in_features * out_features
-        if n % block_size:
-            raise ValueError(f"in_features * out_features = {n} must be a multiple of block_size={block_size}")
+        check_int(
+            "in_features * out_features", n, multiple_of=block_size, note=f"whole blocks of block_size={block_size}"
+        )
         self.in_features, self.out_features = in_features, out_features
         self.block_size, self.double_quant, self.scale_block_size = block_size, bool(double_quant), scale_block_size
         n_blocks = n // block_size
@@ -125,8 +111,7 @@ class NF4Linear(nn.Module):
         cls, linear: nn.Linear, block_size: int = 64, double_quant: bool = True, scale_block_size: int = 256
     ) -> "NF4Linear":
         """Quantize ``linear.weight`` with ``nf4.nf4_quantize`` (and its scales with ``double_quantize``)."""
-        if not isinstance(linear, nn.Linear):
-            raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
+        check_type("linear", linear, nn.Linear, expected="an nn.Linear")
         w = linear.weight
         layer = cls(
             linear.in_features,
@@ -165,10 +150,7 @@ class NF4Linear(nn.Module):
         return nf4_dequantize(self.nf4_tensor(), dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
-            raise ValueError(f"x must be (..., in_features={self.in_features}), got {tuple(x.shape)}")
-        if not x.is_floating_point():
-            raise ValueError(f"x must be a floating-point tensor, got {x.dtype}")
+        check_tensor("x", x, shape=(..., self.in_features), floating=True, note=f"in_features={self.in_features}")
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return F.linear(x, self.dequantized_weight(x.dtype), bias)
 
@@ -188,9 +170,8 @@ def nf4_weight_bytes(numel: int, block_size: int = 64, double_quant: bool = True
     """The closed form of ``NF4Linear.weight_bytes`` for a weight of ``numel`` entries: ``numel / 2`` bytes of codes
     plus ``4 numel / block_size`` (float32 scales) or ``numel / block_size + 4 ceil(numel / (block_size *
     scale_block_size)) + 4`` (double quantization)."""
-    _check_block("numel", numel)
-    if numel % block_size or block_size % 2:
-        raise ValueError(f"numel={numel} must be a multiple of an even block_size, got block_size={block_size}")
+    check_int("block_size", block_size, min=2, multiple_of=2, note="two codes per byte")
+    check_int("numel", numel, min=1, multiple_of=block_size, note=f"whole blocks of block_size={block_size}")
     n_blocks = numel // block_size
     scales = n_blocks + 4 * math.ceil(n_blocks / scale_block_size) + 4 if double_quant else 4 * n_blocks
     return numel // 2 + scales
@@ -220,12 +201,14 @@ def apply_qlora(
     everything else; returns ``model``. Checked before anything changes: the targets exist, are ``nn.Linear``, and
     each weight's size is a multiple of ``block_size``."""
     names = lora_targets(model, config)
-    bad = [n for n in names if model.get_submodule(n).weight.numel() % block_size]
-    if bad:
-        raise ValueError(f"these layers' weights are not a multiple of block_size={block_size} entries: {bad}")
-    bad = [n for n in names if not torch.isfinite(model.get_submodule(n).weight).all()]
-    if bad:
-        raise ValueError(f"these layers' weights are not finite (NaN or inf): {bad}")
+    weights = {n: model.get_submodule(n).weight for n in names}
+    check_empty(
+        f"layers whose weight is not a multiple of block_size={block_size} entries",
+        [n for n, w in weights.items() if w.numel() % block_size],
+    )
+    check_empty(
+        "layers whose weight is not finite (NaN or inf)", [n for n, w in weights.items() if not w.isfinite().all()]
+    )
     check_generator(generator, [model.get_submodule(n).weight.device for n in names])
     model.requires_grad_(False)
     for name in names:

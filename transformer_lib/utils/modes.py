@@ -7,13 +7,14 @@ from typing import Iterator
 
 import torch.nn as nn
 
+from .checks import check_type
+
 
 @contextmanager
 def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
     """``with eval_mode(model): ...`` runs the block with ``model`` in eval mode (no dropout), then gives every
     submodule back the mode it had before, even when the block raises."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    check_type("model", model, nn.Module, expected="an nn.Module")
     before = [(m, m.training) for m in model.modules()]
     model.eval()
     try:

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import torch.nn as nn
 
+from .checks import check_bool, check_equal, check_type
+
 
 def count_parameters(model: nn.Module, nonzero: bool = False, trainable: bool = False) -> int:
     """Parameters of any ``model`` (tied weights once). ``nonzero=True`` counts only entries that are not 0, of the
     weights the model computes with: under a ``torch.nn.utils.prune`` mask, ``weight`` rather than ``weight_orig``.
     ``trainable=True`` counts only parameters with ``requires_grad`` (what LoRA trains; peft's
     ``get_nb_trainable_parameters()[0]``)."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    check_type("model", model, nn.Module, expected="an nn.Module")
+    check_bool("nonzero", nonzero)
+    check_bool("trainable", trainable)
     if trainable:
-        if nonzero:
-            raise ValueError("count_parameters takes nonzero=True or trainable=True, not both")
+        check_equal("nonzero", nonzero, False, note="with trainable=True: count one or the other, not both")
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
     if not nonzero:
         return sum(p.numel() for p in model.parameters())
