@@ -79,10 +79,11 @@ def test_entropy_bits_of_half_precision_is_float32():
 
 
 @pytest.mark.parametrize(
-    "bad, match", [(torch.eye(3, dtype=torch.long), "floating-point.*int64"), ([0.5, 0.5], "floating-point.*list")]
+    "bad, error, match",
+    [(torch.eye(3, dtype=torch.long), ValueError, "floating-point.*int64"), ([0.5, 0.5], TypeError, "tensor.*list")],
 )
-def test_entropy_bits_rejects_non_float_input(bad, match):
-    with pytest.raises(ValueError, match=match):
+def test_entropy_bits_rejects_non_float_input(bad, error, match):
+    with pytest.raises(error, match=match):
         entropy_bits(bad)
 
 
@@ -187,7 +188,7 @@ def test_dominant_pattern_names_closed_form_heads():
         (torch.ones(6), r"square.*\(6,\)"),
         (torch.ones(3, 3, dtype=torch.long), "floating-point"),
         (torch.ones(4, 4), "sum to 1"),
-        (torch.tensor([[1.5, -0.5], [0.5, 0.5]]), "non-negative"),
+        (torch.tensor([[1.5, -0.5], [0.5, 0.5]]), "values >= 0, got -0.5"),
         (torch.tensor([[float("nan"), 1.0], [0.5, 0.5]]), "NaN"),
     ],
 )
@@ -198,20 +199,22 @@ def test_bad_maps_raise_value_error_naming_the_problem(bad, match):
         check_attention_maps(bad)
 
 
-def test_too_short_or_bad_arguments_raise_value_error():
-    with pytest.raises(ValueError, match="T >= 4"):
+def test_too_short_or_bad_arguments_raise_errors_naming_them():
+    with pytest.raises(ValueError, match=r"shape\[-1\] must be an int >= 4 \(positions T\), got 3"):
         head_statistics(uniform(3))  # [CLS] w [SEP]: no previous word piece
-    with pytest.raises(ValueError, match="offset=5"):
+    with pytest.raises(ValueError, match=r"offset must be an int in \[-3, 3\].*got 5"):
         offset_weight(uniform(4), 5)
-    with pytest.raises(ValueError, match="offset must be an int"):
+    with pytest.raises(TypeError, match="offset must be an int"):
         offset_weight(uniform(4), 1.0)
-    with pytest.raises(ValueError, match="key must be an int position"):
+    with pytest.raises(ValueError, match=r"key must be an int in \[-4, 3\] \(a key position, T=4\), got 4"):
         key_weight(uniform(4), 4)
-    with pytest.raises(ValueError, match="non-empty list"):
+    with pytest.raises(ValueError, match="maps must hold at least 1 item"):
         head_statistics_over([])
     with pytest.raises(ValueError, match="same leading shape"):
         head_statistics_over([uniform(5, 2), uniform(5, 3)])
-    with pytest.raises(ValueError, match="lacks"):
+    with pytest.raises(
+        ValueError, match=r"stats' missing keys must be empty \(pass the dict returned by head_statistics\), got 5"
+    ):
         dominant_pattern({"previous": torch.zeros(1)})
     with pytest.raises(ValueError, match="threshold"):
         dominant_pattern(head_statistics(uniform(5)), threshold=0)

@@ -70,10 +70,23 @@ def test_claim_refuses_anything_but_one_truth_value(condition, got):
         claim(condition, "a sentence")
 
 
-@pytest.mark.parametrize("sentence", ["", "   ", None, 3])
-def test_claim_needs_the_sentence_it_guards(sentence):
-    with pytest.raises(TypeError, match="sentence must be the non-empty sentence"):
+@pytest.mark.parametrize(
+    "sentence, err, match",
+    [
+        ("", ValueError, r"len\(sentence.strip\(\)\) must be an int >= 1 \(the sentence the claim guards, not blank\)"),
+        ("   ", ValueError, r"len\(sentence.strip\(\)\) must be an int >= 1"),
+        (None, TypeError, r"sentence must be the sentence the claim guards \(a str\), got NoneType"),
+        (3, TypeError, r"sentence must be the sentence the claim guards \(a str\), got int 3"),
+    ],
+)
+def test_claim_needs_the_sentence_it_guards(sentence, err, match):
+    with pytest.raises(err, match=match):
         claim(True, sentence)
+
+
+def test_claim_refuses_values_that_are_not_a_dict():
+    with pytest.raises(TypeError, match=r"values must be a dict of name -> value or None .*got list \[1\]"):
+        claim(True, "a sentence", values=[1])
 
 
 @pytest.mark.parametrize(
@@ -129,10 +142,17 @@ def test_glue_number_refuses_nan_and_infinity_naming_the_key(value, monkeypatch)
 @pytest.mark.parametrize(
     "name, value, err, match",
     [
-        ("n", torch.ones(2), ValueError, r"single number, got a tensor of shape \(2,\)"),
-        ("n", "12", TypeError, "value must be a real number, got str"),
-        ("n", True, TypeError, "value must be a real number, got bool"),
+        (
+            "n",
+            torch.ones(2),
+            ValueError,
+            r"value.numel\(\) must be 1 \(a single number; value has shape \(2,\)\), got 2",
+        ),
+        ("n", "12", TypeError, "value glued as 'n' must be a finite number, got str '12'"),
+        ("n", True, TypeError, "value glued as 'n' must be a finite number, got bool True"),
+        ("n", np.bool_(True), TypeError, "value glued as 'n' must be a finite number, got bool True"),
         ("n-2", 1, ValueError, "name must be an identifier"),
+        (2, 1, TypeError, "name must be an identifier-like str"),
     ],
 )
 def test_glue_number_rejects_what_prose_cannot_show(name, value, err, match):
@@ -161,7 +181,7 @@ def test_mode_is_book_claims_else_strict_under_ci_else_report(environ, expected)
 
 def test_a_misspelt_mode_fails_every_claim_naming_the_variable(monkeypatch):
     monkeypatch.setenv("BOOK_CLAIMS", "strcit")
-    with pytest.raises(ValueError, match="BOOK_CLAIMS must be 'strict' or 'report', got 'strcit'"):
+    with pytest.raises(ValueError, match=r"BOOK_CLAIMS must be one of \['report', 'strict'\], got 'strcit'"):
         claim(True, "a sentence that holds")
 
 
@@ -444,7 +464,9 @@ def test_claim_verdict_follows_the_timing_interval_and_quotes_it():
         claim_verdict(faster, "slower", "a is slower than b")
     noisy = ratio_from_times([0.9, 1.1, 1.0, 0.95, 1.05, 1.2], [1.0] * 6)
     claim_verdict(noisy, "within_noise", "the two are within this run's noise")
-    with pytest.raises(ValueError, match="verdict must be"):
+    with pytest.raises(
+        ValueError, match=r"verdict must be one of \['faster', 'slower', 'within_noise'\], got 'quicker'"
+    ):
         claim_verdict(noisy, "quicker", "a is quicker")
 
 
@@ -453,7 +475,9 @@ def test_glue_choice_glues_the_chosen_word_and_returns_its_key():
 
     words = {"faster": "faster than", "within_noise": "within this run's noise of"}
     assert glue_choice("speed_word", "within_noise", words) == "within_noise"
-    with pytest.raises(KeyError, match="'slower' is not one of the words given for 'speed_word'"):
+    with pytest.raises(
+        ValueError, match=r"the key glued as 'speed_word' must be one of \['faster', 'within_noise'\], got 'slower'"
+    ):
         glue_choice("speed_word", "slower", words)
 
 

@@ -34,16 +34,18 @@ def test_interleaved_medians_runs_round_robin_after_warmup_and_takes_medians(mon
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, err, match",
     [
-        (dict(fns={}), "non-empty dict"),
-        (dict(fns={"a": 3}), "callable"),
-        (dict(fns={"a": lambda: None}, repeats=0), "repeats"),
-        (dict(fns={"a": lambda: None}, warmup=-1), "warmup"),
+        (dict(fns={}), ValueError, r"len\(fns\) must be an int >= 1, got 0"),
+        (dict(fns=[lambda: None]), TypeError, "fns must be a dict of name -> callable, got list"),
+        (dict(fns={"a": 3}), TypeError, r"fns\['a'\] must be a zero-argument callable, got int 3"),
+        (dict(fns={"a": lambda: None}, repeats=0), ValueError, r"repeats must be an int >= 1 \(timed rounds\), got 0"),
+        (dict(fns={"a": lambda: None}, repeats=2.0), TypeError, "repeats must be an int >= 1"),
+        (dict(fns={"a": lambda: None}, warmup=-1), ValueError, r"warmup must be an int >= 0 .*got -1"),
     ],
 )
-def test_bad_arguments_raise_value_error(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_bad_arguments_raise_errors_naming_them(kwargs, err, match):
+    with pytest.raises(err, match=match):
         timing.interleaved_medians(**kwargs)
 
 
@@ -107,8 +109,10 @@ def test_every_interval_the_library_can_print_states_its_true_coverage():
     assert str(timing.ratio_from_times([float(i) for i in range(1, 10)], [1.0] * 9)).endswith(
         "96.1% interval over 9 rounds)"
     )
-    with pytest.raises(ValueError, match="ranks"):
+    with pytest.raises(ValueError, match=r"lo must be an int in \[0, 2\] \(a 0-based rank, at most hi\), got 3"):
         timing.rank_coverage(5, 3, 2)
+    with pytest.raises(ValueError, match=r"hi must be an int <= 4 \(a 0-based rank among n = 5 samples\), got 5"):
+        timing.rank_coverage(5, 0, 5)
 
 
 def test_ratio_verdicts_and_printing():
@@ -117,8 +121,12 @@ def test_ratio_verdicts_and_printing():
     faster = timing.ratio_from_times([0.5, 0.6, 0.4], [1.0, 1.0, 1.0])
     assert faster.verdict() == "faster"
     assert str(faster).startswith("0.50x (0.40-0.60")
-    with pytest.raises(ValueError, match="paired"):
+    with pytest.raises(ValueError, match=r"len\(times_b\) must be 1 \(paired with times_a, round by round\), got 2"):
         timing.ratio_from_times([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"min\(times_b\) must be a finite number > 0 .*got 0.0"):
+        timing.ratio_from_times([1.0], [0.0])
+    with pytest.raises(ValueError, match=r"len\(times\) must be an int >= 1"):
+        timing.median_with_range([])
     assert timing.median_with_spread([0.010, 0.012, 0.011]) == "11 ms (10-12 ms over 3 runs)"
     assert timing.median_with_range([0.010, 0.012, 0.011]) == "11 ms (10-12)"
     assert faster.short() == "0.50x (0.40-0.60)" and timing.interval_note(3) == "75.0% interval over 3 rounds"

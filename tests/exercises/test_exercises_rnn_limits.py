@@ -134,7 +134,11 @@ def test_random_matrix_prediction_without_a_guess_reveals_nothing_and_a_bad_gues
     relative, w = _closed_form_relative([0.9, 0.5]), torch.diag(torch.tensor([0.9, 0.5]))
     empty = explain_random_matrix_prediction(None, relative, w, distance=20)
     assert not empty and "measured" not in empty.message
-    with pytest.raises(ValueError, match="guess must be one of"):
+    with pytest.raises(ValueError, match=r"guess must be one of \['equal', 'larger', 'smaller'\], got 'bigger'"):
         explain_random_matrix_prediction("bigger", relative, w, distance=20)
-    with pytest.raises(ValueError, match="relative must be a 1-D tensor"):
+    with pytest.raises(
+        ValueError, match=r"distance must be an int in \[0, 8\] \(relative must reach one step further\), got 20"
+    ):
         explain_random_matrix_prediction("smaller", relative[:10], w, distance=20)
+    with pytest.raises(ValueError, match=r"relative must be a tensor of shape \(T,\)"):
+        explain_random_matrix_prediction("smaller", relative[None], w, distance=20)

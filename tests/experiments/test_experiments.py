@@ -112,7 +112,7 @@ def test_mask_fill_table_covers_every_combination():
 def test_fill_arguments_are_checked():
     with pytest.raises(ValueError, match="fill must be one of"):
         mask_fill.fill_value("-1e4", torch.float32)
-    with pytest.raises(ValueError, match="how must be"):
+    with pytest.raises(ValueError, match=r"how must be one of \['add', 'replace'\], got 'multiply'"):
         mask_fill.apply_fill(torch.zeros(2), torch.ones(2, dtype=torch.bool), "-inf", "multiply")
 
 
@@ -175,7 +175,9 @@ def test_one_unmasked_layer_changes_every_position_but_the_last():
 
 
 def test_future_sensitivity_checks_position():
-    with pytest.raises(ValueError, match="position"):
+    with pytest.raises(
+        ValueError, match=r"position must be an int in \[0, 3\] \(a position with a later one to change\), got 4"
+    ):
         causal_leak.future_sensitivity(tiny_gpt(), torch.zeros(1, 5, dtype=torch.long), position=4)
 
 
@@ -430,7 +432,7 @@ def test_plot_architecture_draws_every_box():
 
 
 def test_plot_architecture_rejects_other_modules():
-    with pytest.raises(ValueError, match="Transformer, GPT or BertEncoder"):
+    with pytest.raises(TypeError, match="model must be a Transformer or a GPT or a BertEncoder, got Linear"):
         plot_architecture(nn.Linear(2, 2))
 
 

@@ -134,7 +134,7 @@ def test_flag_summary_of_hand_made_weights():
 
 
 def test_head_counts_must_divide_d_model():
-    with pytest.raises(ValueError, match="head_counts must divide d_model=32"):
+    with pytest.raises(ValueError, match=r"head_counts\[1\] must be one of \[1, 2, 4, 8, 16, 32\], got 3"):
         run_experiment(head_counts=(1, 3), cfg=HeadCountConfig(steps=1))
 
 

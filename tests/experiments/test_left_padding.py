@@ -27,13 +27,21 @@ def test_left_pad_takes_tensors_too():
     ids, mask = left_pad([torch.tensor([5, 6, 7]), torch.tensor([9])], pad_id=0)
     assert ids.tolist() == [[5, 6, 7], [0, 0, 9]]
     assert mask.tolist() == [[True, True, True], [False, False, True]]
-    with pytest.raises(ValueError, match=r"prompts must be a non-empty list of .* 1-D tensors, got \[\(0,\)\]"):
+    with pytest.raises(
+        ValueError, match=r"prompts\[0\] must be a tensor of shape \(T,\) \(one prompt's token ids\), got \(0,\)"
+    ):
         left_pad([torch.tensor([], dtype=torch.long)])
 
 
 def test_left_pad_rejects_an_empty_prompt():
-    with pytest.raises(ValueError, match="prompts"):
+    with pytest.raises(
+        ValueError, match=r"prompts\[1\] must hold at least 1 item\(s\) \(one prompt's token ids\), got 0"
+    ):
         left_pad([[1, 2], []])
+    with pytest.raises(ValueError, match=r"prompts must hold at least 1 item\(s\), got 0"):
+        left_pad([])
+    with pytest.raises(TypeError, match=r"prompts must be a list or tuple, got Tensor"):
+        left_pad(torch.tensor([[1, 2]]))
 
 
 @pytest.mark.parametrize("positional", ["learned", "rope"])

@@ -41,7 +41,9 @@ def test_passing_our_mask_unchanged_to_torch_attends_to_the_padding_only():
 
 
 def test_torch_mha_from_refuses_grouped_query_attention():
-    with pytest.raises(ValueError, match=r"qkv of shape \(3 d_model, d_model\)"):
+    with pytest.raises(
+        ValueError, match=r"attn.qkv.weight must be a tensor of shape \(48, 16\) \(\(3 d_model, d_model\)"
+    ):
         mc.torch_mha_from(GroupedQueryAttention(16, 4, n_kv_heads=2))
 
 

@@ -126,9 +126,15 @@ def test_sentence_sets_are_disjoint_and_reproducible():
     "call, match",
     [
         (lambda: M.sentence_sets(0, 5), "n_sets"),
-        (lambda: M.sentence_sets(2, 3, lines=["a b c d e f"] * 4), "distinct lines"),
+        (
+            lambda: M.sentence_sets(2, 3, lines=["a b c d e f"] * 4),
+            r"n_sets \* size must be an int <= 1 \(lines needed: at most the distinct lines given\), got 6",
+        ),
         (lambda: M.corpus_lines(0), "min_words"),
-        (lambda: M.t_interval([1.0]), "at least 2"),
+        (
+            lambda: M.t_interval([1.0]),
+            r"the number of values must be an int >= 2 \(an interval needs two at least\), got 1",
+        ),
         (lambda: M.t_interval([1.0, 2.0], level=1.5), "level"),
         (lambda: M.t_quantile(0.3, 3), "p must"),
         (lambda: M.t_quantile(0.9, 0), "df must"),

@@ -27,7 +27,9 @@ def test_pair_has_the_same_active_feed_forward_weights():
     dense, moe = configs["dense"], configs["moe"]
     assert dense.d_ff * 1 == moe.d_ff * moe.top_k and moe.n_experts > moe.top_k
     assert configs["moe, no balancing"].aux_loss_coef == 0 < moe.aux_loss_coef
-    with pytest.raises(ValueError, match="multiple of top_k"):
+    with pytest.raises(
+        ValueError, match=r"d_ff must be an int >= 1, a multiple of 2 \(experts of d_ff / top_k\), got 191"
+    ):
         X.pair_configs(84, d_ff=191)
 
 

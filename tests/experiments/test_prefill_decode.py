@@ -97,7 +97,9 @@ def test_ttft_is_the_prefill_and_tpot_the_decoding_time_per_token(monkeypatch):
     assert torch.equal(*ran[("decode", 6)])  # the same steps each time
     short = time_to_first_token_and_per_token(gpt(), [6], n_new=4, repeats=5, prefill_repeats=2)
     assert len(short[0]["ttft_times"]) == 2 and len(short[0]["tpot_times"]) == 5  # decoding alone in rounds 3-5
-    with pytest.raises(ValueError, match="prefill_repeats=6 must be at most repeats=5"):
+    with pytest.raises(
+        ValueError, match=r"prefill_repeats must be an int in \[1, 5\] \(the first rounds, at most repeats\), got 6"
+    ):
         time_to_first_token_and_per_token(gpt(), [6], repeats=5, prefill_repeats=6)
 
 
@@ -119,18 +121,26 @@ def test_bad_arguments_get_clear_errors():
     model = gpt()
     with pytest.raises(ValueError, match="prompt_len must be an int >= 1, got 0"):
         prefill_flops(model.cfg, 0)
-    with pytest.raises(ValueError, match="prompt_lens must be a non-empty list of ints, got 8"):
+    with pytest.raises(TypeError, match="prompt_lens must be a list or tuple, got int 8"):
         time_to_first_token_and_per_token(model, 8)
+    with pytest.raises(ValueError, match=r"prompt_lens must hold at least 1 item\(s\), got 0"):
+        time_to_first_token_and_per_token(model, [])
     with pytest.raises(ValueError, match=r"prompt_lens\[1\] must be an int >= 1, got 0"):
         time_to_first_token_and_per_token(model, [4, 0])
-    with pytest.raises(ValueError, match="n_bytes=10 is smaller than one row of in_features=768"):
+    with pytest.raises(
+        ValueError, match=r"n_bytes must be an int >= 3072 \(one row of in_features=768 torch.float32 numbers\), got 10"
+    ):
         matvec_bandwidth(10)
     with pytest.raises(ValueError, match=r"max_len must be an int >= 6, got 5"):
         prefill(model, torch.zeros(1, 5, dtype=torch.long), 5)
-    with pytest.raises(ValueError, match=r"ids must be a long tensor \(B, T\), got torch.float32 \(5,\)"):
+    with pytest.raises(ValueError, match=r"ids must be a tensor of shape \(B, T\), got \(5,\)"):
         prefill(model, torch.zeros(5), 9)
+    with pytest.raises(ValueError, match=r"ids must be a torch.int64 tensor, got torch.float32"):
+        prefill(model, torch.zeros(1, 5), 9)
     state = prefill(model, torch.zeros(1, 5, dtype=torch.long), 8)
-    with pytest.raises(ValueError, match="n=4 steps after 5 positions do not fit the cache's max_len=8"):
+    with pytest.raises(
+        ValueError, match=r"n must be an int in \[1, 3\] \(steps that fit the cache's max_len=8\), got 4"
+    ):
         decode_steps(model, state, 4)
     with pytest.raises(ValueError, match=r"ks\[0\] must be an int >= 1, got 0"):
         cached_forward_seconds(model, 4, ks=[0])

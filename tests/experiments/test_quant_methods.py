@@ -46,7 +46,7 @@ def test_embedding_agreement_is_one_for_the_model_itself_and_the_mean_cosine_oth
     emb = sentence_embeddings(q, tok, lines)
     expected = F.cosine_similarity(emb, ref, dim=-1).mean().item()
     assert QM.embedding_agreement(q, tok, lines, ref) == pytest.approx(expected, abs=1e-6)
-    with pytest.raises(ValueError, match="reference must be"):
+    with pytest.raises(ValueError, match=r"reference must be a tensor of shape \(6, 384\) .*got \(3, 384\)"):
         QM.embedding_agreement(model, tok, lines, ref[:3])
 
 
@@ -61,10 +61,12 @@ def test_shakespeare_lines_are_distinct_in_range_and_from_the_asked_split():
     assert QM.shakespeare_lines("val", 20, seed=0) == val_lines  # seeded
     assert QM.shakespeare_lines("val", 20, seed=1) != val_lines
     assert all(s in train_text for s in QM.shakespeare_lines("train", 5))
-    with pytest.raises(ValueError, match="split must be 'train' or 'val'"):
+    with pytest.raises(ValueError, match=r"split must be one of \['train', 'val'\], got 'test'"):
         QM.shakespeare_lines("test", 3)
     with pytest.raises(ValueError, match="n must be an int >= 1"):
         QM.shakespeare_lines("val", 0)
+    with pytest.raises(ValueError, match=r"n must be an int <= \d+ \(at most the split's lines of 30-120 characters\)"):
+        QM.shakespeare_lines("val", 10**9)
 
 
 def test_gpt_calibration_batches_are_next_token_windows():
@@ -119,11 +121,14 @@ def test_awq_alphas_are_the_exponents_the_awq_copy_used():
 
 def test_compare_methods_bad_arguments_raise():
     model, data = tiny_gpt(), batches()
-    with pytest.raises(ValueError, match="methods must be a non-empty selection"):
+    with pytest.raises(ValueError, match=r"methods\[1\] must be one of \['awq', 'gptq', 'rtn'\], got 'hqq'"):
         QM.compare_methods(model, data, lambda m: 0.0, methods=("rtn", "hqq"))
-    with pytest.raises(ValueError, match="group_sizes must name at least one"):
+    with pytest.raises(
+        ValueError,
+        match=r"group_sizes must hold at least 1 item\(s\) \(group sizes, None: one scale per channel\), got 0",
+    ):
         QM.compare_methods(model, data, lambda m: 0.0, group_sizes=())
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(ValueError, match=r"method must be one of \['awq', 'gptq', 'rtn'\], got 'bnb'"):
         QM.quantize_copy(model, "bnb", data)
 
 
@@ -147,8 +152,12 @@ def test_linear_weights_counts_a_tied_weight_once():
     flat = QM.linear_weights(model)
     expected = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     assert flat.numel() == expected  # lm_head is a Linear; tok_emb (tied) is not counted again
-    with pytest.raises(ValueError, match="at least one nn.Linear"):
+    with pytest.raises(
+        ValueError, match=r"the nn.Linear layers in model must be an int >= 1 \(model is a LayerNorm\), got 0"
+    ):
         QM.linear_weights(torch.nn.LayerNorm(4))
+    with pytest.raises(ValueError, match=r"name must be one of \[.*'lm_head'.*\], got 'nope'"):
+        QM.layer_inputs(model, batches(), "nope")
 
 
 def test_nf4_vs_int4_relative_errors_divide_by_the_mean_square():

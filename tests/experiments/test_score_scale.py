@@ -42,5 +42,7 @@ def test_zero_scores_give_uniform_rows_and_huge_scores_give_one_hot_rows():
 
 
 def test_score_stats_rejects_a_wrong_width():
-    with pytest.raises(ValueError, match="d_model=8"):
+    with pytest.raises(
+        ValueError, match=r"x must be a tensor of shape \(B, T, 8\) \(\(B, T, d_model=8\)\), got \(1, 3, 6\)"
+    ):
         score_stats(MultiHeadAttention(8, 2), torch.randn(1, 3, 6))

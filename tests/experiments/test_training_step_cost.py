@@ -32,10 +32,18 @@ def test_fits_agree_with_numpy_polyfit_on_noisy_points():
 
 
 def test_fits_reject_bad_points():
-    with pytest.raises(ValueError, match="equal-length"):
+    with pytest.raises(
+        ValueError, match=r"seconds must be a tensor of shape \(3,\) \(one time per length\), got \(2,\)"
+    ):
         loglog_slope([1, 2, 3], [1.0, 2.0])
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match=r"len\(lengths\) must be an int >= 2 \(points to fit a line through\), got 1"):
+        per_token_seconds([1.0], [1.0])
+    with pytest.raises(
+        ValueError, match=r"min\(seconds\) must be a finite number > 0 \(a log-log fit needs logs\), got 0.0"
+    ):
         loglog_slope([1, 2], [0.0, 1.0])
+    with pytest.raises(ValueError, match=r"lengths must be finite"):
+        loglog_slope([1, float("nan")], [1.0, 1.0])
 
 
 def test_training_step_flops_of_a_linear_layer_match_the_closed_form():

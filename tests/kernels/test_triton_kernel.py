@@ -54,19 +54,29 @@ def test_larger_blocks_give_the_same_result():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda q, k, v: flash_attention_triton(q[0], k, v), "q must be a 4-D float16/bfloat16/float32 tensor"),
-        (lambda q, k, v: flash_attention_triton(q.double(), k, v), "q must be a 4-D float16/bfloat16/float32"),
-        (lambda q, k, v: flash_attention_triton(q, k.half(), v), "share a dtype"),
-        (lambda q, k, v: flash_attention_triton(q, k[..., :8], v), "expected q (B, H, Tq, D)"),
-        (lambda q, k, v: flash_attention_triton(q, k[:, :, :3], v[:, :, :3], causal=True), "needs Tk >= Tq"),
+        (
+            lambda q, k, v: flash_attention_triton(q[0], k, v),
+            "q must be a tensor of shape (B, H, Tq, D), got (2, 5, 16)",
+        ),
+        (
+            lambda q, k, v: flash_attention_triton(q.double(), k, v),
+            "q must be a torch.float16 or torch.bfloat16 or torch.float32 tensor, got torch.float64",
+        ),
+        (lambda q, k, v: flash_attention_triton(q, k.half(), v), "k must be a torch.float32 tensor, got torch.float16"),
+        (
+            lambda q, k, v: flash_attention_triton(q, k[..., :8], v),
+            "k must be a tensor of shape (1, 2, any, 16) ((B, H, Tk, D), B, H, D and dtype as in q), got (1, 2, 6, 8)",
+        ),
+        (lambda q, k, v: flash_attention_triton(q, k, v[:, :, :3]), "v must be a tensor of shape (1, 2, 6, 16)"),
+        (
+            lambda q, k, v: flash_attention_triton(q, k[:, :, :3], v[:, :, :3], causal=True),
+            "k.shape[2] must be an int >= 5 (Tk: causal needs at least Tq = q.shape[2] keys), got 3",
+        ),
         (
             lambda q, k, v: flash_attention_triton(q, k, v, block_m=24),
-            "block_m must be a power of two >= 16 (tl.dot's smallest tile), got 24",
+            "block_m must be one of [16, 32, 64, 128, 256, 512, 1024, 2048, 4096], got 24",
         ),
-        (
-            lambda q, k, v: flash_attention_triton(q, k, v, block_n=8),
-            "block_n must be a power of two >= 16 (tl.dot's smallest tile), got 8",
-        ),
+        (lambda q, k, v: flash_attention_triton(q, k, v, block_n=8), "block_n must be one of [16, 32,"),
     ],
 )
 def test_bad_inputs_are_named(call, message):

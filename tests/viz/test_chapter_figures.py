@@ -95,8 +95,14 @@ def test_batching_roofline_draws_the_measured_and_bytes_bound_lines_and_the_bala
     assert list(ax1.lines[1].get_ydata()) == [10.0, 20.0, 40.0, 80.0]  # B x the batch-1 speed
     assert list(ax2.lines[1].get_ydata()) == [3.0, 3.0]  # the balance point, across
     plt.close(fig)
-    with pytest.raises(ValueError, match="balance must be a positive number"):
+    with pytest.raises(
+        ValueError, match=r"balance must be a finite number > 0 \(the machine's FLOPs per byte\), got 0"
+    ):
         plot_batching_roofline(rows, balance=0)
+    with pytest.raises(
+        ValueError, match=r"rows\[0\]'s missing keys must be empty .*got 2, e.g. \['intensity', 'tok_per_s'\]"
+    ):
+        plot_batching_roofline([{"batch": 1}], balance=3.0)
     timed = [{**r, "decode_seconds": 1.0, "decode_times": [0.5, 1.0, 2.0]} for r in rows]  # tok/s x2 .. x0.5
     fig = plot_batching_roofline(timed, balance=3.0)
     (bars,) = fig.axes[0].collections  # one vertical bar per batch, from the slowest round to the fastest

@@ -5,6 +5,7 @@ serving/test_generate.py)."""
 import math
 
 import matplotlib.pyplot as plt
+import pytest
 import torch
 
 from transformer_lib.viz.generation_widgets import Sampling, sampling_frame
@@ -53,3 +54,26 @@ def test_a_frame_slider_shows_its_first_frame_as_a_picture_without_javascript(mo
     assert picture["text/html"].startswith("<noscript><figure><img") and first in picture["text/html"]
     assert 'alt="v = 2"' in picture["text/html"] and "<b>value 2</b>" in picture["text/html"]
     assert "application/vnd.jupyter.widget-view+json" in widget
+
+
+def test_a_frame_slider_needs_a_value():
+    from transformer_lib.viz.widgets import frame_slider
+
+    with pytest.raises(ValueError, match=r"len\(values\) must be an int >= 1 \(one frame per value\), got 0"):
+        frame_slider(lambda v: None, [], "v")
+
+
+def test_trace_generation_refuses_more_tokens_than_the_block_holds():
+    from transformer_lib.models.configs import GPTConfig
+    from transformer_lib.models.transformer import GPT
+    from transformer_lib.viz.generation_widgets import trace_generation
+
+    class Letters:
+        encode = staticmethod(lambda text: [ord(c) - 97 for c in text])
+        decode = staticmethod(lambda ids: "".join(chr(97 + i) for i in ids))
+
+    model = GPT(GPTConfig(vocab_size=26, block_size=8, d_model=16, n_heads=2, n_layers=1))
+    with pytest.raises(
+        ValueError, match=r"n_new must be an int in \[0, 3\] \(after 5 prompt tokens, within block_size\)"
+    ):
+        trace_generation(model, Letters, "abcde", 4)

@@ -87,10 +87,20 @@ def test_adam_state_is_what_adamw_keeps_after_a_step():
 @pytest.mark.parametrize(
     "changes, match",
     [
-        (dict(linears=[]), "linears"),
-        (dict(target_sets=[("x", ["nope"])]), "target set"),
-        (dict(head=[]), "head"),
-        (dict(runs=[("probe", 10, 0, 5, [0.4])]), "runs"),
+        (dict(linears=[]), r"linears must hold at least 1 item\(s\)"),
+        (dict(linears=[("qkv", 12, 0, 2)]), r"linears\[0\]\[2\] must be an int >= 1, got 0"),
+        (dict(linears=[("qkv", 12, 4)]), r"linears\[0\] must hold exactly 4 item\(s\) \(\(name, out, in, count\)\)"),
+        (
+            dict(target_sets=[("x", ["nope"])]),
+            r"target_sets\[0\]\[1\]\[0\] must be one of \['out', 'qkv'\], got 'nope'",
+        ),
+        (dict(target_sets=[("x", [])]), r"target_sets\[0\]\[1\] must hold at least 1 item"),
+        (dict(head=[]), r"head must hold at least 1 item\(s\) \(the head's tensors' sizes\)"),
+        (dict(head=[8, 0]), r"head\[1\] must be an int >= 1, got 0"),
+        (dict(runs=[("probe", 10, 0, 5, [0.4])]), r"runs\[0\] target_set must be an int in \[-1, 1\].*got 5"),
+        (dict(runs=[("probe", 10, -1, 0, [0.4])]), r"runs\[0\] rank must be an int >= 0"),
+        (dict(runs=[("probe", 10, 0, 0, [])]), r"runs\[0\] accuracies must hold at least 1 item"),
+        (dict(runs=[("probe", 10, 0, 0)]), r"runs\[0\] must hold exactly 5 item"),
         (dict(rank=9), "rank"),
         (dict(target_set=2), "target_set"),
         (dict(chance=1.5), "chance"),
@@ -154,3 +164,15 @@ def test_browser_ranks_of_break_even_and_crossing_are_the_smallest_such_ranks(pa
     n = lambda r: lora_trainable(r, linears, list(TARGETS), HEAD)  # noqa: E731
     assert n(cross) >= target > n(cross - 1)
     assert avg == 0.5
+
+
+def test_adaptable_linears_refuses_a_name_whose_linears_differ_in_shape():
+    model = torch.nn.Sequential()
+    model.add_module("a", torch.nn.Sequential())
+    model.a.add_module("qkv", torch.nn.Linear(4, 12))
+    model.add_module("b", torch.nn.Sequential())
+    model.b.add_module("qkv", torch.nn.Linear(4, 8))
+    with pytest.raises(
+        ValueError, match=r"shapes of the linears named 'qkv' must hold exactly 1 .*\(8, 4\), \(12, 4\)"
+    ):
+        adaptable_linears(model, ["qkv"])

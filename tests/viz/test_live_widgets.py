@@ -53,17 +53,29 @@ def test_attention_heatmap_accepts_scores_and_encodes_them_compactly():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(tokens=[list("abc")], scores=[_scores()]), r"scores\[0\] must be a tensor .*T = len\(tokens\[0\]\) = 3"),
-        (dict(tokens=[list("abcd")], scores=[_scores(), _scores()]), "same length"),
-        (dict(tokens=[list("abcd"), list("ab")], scores=[_scores(), _scores(L=3, T=2)]), r"expected \(2, 3\)"),
+        (
+            dict(tokens=[list("abc")], scores=[_scores()]),
+            r"scores\[0\] must be a tensor of shape \(any, any, 3, 3\) .*T = len\(tokens\[0\]\)",
+        ),
+        (
+            dict(tokens=[list("abcd")], scores=[_scores(), _scores()]),
+            "scores must hold exactly 1 item.*same length as tokens",
+        ),
+        (
+            dict(tokens=[list("abcd"), list("ab")], scores=[_scores(), _scores(L=3, T=2)]),
+            r"scores\[1\] must be a tensor of shape \(2, 3, 2, 2\)",
+        ),
         (dict(tokens=[list("abcd")], scores=[_scores()], layer=2), r"layer must be an int in \[0, 1\], got 2"),
         (dict(tokens=[list("abcd")], scores=[_scores()], head=-1), r"head must be an int in \[0, 2\], got -1"),
         (dict(tokens=[list("abcd")], scores=[_scores()], temperature=0.0), "temperature must be a number"),
-        (dict(tokens=[list("abcd")], scores=[_scores()], mode="grid"), "mode must be 'one' or 'all', got 'grid'"),
+        (
+            dict(tokens=[list("abcd")], scores=[_scores()], mode="grid"),
+            r"mode must be one of \['all', 'one'\], got 'grid'",
+        ),
         (dict(tokens=[list("abcd")], scores=[torch.full((2, 3, 4, 4), float("nan"))]), "must be finite"),
         (
             dict(tokens=[list("abcd")], scores=[_scores()], head_labels=[[["x"] * 3]]),
-            r"head_labels must hold.*\(2, 3\)",
+            r"head_labels\[0\] must hold exactly 2 item\(s\) \(one list per layer\), got 1",
         ),
     ],
 )
@@ -88,8 +100,8 @@ def test_scaled_scores_give_the_pretrained_models_own_attention_at_temperature_o
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(d_model=63), "d_model must be even"),
-        (dict(d_model=1024), r"d_model must be an int in \[2, 512\], got 1024"),
+        (dict(d_model=63), r"d_model must be an int in \[2, 512\], a multiple of 2 \(sin and cos pairs\), got 63"),
+        (dict(d_model=1024), r"d_model must be an int in \[2, 512\].*got 1024"),
         (dict(position=100), r"position must be an int in \[0, 99\], got 100"),
         (dict(other=-1), "other must be an int"),
         (dict(n_positions=1), "n_positions must be an int"),
@@ -103,10 +115,10 @@ def test_sinusoid_table_rejects_bad_input_naming_the_argument(kwargs, match):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(q=torch.randn(7), k=torch.randn(7)), r"q must be a 1-D tensor \(d_head,\) with d_head even.*got \(7,\)"),
-        (dict(q=torch.randn(8), k=torch.randn(6)), "q and k must have the same shape"),
+        (dict(q=torch.randn(7), k=torch.randn(7)), r"d_head must be an int in \[2, 64\], a multiple of 2.*got 7"),
+        (dict(q=torch.randn(2, 4), k=torch.randn(8)), r"q must be a tensor of shape \(d_head,\), got \(2, 4\)"),
+        (dict(q=torch.randn(8), k=torch.randn(6)), r"k must be a tensor of shape \(8,\) \(q's shape\), got \(6,\)"),
         (dict(q=torch.randn(8), k=torch.randn(8), m=65), r"m must be an int in \[0, 64\], got 65"),
-        (dict(q=torch.randn(8), k=[0.0] * 8), "k must be a 1-D tensor"),
         (dict(q=torch.randn(8), k=torch.randn(8), base=float("nan")), "base must be a number"),
     ],
 )
@@ -115,13 +127,18 @@ def test_rope_rotation_rejects_bad_input_naming_the_argument(kwargs, match):
         live.RopeRotation(**kwargs)
 
 
+def test_rope_rotation_refuses_a_non_tensor_with_type_error():
+    with pytest.raises(TypeError, match=r"k must be a tensor of shape \(8,\) \(q's shape\), got list"):
+        live.RopeRotation(q=torch.randn(8), k=[0.0] * 8)
+
+
 @pytest.mark.parametrize(
     "models, kwargs, match",
     [
-        ([], {}, "models must list at least one"),
-        ([("GPT-2", 12, 12, 64, 1024)], {}, r"models\[0\] must be \(name, n_layers"),
+        ([], {}, r"models must hold at least 1 item\(s\) \(one \(name, n_layers"),
+        ([("GPT-2", 12, 12, 64, 1024)], {}, r"models\[0\] must hold exactly 6 item\(s\) \(\(name, n_layers.*got 5"),
         ([("GPT-2", 0, 12, 64, 1024, 2)], {}, r"models\[0\] n_layers must be an int in \[1, 128\], got 0"),
-        ([("GPT-2", 12, 12, 64, 1024, 3)], {}, "bytes_per_element must be 1, 2 or 4, got 3"),
+        ([("GPT-2", 12, 12, 64, 1024, 3)], {}, r"models\[0\] bytes_per_element must be one of \[1, 2, 4\], got 3"),
         ([("GPT-2", 12, 12, 64, 4096, 2)], dict(max_length=2048), r"context_length must be an int in \[1, 2048\]"),
     ],
 )
@@ -133,12 +150,20 @@ def test_kv_cache_calculator_rejects_bad_input_naming_the_argument(models, kwarg
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(row=torch.randn(4, 8)), r"row must be a 1-D floating-point tensor \(K,\) with K >= 2, got \(\(4, 8\)"),
-        (dict(row=torch.arange(8)), "row must be a 1-D floating-point tensor"),
-        (dict(row=torch.randn(64), group_options=(None, 24)), "ints dividing K=64, got 24"),
-        (dict(row=torch.randn(128), bits=5), r"bits must be one of bits_options=\(2, 3, 4, 8\), got bits=5"),
-        (dict(row=torch.randn(64), bits_options=(1, 4)), r"bits_options entries must be an int in \[2, 8\]"),
-        (dict(row=torch.randn(64), group_size=16, group_options=(None, 8)), "group_size must be one of"),
+        (dict(row=torch.randn(4, 8)), r"row must be a tensor of shape \(K,\) \(one weight row\), got \(4, 8\)"),
+        (dict(row=torch.arange(8)), "row must be a floating-point tensor, got torch.int64"),
+        (dict(row=torch.randn(1)), r"K must be an int >= 2 \(row's length\), got 1"),
+        (
+            dict(row=torch.randn(64), group_options=(None, 24)),
+            r"group_options\[1\] must be one of \[1, 2, 4, 8, 16, 32, 64\], got 24",
+        ),
+        (dict(row=torch.randn(128), bits=5), r"bits must be one of \[2, 3, 4, 8\], got 5"),
+        (dict(row=torch.randn(64), bits_options=(1, 4)), r"bits_options\[0\] must be an int in \[2, 8\], got 1"),
+        (dict(row=torch.randn(64), group_size=16, group_options=(None, 8)), r"group_size must be one of \[8\], got 16"),
+        (
+            dict(row=torch.randn(64), group_size=None, group_options=(32, 8)),
+            r"group_size must be one of \[8, 32\], got None",
+        ),
         (dict(row=torch.randn(128), outlier=0.5), r"outlier must be a number in \[1.0, 10.0\]"),
     ],
 )
@@ -150,11 +175,14 @@ def test_quant_grid_rejects_bad_input_naming_the_argument(kwargs, match):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(q=torch.randn(3, 4)), r"q must be a finite \(T, d\) tensor with T = len\(tokens\) = 4, got \(3, 4\)"),
-        (dict(k=torch.randn(4, 5)), r"q and k must have the same shape"),
-        (dict(features=["a"]), "features must name the d_v = 2 value dimensions, got 1 names"),
+        (
+            dict(q=torch.randn(3, 4)),
+            r"q must be a tensor of shape \(4, any\) \(\(T, d\), T = len\(tokens\) = 4\), got \(3, 4\)",
+        ),
+        (dict(k=torch.randn(4, 5)), r"k.shape must be \(4, 4\) \(q's: \(T, d_k\)\), got \(4, 5\)"),
+        (dict(features=["a"]), r"features must hold exactly 2 item\(s\).*d_v dimensions\), got 1"),
         (dict(query=4), r"query must be an int in \[0, 3\], got 4"),
-        (dict(v=torch.full((4, 2), float("inf"))), "v must be a finite"),
+        (dict(v=torch.full((4, 2), float("inf"))), "v must be finite"),
     ],
 )
 def test_attention_steps_rejects_bad_input_naming_the_argument(kwargs, match):
@@ -168,9 +196,10 @@ def test_attention_steps_rejects_bad_input_naming_the_argument(kwargs, match):
     [
         (
             dict(logits=torch.randn(2, 3, 4)),
-            r"logits must be a finite \(n_layers, T, n_experts\) tensor with T = len\(tokens\) = 5",
+            r"logits must be a tensor of shape \(any, 5, any\) \(\(n_layers, T, n_experts\), T = len\(tokens\)\)",
         ),
-        (dict(logits=torch.randn(2, 5, 1)), "n_experts >= 2"),
+        (dict(logits=torch.randn(2, 5, 1)), r"logits.shape\[2\] must be an int >= 2 \(n_experts"),
+        (dict(tokens=[]), r"tokens must hold at least 1 item"),
         (dict(layer=2), r"layer must be an int in \[0, 1\], got 2"),
         (dict(top_k=5), r"top_k must be an int in \[1, 4\], got 5"),
         (dict(logits=torch.full((2, 5, 4), float("nan"))), "finite"),
@@ -194,7 +223,7 @@ def test_router_logits_are_what_each_mixture_layer_routed():
     assert logits.shape == (2, 9, 4)
     for block, layer_logits in zip(model.blocks, logits):
         assert torch.equal(top_k_gating(layer_logits, 2)[1], block.ffn.experts_chosen)
-    with pytest.raises(ValueError, match="mixture"):
+    with pytest.raises(ValueError, match=r"model.cfg.n_experts must be an int >= 1 \(router_logits needs a mixture"):
         router_logits(Llama(LlamaConfig(vocab_size=30, n_layers=1, d_model=16, n_heads=2)), ids)
 
 
@@ -482,13 +511,24 @@ def test_browser_attention_steps_match_the_library(page):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(q=torch.randn(4), k=torch.randn(16, 4), v=torch.randn(16, 2)), "q must be a 2-D floating-point tensor"),
-        (dict(q=torch.randn(2, 4), k=torch.randn(16, 3), v=torch.randn(16, 2)), "expected q"),
+        (dict(q=torch.randn(4), k=torch.randn(16, 4), v=torch.randn(16, 2)), r"q must be a tensor of shape \(bq, d\)"),
+        (
+            dict(q=torch.randn(2, 4), k=torch.randn(16, 3), v=torch.randn(16, 2)),
+            r"k must be a tensor of shape \(Tk, 4\)",
+        ),
+        (
+            dict(q=torch.randn(2, 4), k=torch.randn(16, 4), v=torch.randn(8, 2)),
+            r"v must be a tensor of shape \(16, d_v\)",
+        ),
+        (dict(q=torch.randn(2, 4).long(), k=torch.randn(16, 4), v=torch.randn(16, 2)), "q must be a floating-point"),
         (
             dict(q=torch.randn(2, 4), k=torch.randn(8, 4), v=torch.randn(8, 2), block_k=3, block_options=(1, 4)),
             "block_k must be one of",
         ),
-        (dict(q=torch.randn(2, 4), k=torch.randn(8, 4), v=torch.randn(8, 2), block_options=(4, 9)), "block_options"),
+        (
+            dict(q=torch.randn(2, 4), k=torch.randn(8, 4), v=torch.randn(8, 2), block_options=(4, 9)),
+            r"block_options\[1\] must be an int in \[1, 8\], got 9",
+        ),
         (dict(q=torch.full((2, 4), math.nan), k=torch.randn(16, 4), v=torch.randn(16, 2)), "q must be finite"),
     ],
 )

@@ -30,9 +30,9 @@ def test_pruning_frame_crosses_out_exactly_the_removed_heads():
 
 
 def test_pruning_frame_rejects_mismatched_shapes():
-    with pytest.raises(ValueError, match="removed"):
+    with pytest.raises(ValueError, match=r"removed must be a tensor of shape \(2, 4\) \(scores' shape"):
         pruning_frame(torch.rand(2, 4), torch.zeros(2, 3, dtype=torch.bool), [0.0], [1.0], 0, 1.0)
-    with pytest.raises(ValueError, match="index"):
+    with pytest.raises(ValueError, match=r"index must be an int in \[0, 0\].*got 1"):
         pruning_frame(torch.rand(2, 4), torch.zeros(2, 4, dtype=torch.bool), [0.0], [1.0], 1, 1.0)
 
 
@@ -47,7 +47,7 @@ def test_interval_curves_draws_each_mean_from_one_with_its_band():
     assert band.min() == pytest.approx(0.4) and band.max() == pytest.approx(1.0)
     assert "72" in ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
     plt.close(fig)
-    with pytest.raises(ValueError, match="one"):
+    with pytest.raises(ValueError, match=r"stats\['a'\] must hold exactly 1 item\(s\) \(one \(mean, half_width\)"):
         interval_curves([6], stats, total=72)
 
 
@@ -60,8 +60,10 @@ def test_score_heatmaps_draws_one_map_per_entry_with_its_values():
     assert len(images) == 2 and images[0].get_array().tolist() == [[0, 1, 2], [3, 4, 5]]
     assert [ax.get_title() for ax in fig.axes[:2]] == ["a", "b"] and fig.axes[0].get_xlabel() == "head"
     plt.close(fig)
-    with pytest.raises(ValueError, match="maps"):
+    with pytest.raises(ValueError, match=r"maps\['a'\] must be a tensor of shape \(n_layers, n_heads\), got \(3,\)"):
         score_heatmaps({"a": torch.ones(3)}, "x")
+    with pytest.raises(ValueError, match=r"len\(maps\) must be an int >= 1"):
+        score_heatmaps({}, "x")
 
 
 def test_score_heatmaps_labels_each_colour_bar_with_its_unit():

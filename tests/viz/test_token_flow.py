@@ -133,9 +133,14 @@ def test_widget_sends_top_k_logits_whose_probabilities_are_the_softmax():
 @pytest.mark.parametrize(
     "kwargs, err, match",
     [
-        (dict(tokens=[]), ValueError, "tokens must be a non-empty list of strings"),
-        (dict(tokens="abc"), ValueError, "tokens must be a non-empty list of strings"),
-        (dict(tokens=TOKENS[:5]), ValueError, "record.ids has 6 positions, tokens has 5"),
+        (dict(tokens=[]), ValueError, r"tokens must hold at least 1 item\(s\) \(one string per position\), got 0"),
+        (dict(tokens="abc"), TypeError, "tokens must be a list or tuple, got str 'abc'"),
+        (dict(tokens=["a", 1, "c", "d", "e", "f"]), TypeError, r"tokens\[1\] must be a str, got int 1"),
+        (
+            dict(tokens=TOKENS[:5]),
+            ValueError,
+            r"record.ids must hold exactly 5 item\(s\) \(one id per token of tokens\), got 6",
+        ),
         (dict(record="x"), TypeError, "record must be a FlowRecord"),
         (
             dict(
@@ -165,7 +170,7 @@ def test_widget_sends_top_k_logits_whose_probabilities_are_the_softmax():
             ValueError,
             "record.embedding must be finite",
         ),
-        (dict(vocab=VOCAB[:10]), ValueError, r"vocab must list one string per logit \(50\), got 10"),
+        (dict(vocab=VOCAB[:10]), ValueError, r"vocab must hold exactly 50 item\(s\) \(one string per logit\), got 10"),
         (dict(top_k=0), ValueError, r"top_k must be an int in \[1, 20\], got 0"),
         (dict(n_dims=64), ValueError, r"n_dims must be an int in \[1, 32\], got 64"),
         (dict(position=6), ValueError, r"position must be an int in \[0, 5\], got 6"),
@@ -183,14 +188,28 @@ def test_token_flow_rejects_bad_input_naming_the_argument(kwargs, err, match):
 @pytest.mark.parametrize(
     "ids, match",
     [
-        (torch.zeros(2, 3, dtype=torch.long), r"ids must be a tensor \(T,\) or \(1, T\)"),
-        ([1, 2], r"ids must be a tensor \(T,\) or \(1, T\)"),
-        (torch.zeros(17, dtype=torch.long), r"ids must hold 1..block_size=16 tokens, got T=17"),
+        (
+            torch.zeros(2, 3, dtype=torch.long),
+            r"ids must be a tensor of shape \(1, T\) \(\(T,\) or \(1, T\).*got \(2, 3\)",
+        ),
+        (
+            torch.zeros(1, 1, 3, dtype=torch.long),
+            r"ids must be a tensor of shape \(T,\) \(\(T,\) or \(1, T\).*got \(1, 1, 3\)",
+        ),
+        (
+            torch.zeros(17, dtype=torch.long),
+            r"ids.shape\[-1\] must be an int <= 16 \(T: at most model.cfg.block_size tokens\), got 17",
+        ),
     ],
 )
 def test_trace_rejects_bad_ids(ids, match):
     with pytest.raises(ValueError, match=match):
         trace_token_flow(_model(), ids)
+
+
+def test_trace_refuses_ids_that_are_not_a_tensor():
+    with pytest.raises(TypeError, match=r"ids must be a tensor of shape \(T,\) .*got list"):
+        trace_token_flow(_model(), [1, 2])
 
 
 def test_trace_refuses_what_is_not_a_gpt_or_uses_alibi():

@@ -23,6 +23,8 @@ from typing import Sequence
 
 import torch
 
+from ..utils.checks import check_empty, check_equal, check_int, check_number, check_sequence, check_tensor
+
 STATISTICS = ("entropy", "entropy_ratio", "previous", "next", "self", "cls", "sep", "distance")
 """The keys of ``head_statistics``' result, in order."""
 
@@ -31,27 +33,13 @@ PATTERN_LABELS = {"previous": "previous token", "next": "next token", "self": "i
 
 
 def check_attention_maps(attentions: torch.Tensor, name: str = "attentions", min_len: int = 1) -> None:
-    """Raise ``ValueError`` unless ``attentions`` is a float ``(..., T, T)`` stack of attention maps
-    with ``T >= min_len`` whose rows are finite, non-negative and sum to 1."""
-    if not isinstance(attentions, torch.Tensor) or not torch.is_floating_point(attentions):
-        kind = attentions.dtype if isinstance(attentions, torch.Tensor) else type(attentions).__name__
-        raise ValueError(f"{name} must be a floating-point tensor (..., T, T), got {kind}")
-    shape = tuple(attentions.shape)
-    if attentions.dim() < 2 or shape[-1] != shape[-2]:
-        raise ValueError(f"{name} must be square self-attention maps (..., T, T), got shape {shape}")
-    if shape[-1] < min_len:
-        raise ValueError(f"{name} needs T >= {min_len} positions here, got T={shape[-1]} (shape {shape})")
-    a = attentions.float()
-    if not torch.isfinite(a).all():
-        raise ValueError(f"{name} contains NaN or inf")
-    if (a < 0).any():
-        raise ValueError(f"{name} must be non-negative (softmax weights), got a minimum of {a.min().item():.3g}")
+    """Raise unless ``attentions`` is a float ``(..., T, T)`` stack of attention maps with ``T >= min_len`` whose
+    rows are finite, non-negative and sum to 1 (``TypeError`` for a non-tensor, ``ValueError`` for the rest)."""
+    check_tensor(name, attentions, (..., "T", "T"), floating=True, min=0, finite=True, note="square attention maps")
+    check_int(f"{name}.shape[-1]", attentions.shape[-1], min=min_len, note="positions T")
     tol = 1e-3 if attentions.dtype in (torch.float32, torch.float64) else 3e-2
-    worst = (a.sum(-1) - 1).abs().max().item()
-    if worst > tol:
-        raise ValueError(
-            f"every row of {name} must sum to 1 (one distribution per query); the worst row is off by {worst:.3g}"
-        )
+    worst = (attentions.float().sum(-1) - 1).abs().max().item()
+    check_number(f"the worst |row sum - 1| of {name}", worst, max=tol, note="each row must sum to 1")
 
 
 def _queries(T: int, skip_special: bool) -> torch.Tensor:
@@ -69,9 +57,7 @@ def entropy_bits(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
     ``p: (..., n)`` -> ``(...)`` float32 (for ``dim=-1``). 0 bits: all mass on one outcome (one-hot);
     ``log2(n)`` bits: uniform over ``n`` outcomes. ``p`` is not checked to sum to 1 (``row_entropy`` checks maps).
     """
-    if not isinstance(p, torch.Tensor) or not torch.is_floating_point(p):
-        kind = p.dtype if isinstance(p, torch.Tensor) else type(p).__name__
-        raise ValueError(f"p must be a floating-point tensor of probabilities, got {kind}")
+    check_tensor("p", p, floating=True, note="probabilities")
     p = p.float()
     return 0.0 - torch.special.xlogy(p, p).sum(dim) / math.log(2.0)  # 0.0 - s: a one-hot row gives 0, not -0
 
@@ -92,18 +78,13 @@ def offset_weight(attentions: torch.Tensor, offset: int, skip_special: bool = Fa
     ``i`` whose key ``i + offset`` exists (and, with ``skip_special``, both are word pieces).
     A head that always attends to the previous token scores 1.
     """
-    if not isinstance(offset, int):
-        raise ValueError(f"offset must be an int, got {type(offset).__name__} {offset!r}")
     check_attention_maps(attentions, min_len=_min_len(skip_special))
     T = attentions.shape[-1]
-    q = _queries(T, skip_special)
     lo, hi = (1, T - 2) if skip_special else (0, T - 1)
-    q = q[(q + offset >= lo) & (q + offset <= hi)]
-    if q.numel() == 0:
-        raise ValueError(
-            f"offset={offset} leaves no query with a key that far away among "
-            f"{hi - lo + 1} positions (T={T}, skip_special={skip_special})"
-        )
+    n = hi - lo + 1  # the positions that count
+    check_int("offset", offset, min=1 - n, max=n - 1, note=f"a key that far away among {n} positions, T={T}")
+    q = _queries(T, skip_special)
+    q = q[(q + offset >= lo) & (q + offset <= hi)]  # the queries whose key i + offset exists
     return attentions.float()[..., q, q + offset].mean(-1)  # (...)
 
 
@@ -111,8 +92,7 @@ def key_weight(attentions: torch.Tensor, key: int, skip_special: bool = False) -
     """Mean weight the queries put on one key position (``0``: ``[CLS]``, ``-1``: ``[SEP]``): ``(...)``."""
     check_attention_maps(attentions, min_len=_min_len(skip_special))
     T = attentions.shape[-1]
-    if not isinstance(key, int) or not -T <= key < T:
-        raise ValueError(f"key must be an int position in [-{T}, {T - 1}] (T={T}), got {key!r}")
+    check_int("key", key, min=-T, max=T - 1, note=f"a key position, T={T}")
     q = _queries(T, skip_special)
     return attentions.float()[..., q, key % T].mean(-1)  # (...)
 
@@ -163,16 +143,11 @@ def head_statistics(attentions: torch.Tensor, skip_special: bool = True) -> dict
 def head_statistics_over(maps: Sequence[torch.Tensor], skip_special: bool = True) -> dict[str, torch.Tensor]:
     """``head_statistics`` of several sentences' maps (each ``(..., T_n, T_n)``, lengths may differ),
     stacked: each value is ``(N, ...)`` for ``N`` sentences."""
-    if isinstance(maps, torch.Tensor) or not maps:
-        raise ValueError(
-            f"maps must be a non-empty list of (..., T, T) tensors, one per sentence, got {type(maps).__name__}"
-        )
+    check_sequence("maps", maps, min_len=1, note="one (..., T, T) tensor per sentence")
     per = [head_statistics(m, skip_special) for m in maps]
-    lead = {tuple(p["entropy"].shape) for p in per}
-    if len(lead) != 1:
-        raise ValueError(
-            f"every sentence's maps must have the same leading shape (e.g. (n_layers, n_heads)), got {sorted(lead)}"
-        )
+    lead = tuple(per[0]["entropy"].shape)  # e.g. (n_layers, n_heads)
+    for i, p in enumerate(per):
+        check_equal(f"maps[{i}].shape[:-2]", tuple(p["entropy"].shape), lead, note="the same leading shape as maps[0]")
     return {k: torch.stack([p[k] for p in per]) for k in STATISTICS}
 
 
@@ -183,13 +158,10 @@ def dominant_pattern(stats: dict[str, torch.Tensor], threshold: float = 0.5, bro
     weight; else ``"broad"`` if ``entropy_ratio >= broad_ratio``; else ``"mixed"``. A crude summary: the
     thresholds are choices, not facts about the model.
     """
-    if not 0 < threshold <= 1 or not 0 < broad_ratio <= 1:
-        raise ValueError(
-            f"threshold and broad_ratio must be in (0, 1], got threshold={threshold}, broad_ratio={broad_ratio}"
-        )
+    check_number("threshold", threshold, min=0, max=1, min_open=True, note="share of the weight")
+    check_number("broad_ratio", broad_ratio, min=0, max=1, min_open=True, note="entropy over its maximum")
     missing = [k for k in (*PATTERN_LABELS, "entropy_ratio") if k not in stats]
-    if missing:
-        raise ValueError(f"stats lacks {missing}: pass the dict returned by head_statistics")
+    check_empty("stats' missing keys", missing, note="pass the dict returned by head_statistics")
     names = list(PATTERN_LABELS)
     values = torch.stack([stats[k].float() for k in names], -1)  # (..., 5)
     best, which = values.max(-1)

@@ -22,14 +22,14 @@ from ..utils.device import default_device
 from ..models.configs import GPTConfig, TransformerConfig
 from ..models.transformer import GPT, Transformer
 from ..data.tokenization import BPETokenizer, CharTokenizer
+from ..utils.checks import check_choice
 
 NAMES = ("shakespeare_gpt", "date_translator")
 
 
 def checkpoint_info(name: str) -> dict:
     """The json record of a committed checkpoint: config, training run, measured metrics."""
-    if name not in NAMES:
-        raise ValueError(f"name must be one of {NAMES}, got {name!r}")
+    check_choice("name", name, NAMES)
     return json.loads((CHECKPOINT_DIR / f"{name}.json").read_text())
 
 

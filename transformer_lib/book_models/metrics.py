@@ -21,6 +21,7 @@ from ..utils.modes import eval_mode
 from ..serving.seq2seq import exact_match, translate
 from ..data.tokenization import CharTokenizer
 from .checkpoints import gpt_tokenizer
+from ..utils.checks import check_choice
 
 GPT_VAL_BATCHES, GPT_VAL_BATCH_SIZE, GPT_VAL_SEED = 50, 32, 1234  # the reported metric: 204,800 tokens
 
@@ -44,8 +45,7 @@ def nats_per_char(model: GPT, batches, token_lengths: torch.Tensor) -> float:
 def shakespeare_gpt_ids(split: str) -> torch.Tensor:
     """``(N,)`` token ids of the training (``"train"``) or held-out (``"val"``) works, under the committed GPT's
     tokenizer. Encoded once per process (the training works take a few seconds)."""
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    check_choice("split", split, ("train", "val"))
     return gpt_tokenizer().encode_tensor(shakespeare_split()[split == "val"])
 
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 import html
 import json
 import math
-import numbers
 import os
 
 import numpy as np
 import torch
+
+from ..utils.checks import check_choice, check_equal, check_int, check_number, check_type
 
 PREFIX = "claim no longer holds: "
 MODE_ENV = "BOOK_CLAIMS"
@@ -49,9 +50,7 @@ def mode(environ=None) -> str:
     environ = os.environ if environ is None else environ
     value = environ.get(MODE_ENV, "").strip().lower()
     if value:
-        if value not in MODES:
-            raise ValueError(f"{MODE_ENV} must be 'strict' or 'report', got {environ.get(MODE_ENV)!r}")
-        return value
+        return check_choice(MODE_ENV, value, MODES)
     return "strict" if environ.get("CI", "").strip().lower() in ("true", "1", "yes") else "report"
 
 
@@ -85,10 +84,11 @@ def claim(condition, sentence: str, values: dict | None = None) -> None:
     quoting the sentence and those values, and returns. A ``TypeError`` when ``condition`` is not a single truth
     value (a tensor of many elements, a float, None, ...), in either mode.
     """
-    if not isinstance(sentence, str) or not sentence.strip():
-        raise TypeError(f"sentence must be the non-empty sentence the claim guards, got {sentence!r}")
-    if values is not None and not isinstance(values, dict):
-        raise TypeError(f"values must be a dict of name -> value, got {type(values).__name__} {values!r}")
+    check_type("sentence", sentence, str, expected="the sentence the claim guards (a str)")
+    check_int("len(sentence.strip())", len(sentence.strip()), min=1, note="the sentence the claim guards, not blank")
+    check_type(
+        "values", values, dict, expected="a dict of name -> value", optional="the numbers glued since the last check"
+    )
     holds = _as_bool(condition)
     checked = dict(_glued_since_check) if values is None else dict(values)
     _glued_since_check.clear()
@@ -185,18 +185,15 @@ def glue_number(name: str, value, fmt: str | None = None):
     as is; the number itself is returned either way, so the notebook can print it (Colab and Jupyter show the
     printed output, not the glue role).
     """
-    if not isinstance(name, str) or not name.isidentifier():
+    check_type("name", name, str, expected="an identifier-like str (letters, digits, _)")
+    if not name.isidentifier():  # no helper checks a string's form
         raise ValueError(f"name must be an identifier-like string (letters, digits, _), got {name!r}")
     if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"value must be a single number, got a tensor of shape {tuple(value.shape)}")
+        check_equal("value.numel()", value.numel(), 1, note=f"a single number; value has shape {tuple(value.shape)}")
         value = value.item()
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"value must be a real number, got {type(value).__name__} {value!r}")
-    if isinstance(value, np.generic):
+    if isinstance(value, np.generic):  # a NumPy scalar: its Python number (np.bool_ -> bool, refused below)
         value = value.item()
-    if not math.isfinite(value):
-        raise ValueError(f"value glued as {name!r} must be a finite number, got {value}")
+    check_number(f"value glued as {name!r}", value)  # a finite real number, not a bool; ints stay ints
     _glued_since_check[name] = value
     glue(name, format(value, fmt) if fmt is not None else value, display=False)
     return value
@@ -209,8 +206,8 @@ def glue_choice(name: str, key: str, words: dict[str, str]) -> str:
     (``"faster"``, ``"within_noise"``, ...) is what a translation maps to its own word: it is glued too, as
     ``name + CHOICE_KEY_SUFFIX``, which a translated sentence reads with ``{glue:choice}`name|key=word|...```.
     """
-    if not isinstance(words, dict) or key not in words:
-        raise KeyError(f"key {key!r} is not one of the words given for {name!r}: {sorted(words)}")
+    check_type("words", words, dict, expected="a dict of key -> word")
+    check_choice(f"the key glued as {name!r}", key, words)
     glue(name, words[key], display=False)
     glue(name + CHOICE_KEY_SUFFIX, key, display=False)
     _glued_since_check[name] = words[key]
@@ -234,6 +231,5 @@ def glue_ratio(name: str, ratio):
 def claim_verdict(ratio, verdict: str, sentence: str) -> None:
     """Check a timing comparison against its interval: ``ratio.verdict()`` (a ``timing.Ratio``) must be
     ``verdict`` (``"faster"``, ``"slower"`` or ``"within_noise"``). The interval is quoted when it fails."""
-    if verdict not in ("faster", "slower", "within_noise"):
-        raise ValueError(f"verdict must be 'faster', 'slower' or 'within_noise', got {verdict!r}")
+    check_choice("verdict", verdict, ("faster", "slower", "within_noise"))
     claim(ratio.verdict() == verdict, f"{sentence} [measured {ratio}: {ratio.verdict()}]")

@@ -21,6 +21,8 @@ from typing import Callable
 
 import torch
 
+from ..utils.checks import check_equal, check_int, check_number, check_type
+
 _clock = time.perf_counter  # seconds; a module attribute so tests can replace it
 
 
@@ -51,12 +53,11 @@ def interleaved_times(
     Round ``r`` of every list was measured in the same pass over ``fns``, so ``times[a][r] / times[b][r]`` is a
     ratio of two neighbouring calls: the pairing that ``ratio_with_interval`` needs.
     """
-    if not isinstance(fns, dict) or not fns or not all(callable(f) for f in fns.values()):
-        raise ValueError(f"fns must be a non-empty dict of name -> callable, got {fns!r:.80}")
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    check_int("len(fns)", len(check_type("fns", fns, dict, expected="a dict of name -> callable")), min=1)
+    for name, fn in fns.items():
+        check_type(f"fns[{name!r}]", fn, methods=("__call__",), expected="a zero-argument callable")
+    check_int("repeats", repeats, min=1, note="timed rounds")
+    check_int("warmup", warmup, min=0, note="untimed rounds first")
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -95,8 +96,8 @@ def rank_coverage(n: int, lo: int, hi: int) -> float:
     """The probability that the ``lo``-th to ``hi``-th smallest of ``n`` samples (0-based) contain the median of
     the distribution they come from, whatever it is: P(lo < N <= hi) for N ~ Binomial(n, 1/2), the number of
     samples below the median. ``rank_coverage(5, 0, 4)`` (min to max of 5) is 30/32 = 93.75%."""
-    if not 0 <= lo <= hi < n:
-        raise ValueError(f"ranks must satisfy 0 <= lo <= hi < n, got lo={lo}, hi={hi}, n={n}")
+    check_int("hi", hi, max=n - 1, note=f"a 0-based rank among n = {n} samples")
+    check_int("lo", lo, min=0, max=hi, note="a 0-based rank, at most hi")
     return sum(math.comb(n, j) for j in range(lo + 1, hi + 1)) / 2**n
 
 
@@ -177,12 +178,10 @@ def ratio_with_interval(
 
 def ratio_from_times(times_a: list[float], times_b: list[float]) -> Ratio:
     """``Ratio`` of two lists of paired timings (round ``r`` of each measured side by side)."""
-    if len(times_a) != len(times_b) or not times_a:
-        raise ValueError(
-            f"times_a and times_b must be paired non-empty lists, got lengths {len(times_a)} and {len(times_b)}"
-        )
-    if min(times_a) < 0 or min(times_b) <= 0:
-        raise ValueError(f"timings must be positive seconds, got min {min(times_a)!r} and {min(times_b)!r}")
+    check_int("len(times_a)", len(times_a), min=1, note="timed rounds")
+    check_equal("len(times_b)", len(times_b), len(times_a), note="paired with times_a, round by round")
+    check_number("min(times_a)", min(times_a), min=0, note="seconds")
+    check_number("min(times_b)", min(times_b), min=0, min_open=True, note="seconds, each a divisor")
     ratios = [a / b for a, b in zip(times_a, times_b)]
     low, high = median_interval(ratios)
     return Ratio(
@@ -198,8 +197,7 @@ def ratio_from_times(times_a: list[float], times_b: list[float]) -> Ratio:
 
 def _median_and_range(times: list[float]) -> tuple[str, str, str, str]:
     """Median, fastest and slowest of ``times`` (seconds) as 3-digit strings, and their unit (ms below 1 s)."""
-    if not times:
-        raise ValueError("times must be a non-empty list of seconds")
+    check_int("len(times)", len(times), min=1, note="seconds, one per timed round")
     med, lo, hi = statistics.median(times), min(times), max(times)
     scale, unit = (1e3, "ms") if hi < 1.0 else (1.0, "s")
     return f"{med * scale:.3g}", f"{lo * scale:.3g}", f"{hi * scale:.3g}", unit

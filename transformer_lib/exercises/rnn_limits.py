@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from ..utils.checks import check_choice, check_int, check_tensor
 from ..models.rnn import rnn_step, set_spectral_radius, state_jacobian
 from .checking import ExerciseResult, check_against, random_int
 
@@ -138,13 +139,9 @@ def explain_random_matrix_prediction(
     """
     if guess is None:
         return ExerciseResult(False, f"write your prediction first: my_guess = one of {VERDICTS}")
-    if guess not in VERDICTS:
-        raise ValueError(f"guess must be one of {VERDICTS}, got {guess!r}")
-    if not isinstance(relative, torch.Tensor) or relative.dim() != 1 or not distance < relative.numel() - 1:
-        raise ValueError(
-            f"relative must be a 1-D tensor longer than distance + 1 = {distance + 1}, got "
-            f"{tuple(relative.shape) if isinstance(relative, torch.Tensor) else type(relative).__name__}"
-        )
+    check_choice("guess", guess, VERDICTS)
+    check_tensor("relative", relative, ("T",), note="the gradient's size at distances 0 .. T-1, over d = 0's")
+    check_int("distance", distance, min=0, max=relative.shape[0] - 2, note="relative must reach one step further")
     moduli = torch.linalg.eigvals(w_hh.detach().double().cpu()).abs()  # |lambda| of every eigenvalue
     rho = moduli.max().item()
     closed, measured = rho**distance, relative[distance].item()

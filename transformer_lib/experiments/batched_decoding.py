@@ -21,10 +21,11 @@ decoding steps for several batch sizes, prompts of different lengths left-padded
 from __future__ import annotations
 
 import statistics
+from functools import partial
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_sequence
 from ..serving.kv_cache import kv_cache_bytes
 from ..book_tools.timing import interleaved_times
 from .left_padding import left_pad
@@ -76,10 +77,7 @@ def decode_throughput(
     ``context`` reached (padded prompt + steps).
     """
     check_int("new_tokens", new_tokens, min=2, note="one token is the prefill's")
-    if isinstance(batch_sizes, int) or not batch_sizes:
-        raise ValueError(f"batch_sizes must be a non-empty list of ints >= 1, got {batch_sizes!r}")
-    for i, b in enumerate(batch_sizes):
-        check_int(f"batch_sizes[{i}]", b, min=1)
+    check_sequence("batch_sizes", batch_sizes, min_len=1, items=partial(check_int, min=1))
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
     states = {}
     for b in batch_sizes:

@@ -33,6 +33,7 @@ from ..training.loop import History, TrainConfig, evaluate_loss, train
 from ..models.variants import set_causal
 from .threads import torch_threads
 from ..checkpoints import CHECKPOINT_DIR
+from ..utils.checks import check_int, check_tensor
 
 
 @torch.no_grad()
@@ -42,8 +43,8 @@ def future_sensitivity(model: GPT, idx: torch.Tensor, position: int, seed: int =
 
     With a working causal mask the entries ``t <= position`` are exactly 0: the past cannot see the future.
     """
-    if idx.dim() != 2 or not 0 <= position < idx.shape[1] - 1:
-        raise ValueError(f"need idx (B, T) and 0 <= position < T - 1, got idx {tuple(idx.shape)}, position={position}")
+    check_tensor("idx", idx, ("B", "T"))
+    check_int("position", position, min=0, max=idx.shape[1] - 2, note="a position with a later one to change")
     gen = torch.Generator().manual_seed(seed)
     changed = idx.clone()
     future = torch.randint(0, model.cfg.vocab_size, changed[:, position + 1 :].shape, generator=gen)

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
 from ..data.checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_sequence
 from ..utils.device import default_device
 from ..training.losses import gpt_loss
 from ..models.configs import GPTConfig
@@ -80,8 +81,7 @@ class ExtrapolationConfig:
 
     def __post_init__(self):
         check_int("offset", self.offset, min=1, max=self.train_len - 1, note=f"below train_len={self.train_len}")
-        if not self.eval_factors or min(self.eval_factors) < 1:
-            raise ValueError(f"eval_factors must be integers >= 1, got {self.eval_factors}")
+        check_sequence("eval_factors", self.eval_factors, min_len=1, items=partial(check_int, min=1))
 
     @property
     def eval_lens(self) -> list[int]:
@@ -206,8 +206,7 @@ def run_seeds(
 ) -> dict:
     """``run_experiment`` once per seed (``cfg`` with ``seed`` replaced). Returns ``{seed: run_experiment(...)}``."""
     cfg = cfg or ExtrapolationConfig()
-    if not seeds:
-        raise ValueError("seeds must name at least one seed, got an empty sequence")
+    check_sequence("seeds", seeds, min_len=1, items=check_int)
     return {s: run_experiment(positionals, replace(cfg, seed=s), device, progress) for s in seeds}
 
 

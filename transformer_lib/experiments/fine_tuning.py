@@ -49,6 +49,7 @@ from ..data.task_data import DEFAULT_PLAYS, TextClassificationData, play_line_ta
 from .pretraining import OBJECTIVES, ObjectiveConfig, make_lm, train_objective
 from .threads import torch_threads
 from ..checkpoints import CHECKPOINT_DIR
+from ..utils.checks import check_choice, check_empty, check_equal
 
 CHECKPOINT = CHECKPOINT_DIR / "fine_tuning"
 METHODS = ("probe", "full", "lora", "qlora")
@@ -111,8 +112,7 @@ def build_model(
 ) -> SentenceClassifier:
     """A fresh copy of MiniLM with the method's trainable parts (``requires_grad``) and a fresh head, from
     ``seed``."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_choice("method", method, METHODS)
     encoder = copy.deepcopy(load_minilm(device="cpu")[0])
     encoder.requires_grad_(False)
     gen = torch.Generator().manual_seed(seed)
@@ -270,10 +270,11 @@ def add_weight_delta(model: SentenceClassifier, delta: dict[str, torch.Tensor]) 
     plus the stored change (codes times scales); ``delta`` empty: nothing changes."""
     original = load_minilm(device="cpu")[0].state_dict()
     params = dict(model.encoder.named_parameters())
-    for key in [k for k in delta if k.endswith(".q")]:
+    keys = [k for k in delta if k.endswith(".q")]  # encoder.<name>.q: the codes of <name>'s change
+    unknown = [key for key in keys if key[len("encoder.") : -len(".q")] not in params]
+    check_empty("the checkpoint's weight changes that name no tensor of the encoder", unknown)
+    for key in keys:
         name = key[len("encoder.") : -len(".q")]
-        if name not in params:
-            raise ValueError(f"the checkpoint's weight change {key!r} names no tensor of the encoder")
         change = QuantizedTensor(delta[key], delta[key[:-2] + ".scale"], None, 8, "channel", None).dequantize()
         params[name].copy_(original[name] + change)
 
@@ -310,8 +311,7 @@ def run_one(
 
 def train_runs(cfg: RunsConfig = RunsConfig(), progress: bool = True, device=None) -> dict:
     """Both language models and every method for every seed. CPU only."""
-    if device not in (None, "cpu"):
-        raise ValueError(f"the committed runs are trained on the CPU; got device={device!r}")
+    check_equal("device", "cpu" if device is None else device, "cpu", note="the committed runs are trained on the CPU")
     start = time.perf_counter()
     lms, lm_hist = {}, {}
     for objective in OBJECTIVES:
@@ -387,8 +387,7 @@ def load_runs(stem: Path = CHECKPOINT) -> dict:
         delta = {k: v for k, v in state.items() if k.endswith((".q", ".scale"))}
         state = {k: v for k, v in state.items() if k not in delta}
         missing = [k for k in state if k not in model.state_dict()]
-        if missing:
-            raise ValueError(f"the checkpoint's {method} tensors do not fit the model: {missing[:3]}")
+        check_empty(f"the checkpoint's {method} tensors that do not fit the model", missing)
         model.load_state_dict(state, strict=False)
         add_weight_delta(model, delta)
         models[method] = model.eval()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from ..data.checkpoint_io import load_weights, provenance, save_tensors_and_record
-from ..utils.checks import check_int
+from ..utils.checks import check_choice, check_int, check_sequence
 from ..utils.device import default_device
 from ..blocks.masking import causal_mask
 from ..utils.modes import eval_mode
@@ -207,9 +208,8 @@ def train_one(n_heads: int, cfg: HeadCountConfig, device=None) -> dict:
 def run_experiment(head_counts=HEAD_COUNTS, seeds=SEEDS, cfg: HeadCountConfig | None = None, device=None) -> dict:
     """Train one model per (head count, seed). Returns ``{n_heads: [train_one(...) for each seed]}``."""
     cfg = cfg or HeadCountConfig()
-    bad = [h for h in head_counts if h < 1 or cfg.d_model % h]
-    if bad:
-        raise ValueError(f"head_counts must divide d_model={cfg.d_model}, got {bad}")
+    divisors = [h for h in range(1, cfg.d_model + 1) if cfg.d_model % h == 0]  # the head counts d_model splits into
+    check_sequence("head_counts", head_counts, min_len=1, items=partial(check_choice, choices=divisors))
     with torch_threads(1):  # a tiny model: one thread is faster than two on a busy CPU
         return {h: [train_one(h, replace(cfg, seed=s), device) for s in seeds] for h in head_counts}
 

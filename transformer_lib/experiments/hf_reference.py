@@ -17,6 +17,8 @@ import logging
 
 import torch
 
+from ..utils.checks import check_equal
+
 
 @contextlib.contextmanager
 def quiet_loggers(*names: str, level: int = logging.ERROR):
@@ -81,11 +83,9 @@ def hf_gpt2(model, device=None):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     c = model.cfg
-    if c.positional != "learned" or c.n_kv_heads not in (None, c.n_heads):
-        raise ValueError(
-            f"GPT-2 has learned positions and one kv head per head, got positional={c.positional!r}, "
-            f"n_kv_heads={c.n_kv_heads}"
-        )
+    check_equal("model.cfg.positional", c.positional, "learned", note="GPT-2 learns its positions")
+    kv_heads = c.n_heads if c.n_kv_heads is None else c.n_kv_heads  # None: one per query head
+    check_equal("model.cfg.n_kv_heads", kv_heads, c.n_heads, note="GPT-2 has one key/value head per query head")
     hf = GPT2LMHeadModel(
         GPT2Config(
             vocab_size=c.vocab_size,

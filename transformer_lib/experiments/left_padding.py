@@ -15,26 +15,23 @@ from dataclasses import dataclass
 import torch
 
 from ..serving.generation import generate
+from ..utils.checks import check_sequence, check_tensor
+
+
+def _check_prompt(name: str, prompt) -> None:
+    """One prompt of ``left_pad``: a non-empty list (or tuple) of token ids, or a 1-D tensor of them."""
+    if isinstance(prompt, torch.Tensor):
+        check_tensor(name, prompt, ("T",), note="one prompt's token ids")
+    else:
+        check_sequence(name, prompt, min_len=1, note="one prompt's token ids")
 
 
 def left_pad(prompts, pad_id: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``prompts``: token ids of different lengths (lists of ints or 1-D tensors) -> ``(ids, attention_mask)``,
     both ``(B, T_max)``; ``ids`` holds ``pad_id`` on the left of the shorter prompts, ``attention_mask`` is False
     there (each row's last token is real, as ``generate`` needs). ``device``: default, the first tensor's."""
-    rows = (
-        [p.tolist() if isinstance(p, torch.Tensor) and p.dim() == 1 else p for p in prompts]
-        if isinstance(prompts, (list, tuple))
-        else None
-    )
-    if not rows or any(not isinstance(p, (list, tuple)) or len(p) == 0 for p in rows):
-        got = (
-            [tuple(p.shape) if isinstance(p, torch.Tensor) else p for p in prompts]
-            if isinstance(prompts, (list, tuple))
-            else type(prompts).__name__
-        )
-        raise ValueError(
-            f"prompts must be a non-empty list of non-empty token-id lists or 1-D tensors, got {got!r:.80}"
-        )
+    check_sequence("prompts", prompts, min_len=1, items=_check_prompt)
+    rows = [p.tolist() if isinstance(p, torch.Tensor) else p for p in prompts]
     if device is None and isinstance(prompts[0], torch.Tensor):
         device = prompts[0].device
     T = max(len(p) for p in rows)

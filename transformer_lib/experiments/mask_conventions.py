@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from ..models.transformer import BertEncoder
 from ..blocks.multihead import MultiHeadAttention
+from ..utils.checks import check_tensor
 
 
 def torch_mha_from(attn: MultiHeadAttention) -> nn.MultiheadAttention:
@@ -30,11 +31,9 @@ def torch_mha_from(attn: MultiHeadAttention) -> nn.MultiheadAttention:
 
     Both stack ``[W_Q; W_K; W_V]`` in one ``(3 d_model, d_model)`` matrix (``attn.qkv``, ``in_proj_weight``), so
     the copy is one line per tensor. Needs plain multi-head attention (as many key/value heads as query heads)."""
-    if attn.qkv.weight.shape != (3 * attn.d_model, attn.d_model) or attn.qkv.bias is None:
-        raise ValueError(
-            f"need plain multi-head attention with biases (qkv of shape (3 d_model, d_model)), got qkv "
-            f"{tuple(attn.qkv.weight.shape)} with d_model={attn.d_model}, bias={attn.qkv.bias is not None}"
-        )
+    plain = "(3 d_model, d_model): plain multi-head attention, as many key/value heads as query heads"
+    check_tensor("attn.qkv.weight", attn.qkv.weight, (3 * attn.d_model, attn.d_model), note=plain)
+    check_tensor("attn.qkv.bias", attn.qkv.bias, note="nn.MultiheadAttention's in_proj_bias")
     w = attn.qkv.weight
     mha = nn.MultiheadAttention(attn.d_model, attn.n_heads, batch_first=True, device=w.device, dtype=w.dtype)
     with torch.no_grad():

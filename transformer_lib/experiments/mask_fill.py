@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..blocks.attention import attention_weights
+from ..utils.checks import check_choice
 
 NAIVE_FILL = -1e9  # a common tutorial fill value: the pitfall measured in chapter 06
 GPT2_OLD_FILL = -1e4  # the value GPT-2 implementations replaced masked scores with (huggingface/transformers#17121)
@@ -22,8 +23,7 @@ FILLS = ("-1e9", "-inf", "finfo.min")
 
 def fill_value(fill: str, dtype: torch.dtype) -> float:
     """The Python number a mask uses for a blocked score."""
-    if fill not in FILLS:
-        raise ValueError(f"fill must be one of {FILLS}, got {fill!r}")
+    check_choice("fill", fill, FILLS)
     return {"-1e9": NAIVE_FILL, "-inf": float("-inf"), "finfo.min": torch.finfo(dtype).min}[fill]
 
 
@@ -33,13 +33,12 @@ def apply_fill(scores: torch.Tensor, keep: torch.Tensor, fill: str, how: str) ->
     ``how="replace"``: ``scores.masked_fill(~keep, value)``; ``how="add"``: ``scores + additive`` with an
     additive mask (0 / value) built in ``scores``' dtype, as many codebases do. May raise (fp16 cannot hold -1e9).
     """
+    check_choice("how", how, ("replace", "add"))
     value = fill_value(fill, scores.dtype)
     if how == "replace":
         return scores.masked_fill(~keep, value)
-    if how == "add":
-        additive = torch.zeros((), dtype=torch.float64).new_tensor(value).to(scores.dtype)  # the cast is the pitfall
-        return scores + torch.where(keep, torch.zeros((), dtype=scores.dtype), additive)
-    raise ValueError(f"how must be 'replace' or 'add', got {how!r}")
+    additive = torch.zeros((), dtype=torch.float64).new_tensor(value).to(scores.dtype)  # the cast is the pitfall
+    return scores + torch.where(keep, torch.zeros((), dtype=scores.dtype), additive)  # how == "add"
 
 
 TABLE_SCORES = torch.tensor([[1.5, -0.5, -30.0, 2.0], [1.5, -0.5, -30.0, 2.0]])  # (2, 4) one row, twice

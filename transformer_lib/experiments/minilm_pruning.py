@@ -71,8 +71,7 @@ def sentence_sets(n_sets: int, size: int, seed: int = 0, lines: Sequence[str] | 
     for name, v in (("n_sets", n_sets), ("size", size)):
         check_int(name, v, min=1)
     pool = sorted(set(corpus_lines() if lines is None else lines))  # distinct lines, in a fixed order
-    if n_sets * size > len(pool):
-        raise ValueError(f"n_sets * size = {n_sets * size} lines needed, only {len(pool)} distinct lines given")
+    check_int("n_sets * size", n_sets * size, max=len(pool), note="lines needed: at most the distinct lines given")
     random.Random(seed).shuffle(pool)
     return [pool[i * size : (i + 1) * size] for i in range(n_sets)]
 
@@ -116,10 +115,8 @@ def sensitivity_importance(
 
 
 def _width(model: nn.Module) -> int:
-    cfg = getattr(model, "cfg", None)
-    if cfg is None or not hasattr(cfg, "d_model"):
-        raise ValueError(f"model must have cfg.d_model (a BertEncoder), got {type(model).__name__}")
-    return cfg.d_model
+    d_model = getattr(getattr(model, "cfg", None), "d_model", None)
+    return check_int("model.cfg.d_model", d_model, min=1, note=f"the width of model, a {type(model).__name__}")
 
 
 @torch.no_grad()
@@ -238,8 +235,7 @@ def t_interval(values, level: float = 0.95) -> tuple[float, float]:
     """``(mean, half_width)`` of the Student-t confidence interval for the mean of ``values`` (n >= 2 numbers,
     treated as independent draws): ``half_width = t_{(1+level)/2, n-1} * sd / sqrt(n)``, sd with ``n - 1``."""
     x = torch.as_tensor(values, dtype=torch.float64).flatten()
-    if x.numel() < 2:
-        raise ValueError(f"values must hold at least 2 numbers for an interval, got {x.numel()}")
+    check_int("the number of values", x.numel(), min=2, note="an interval needs two at least")
     check_number("level", level, min=0, max=1, min_open=True, max_open=True)
     n = x.numel()
     return float(x.mean()), t_quantile((1 + level) / 2, n - 1) * float(x.std(correction=1)) / math.sqrt(n)

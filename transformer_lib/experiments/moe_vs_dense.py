@@ -21,6 +21,7 @@ from ..training.losses import gpt_loss
 from ..training.loop import TrainConfig, evaluate_loss, train
 from .threads import torch_threads
 from ..checkpoints import CHECKPOINT_DIR
+from ..utils.checks import check_choice, check_int, check_tensor
 
 BLOCK, BATCH = 64, 16  # characters per window, windows per step
 VAL_BATCHES, VAL_SEED = 8, 4321
@@ -49,8 +50,8 @@ def pair_configs(
 ) -> dict[str, LlamaConfig]:
     """``{"dense", "moe", "moe, no balancing"}``: the same decoder with a SwiGLU of ``d_ff`` or ``n_experts`` experts
     of ``d_ff // top_k``; the first mixture adds Switch's balancing loss (alpha = 0.01), the second none."""
-    if d_ff % top_k:
-        raise ValueError(f"d_ff={d_ff} must be a multiple of top_k={top_k} (experts of d_ff / top_k)")
+    check_int("top_k", top_k, min=1, note="experts each token picks")
+    check_int("d_ff", d_ff, min=1, multiple_of=top_k, note="experts of d_ff / top_k")
     dense = LlamaConfig(
         vocab_size=vocab_size,
         block_size=BLOCK,
@@ -110,8 +111,9 @@ def expert_load(model: Llama, batches) -> torch.Tensor:
 def router_logits(model, ids: torch.Tensor) -> torch.Tensor:
     """Every layer's router scores ``x W_r`` of a mixture ``llama.Llama`` on one sequence ``ids: (T,)``:
     ``(n_layers, T, n_experts)`` float32 on the CPU (the ``router_logits`` each ``moe.MoE`` keeps after a forward)."""
-    if not getattr(model.cfg, "n_experts", 0):
-        raise ValueError("router_logits needs a mixture of experts (LlamaConfig.n_experts > 0)")
+    n_experts = getattr(model.cfg, "n_experts", None) or 0  # 0 or None: a dense feed-forward
+    check_int("model.cfg.n_experts", n_experts, min=1, note="router_logits needs a mixture of experts")
+    check_tensor("ids", ids, ("T",), note="one sequence")
     device = next(model.parameters()).device
     model.eval()
     model(ids[None].to(device))
@@ -197,8 +199,7 @@ def load_trained(name: str = "moe", device=None) -> Llama:
     from ..data.checkpoint_io import load_weights
 
     configs = load_record()["configs"]
-    if name not in configs:
-        raise ValueError(f"name must be one of {sorted(configs)}, got {name!r}")
+    check_choice("name", name, configs)
     weights = load_file(str(_checkpoint_dir() / f"{RECORD_NAME}.safetensors"), device="cpu")
     prefix = _prefix(name)
     own = {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_number, check_sequence, check_tensor
 from ..serving.decoding import decode_step
 from ..serving.kv_cache import StaticCache, kv_cache_bytes
 from ..book_tools.timing import interleaved_medians, interleaved_times
@@ -65,8 +66,7 @@ def first_size_at_balance(intensity, balance: float, largest: int = 4096) -> int
     ``intensity(n)`` (FLOPs per byte) reaches ``balance``, the machine's peak FLOP/s over its bandwidth; ``largest +
     1`` when none does. The one rule the book uses for where the roofline model puts the turn."""
     check_int("largest", largest, min=1)
-    if not balance > 0:
-        raise ValueError(f"balance must be a positive number of FLOPs per byte, got {balance!r}")
+    check_number("balance", balance, min=0, min_open=True, note="the machine's FLOPs per byte")
     return next((n for n in range(1, largest + 1) if intensity(n) >= balance), largest + 1)
 
 
@@ -84,11 +84,10 @@ def matvec_bandwidth(n_bytes: int, in_features: int = 768, repeats: int = 5, dev
     """Measured bytes/s that ``x (1, in) @ W (in, out)`` streams from ``W`` of about ``n_bytes``: the memory ceiling
     a decoding step meets. Size ``W`` like the model's weights, so it is read from where they are (a matrix that
     fits in a CPU's caches reads faster than one that streams from memory); ``in_features``: the model's width."""
-    check_int("n_bytes", n_bytes, min=1)
     check_int("in_features", in_features, min=1)
-    out_features = n_bytes // (in_features * torch.finfo(dtype).bits // 8)
-    if out_features < 1:
-        raise ValueError(f"n_bytes={n_bytes} is smaller than one row of in_features={in_features} {dtype} numbers")
+    row_bytes = in_features * torch.finfo(dtype).bits // 8  # one row of W's transpose: (in,)
+    check_int("n_bytes", n_bytes, min=row_bytes, note=f"one row of in_features={in_features} {dtype} numbers")
+    out_features = n_bytes // row_bytes
     w = torch.ones(in_features, out_features, device=device, dtype=dtype)  # (in, out); the values do not matter
     x = torch.ones(1, in_features, device=device, dtype=dtype)
     seconds = interleaved_medians({"matvec": lambda: x @ w}, repeats=repeats, warmup=2, device=device)["matvec"]
@@ -113,9 +112,7 @@ def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor
     """Run the prompts ``ids: (B, T)`` once into a fresh ``StaticCache`` of ``max_len`` positions; greedy first
     token. ``attention_mask: (B, T)``, False on left padding (each row counts positions from its first real
     token, as ``generate`` does)."""
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
-        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise ValueError(f"ids must be a long tensor (B, T), got {got}")
+    check_tensor("ids", ids, ("B", "T"), dtype=torch.long)
     B, T = ids.shape
     check_int("max_len", max_len, min=T + 1)
     mask = position = positions = None
@@ -136,11 +133,8 @@ def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
     """``n`` greedy decoding steps (``decoding.decode_step``) after ``state``; returns the ``(B, n)`` new tokens and
     sets the cache back to the prompt, so the same steps can run again. (``decode_step``'s default path: without the
     transposed weight copies ``generate`` makes on CPU, which took as long here for one row.)"""
-    check_int("n", n, min=1)
-    if state.past + n > state.cache.max_len:
-        raise ValueError(
-            f"n={n} steps after {state.past} positions do not fit the cache's max_len={state.cache.max_len}"
-        )
+    room = state.cache.max_len - state.past  # positions the cache has left after the prompt
+    check_int("n", n, min=1, max=room, note=f"steps that fit the cache's max_len={state.cache.max_len}")
     token, out = state.token, []
     for i in range(n):
         t = state.past + i + 1  # keys after this step
@@ -167,15 +161,11 @@ def time_to_first_token_and_per_token(
     decoding steps alone in the rest (a long prefill costs many decoding steps): lists then differ in length, and
     rounds ``0 .. prefill_repeats - 1`` are the paired ones.
     """
-    if isinstance(prompt_lens, int) or not prompt_lens:
-        raise ValueError(f"prompt_lens must be a non-empty list of ints, got {prompt_lens!r}")
-    for i, T in enumerate(prompt_lens):
-        check_int(f"prompt_lens[{i}]", T, min=1)
+    check_sequence("prompt_lens", prompt_lens, min_len=1, items=partial(check_int, min=1))
     check_int("n_new", n_new, min=1)
+    check_int("repeats", repeats, min=1)
     prefill_repeats = repeats if prefill_repeats is None else prefill_repeats
-    check_int("prefill_repeats", prefill_repeats, min=1)
-    if prefill_repeats > repeats:
-        raise ValueError(f"prefill_repeats={prefill_repeats} must be at most repeats={repeats}")
+    check_int("prefill_repeats", prefill_repeats, min=1, max=repeats, note="the first rounds, at most repeats")
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
     fns = {}
     for T in prompt_lens:
@@ -224,10 +214,7 @@ def cached_forward_times(model, past: int, ks=(1, 4), repeats: int = 5, seed: in
     """Every round's seconds of ``cached_forward_seconds``' passes (round ``r`` of each ``k`` measured in the same
     pass over ``ks``: pairs for ``timing.ratio_from_times``)."""
     check_int("past", past, min=1)
-    if isinstance(ks, int) or not ks:
-        raise ValueError(f"ks must be a non-empty list of ints >= 1, got {ks!r}")
-    for i, k in enumerate(ks):
-        check_int(f"ks[{i}]", k, min=1)
+    check_sequence("ks", ks, min_len=1, items=partial(check_int, min=1), note="new positions per forward pass")
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
     ids = torch.randint(0, model.cfg.vocab_size, (1, past + max(ks)), generator=g).to(device)
     state = prefill(model, ids[:, :past], past + max(ks))

@@ -26,6 +26,7 @@ from ..data.objectives import mlm_mask
 from ..training.loop import TrainConfig, evaluate_loss, train
 from ..models.variants import set_causal
 from .threads import torch_threads
+from ..utils.checks import check_choice
 
 OBJECTIVES = ("next-token", "mlm")
 
@@ -55,8 +56,7 @@ def mask_id() -> int:
 def make_lm(objective: str, cfg: ObjectiveConfig = ObjectiveConfig()) -> GPT:
     """The tiny Transformer of ``cfg`` (vocabulary: the characters and ``[MASK]``), initialised from ``cfg.seed``;
     causal for ``"next-token"``, bidirectional for ``"mlm"``."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    check_choice("objective", objective, OBJECTIVES)
     torch.manual_seed(cfg.seed)
     model = GPT(
         GPTConfig(

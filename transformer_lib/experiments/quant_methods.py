@@ -26,6 +26,7 @@ import copy
 import json
 import platform
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -34,7 +35,7 @@ import torch.nn as nn
 
 from ..book_models.checkpoints import load_shakespeare_gpt
 from ..book_models.metrics import shakespeare_val_batches
-from ..utils.checks import check_int
+from ..utils.checks import check_choice, check_int, check_sequence, check_tensor
 from ..data.corpus import get_batch, shakespeare_split
 from ..models.pretrained import load_minilm, sentence_embeddings
 from ..quant.awq import awq_quantize_model, awq_scales
@@ -54,13 +55,11 @@ STUDY_PATH = CHECKPOINT_DIR / "quant_methods.json"
 def shakespeare_lines(split: str, n: int, seed: int = 0, min_chars: int = 30, max_chars: int = 120) -> list[str]:
     """``n`` distinct verse or prose lines (``min_chars`` to ``max_chars`` characters) drawn at random (``seed``)
     from the training (``"train"``) or held-out (``"val"``) plays, in a fixed order."""
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    check_choice("split", split, ("train", "val"))
     check_int("n", n, min=1)
     text = shakespeare_split()[split == "val"]
     lines = sorted({ln.strip() for ln in text.splitlines() if min_chars <= len(ln.strip()) <= max_chars})
-    if n > len(lines):
-        raise ValueError(f"n={n} is more than the {len(lines)} lines of {min_chars}-{max_chars} characters")
+    check_int("n", n, max=len(lines), note=f"at most the split's lines of {min_chars}-{max_chars} characters")
     order = torch.randperm(len(lines), generator=torch.Generator().manual_seed(seed))[:n]
     return [lines[i] for i in order.tolist()]
 
@@ -95,11 +94,7 @@ def embedding_agreement(model: nn.Module, tokenizer, sentences: Sequence[str], r
     """Mean cosine between ``model``'s sentence embeddings of ``sentences`` and ``reference: (n, d)`` (the float
     model's, unit rows): 1.0 when nothing moved."""
     emb = sentence_embeddings(model, tokenizer, list(sentences))  # (n, d), unit rows
-    if reference.shape != emb.shape:
-        raise ValueError(
-            f"reference must be ({len(sentences)}, {emb.shape[1]}) embeddings of the sentences, "
-            f"got {tuple(reference.shape)}"
-        )
+    check_tensor("reference", reference, tuple(emb.shape), note="(n, d): the float model's, one per sentence")
     return (emb * reference.to(emb)).sum(-1).mean().item()
 
 
@@ -115,8 +110,7 @@ def quantize_copy(
 ) -> nn.Module:
     """A quantized copy of ``model`` (the original is untouched): ``method`` one of ``METHODS``; GPTQ and AWQ
     read the calibration batches, round-to-nearest ignores them. ``awq_grid``: alphas tried by AWQ."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_choice("method", method, METHODS)
     m = copy.deepcopy(model)
     if method == "rtn":
         return quantize_model(m, bits, group_size, skip=skip)
@@ -153,11 +147,8 @@ def compare_methods(
     "group_size", "score", "seconds", "cpu_seconds"}]}``; ``seconds`` is the wall-clock time quantization took
     (calibration included), ``cpu_seconds`` this process's CPU time for it (what a busy machine does not inflate).
     ``group_size=None``: one scale per output channel."""
-    bad = [m for m in methods if m not in METHODS]
-    if not methods or bad:
-        raise ValueError(f"methods must be a non-empty selection of {METHODS}, got {tuple(methods)!r}")
-    if not group_sizes:
-        raise ValueError("group_sizes must name at least one group size (None: per channel), got none")
+    check_sequence("methods", methods, min_len=1, items=partial(check_choice, choices=METHODS))
+    check_sequence("group_sizes", group_sizes, min_len=1, note="group sizes, None: one scale per channel")
     rows = []
     for g in group_sizes:
         for method in methods:
@@ -301,8 +292,7 @@ def outlier_migration(x: torch.Tensor, weight: torch.Tensor, alpha: float = 0.5)
 def layer_inputs(model: nn.Module, calib_batches, name: str) -> torch.Tensor:
     """What the linear layer ``name`` receives while ``model`` runs ``calib_batches``: ``(tokens, in_features)``."""
     inputs = calibration_inputs(model, calib_batches)
-    if name not in inputs:
-        raise ValueError(f"name must be one of the model's linear layers, e.g. {sorted(inputs)[:3]}, got {name!r}")
+    check_choice("name", name, inputs)  # the model's linear layers
     return inputs[name]
 
 
@@ -316,8 +306,7 @@ def linear_weights(model: nn.Module) -> torch.Tensor:
         if isinstance(m, nn.Linear) and id(m.weight) not in seen:
             seen.add(id(m.weight))
             parts.append(m.weight.detach().float().cpu().reshape(-1))
-    if not parts:
-        raise ValueError(f"model must hold at least one nn.Linear, got {type(model).__name__} with none")
+    check_int("the nn.Linear layers in model", len(parts), min=1, note=f"model is a {type(model).__name__}")
     return torch.cat(parts)
 
 

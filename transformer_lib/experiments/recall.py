@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from ..data.checkpoint_io import load_weights, provenance, save_tensors_and_record, tied_names
-from ..utils.checks import check_int
+from ..utils.checks import check_choice, check_int
 from ..utils.device import default_device, seed_everything
 from ..models.configs import GPTConfig
 from ..models.transformer import GPT
@@ -141,8 +141,7 @@ CHECKPOINT = CHECKPOINT_DIR / "recall_models"
 
 def make_contestant(name: str, gap: int, n_symbols: int = 8, seed: int = 0) -> nn.Module:
     """``RecallLSTM`` (``name="LSTM"``) or ``recall_gpt`` (``"attention"``), initialised from ``seed``."""
-    if name not in CONTESTANTS:
-        raise ValueError(f"name must be one of {CONTESTANTS}, got {name!r}")
+    check_choice("name", name, CONTESTANTS)
     seed_everything(seed)
     return RecallLSTM(n_symbols + 1) if name == "LSTM" else recall_gpt(gap, n_symbols)
 

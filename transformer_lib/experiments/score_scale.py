@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..utils.checks import check_number
+from ..utils.checks import check_number, check_tensor
 from ..blocks.multihead import MultiHeadAttention
 
 
@@ -37,9 +37,7 @@ class ScoreStats:
 @torch.no_grad()
 def score_stats(mha: MultiHeadAttention, x: torch.Tensor, threshold: float = 0.99) -> ScoreStats:
     """Self-attention scores of ``mha`` on ``x: (B, T, d_model)``, pooled over batch, heads and query rows."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != mha.d_model:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must be a (B, T, d_model={mha.d_model}) tensor, got {got}")
+    check_tensor("x", x, ("B", "T", mha.d_model), note=f"(B, T, d_model={mha.d_model})")
     check_number("threshold", threshold, min=0, max=1, min_open=True, max_open=True)
     q, k, _ = mha.project_qkv(x)  # (B, H, T, d_head)
     raw = (q @ k.transpose(-2, -1)).float()  # (B, H, T, T)

@@ -17,6 +17,7 @@ parallel work, so timing it on one thread would measure something else.
 from __future__ import annotations
 
 import statistics
+from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_number, check_sequence, check_tensor
 from ..book_tools.timing import interleaved_times
 
 
@@ -61,10 +62,7 @@ def training_step_rounds(
     the kernels).
     """
     check_int("width", width, min=1)
-    if isinstance(lengths, int) or not lengths:
-        raise ValueError(f"lengths must be a non-empty list of ints >= 1, got {lengths!r}")
-    for i, T in enumerate(lengths):
-        check_int(f"lengths[{i}]", T, min=1)
+    check_sequence("lengths", lengths, min_len=1, items=partial(check_int, min=1), note="sequence lengths to time")
     gen = torch.Generator().manual_seed(seed)
     rounds = {name: [] for name in models}
     for T in lengths:
@@ -108,14 +106,13 @@ def training_step_flops(fn, x: torch.Tensor) -> int:
 
 
 def _check_points(lengths: Sequence[float], seconds: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """``lengths`` and ``seconds`` as float arrays, checked: two equal-length runs of at least 2 positive points."""
     T, t = np.asarray(lengths, dtype=float), np.asarray(seconds, dtype=float)
-    if T.shape != t.shape or T.ndim != 1 or len(T) < 2:
-        raise ValueError(
-            f"lengths and seconds must be two equal-length lists of at least 2 points, "
-            f"got {len(T)} lengths and {len(t)} times"
-        )
-    if (T <= 0).any() or (t <= 0).any():
-        raise ValueError("lengths and seconds must all be positive (a log-log fit needs logs)")
+    check_tensor("lengths", torch.from_numpy(T), ("N",), finite=True)
+    check_tensor("seconds", torch.from_numpy(t), T.shape, finite=True, note="one time per length")
+    check_int("len(lengths)", len(T), min=2, note="points to fit a line through")
+    check_number("min(lengths)", float(T.min()), min=0, min_open=True, note="a log-log fit needs logs")
+    check_number("min(seconds)", float(t.min()), min=0, min_open=True, note="a log-log fit needs logs")
     return T, t
 
 

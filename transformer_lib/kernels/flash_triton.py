@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..utils.checks import check_choice, check_int, check_tensor
 from . import interpreter_requested
 
 
@@ -104,44 +105,29 @@ was set before ``triton`` was first imported, so the kernel runs on the CPU. (Py
 e.g. on entering a ``TorchDispatchMode``: set the variable at the start of the process.)"""
 
 
-def _is_power_of_two_at_least_16(n) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and n >= 16 and n & (n - 1) == 0
+BLOCK_SIZES = tuple(2**i for i in range(4, 13))
+"""The tile sizes ``block_m`` and ``block_n`` may take: powers of two from 16 (``tl.dot``'s smallest tile) to 4096."""
 
 
 def flash_attention_triton(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, block_m: int = 16, block_n: int = 16
 ) -> torch.Tensor:
     """``softmax(q k^T / sqrt(D)) v`` by the Triton kernel: ``q: (B, H, Tq, D)``, ``k, v: (B, H, Tk, D)`` ->
-    ``(B, H, Tq, D)`` in q's dtype (fp32 accumulation inside). ``causal`` aligns queries to the end of the keys.
+    ``(B, H, Tq, D)`` in q's dtype (fp32 accumulation inside). ``causal`` aligns queries to the end of the keys;
+    ``block_m``, ``block_n``: the query and key tiles' sizes, each one of ``BLOCK_SIZES``.
 
     CUDA tensors run compiled; CPU tensors need the interpreter (``TRITON_INTERPRET=1`` before the import), which
     refuses bfloat16 (it computes it wrongly).
     """
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if (
-            not isinstance(x, torch.Tensor)
-            or x.dim() != 4
-            or x.dtype not in (torch.float16, torch.bfloat16, torch.float32)
-        ):
-            got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"{name} must be a 4-D float16/bfloat16/float32 tensor (B, H, T, D), got {got}")
-    if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k, v must share a dtype and device, got {q.dtype}/{q.device}, {k.dtype}/{k.device}, "
-            f"{v.dtype}/{v.device}"
-        )
-    if q.shape[:2] != k.shape[:2] or k.shape != v.shape or q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"expected q (B, H, Tq, D) and k, v (B, H, Tk, D), got q{tuple(q.shape)}, "
-            f"k{tuple(k.shape)}, v{tuple(v.shape)}"
-        )
-    if causal and k.shape[2] < q.shape[2]:
-        raise ValueError(f"causal attention needs Tk >= Tq, got Tq={q.shape[2]}, Tk={k.shape[2]}")
-    if q.shape[-1] > 256:
-        raise ValueError(f"head dimension D must be at most 256, got {q.shape[-1]}")
-    for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if not _is_power_of_two_at_least_16(b):
-            raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's smallest tile), got {b!r}")
+    check_tensor("q", q, ("B", "H", "Tq", "D"), dtype=(torch.float16, torch.bfloat16, torch.float32))
+    like_q = dict(dtype=q.dtype, device=q.device, note="(B, H, Tk, D), B, H, D and dtype as in q")
+    check_tensor("k", k, (*q.shape[:2], None, q.shape[3]), **like_q)
+    check_tensor("v", v, tuple(k.shape), **like_q)
+    if causal:
+        check_int("k.shape[2]", k.shape[2], min=q.shape[2], note="Tk: causal needs at least Tq = q.shape[2] keys")
+    check_int("q.shape[3]", q.shape[3], max=256, note="the head dimension D")
+    check_choice("block_m", check_int("block_m", block_m), BLOCK_SIZES)
+    check_choice("block_n", check_int("block_n", block_n), BLOCK_SIZES)
     if INTERPRETED and q.dtype == torch.bfloat16:  # NumPy has no bfloat16: the interpreter reads its bits wrongly
         raise ValueError(
             "q must not be bfloat16 under Triton's interpreter (TRITON_INTERPRET=1), whose bfloat16 outputs are "

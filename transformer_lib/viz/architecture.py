@@ -19,6 +19,7 @@ from matplotlib.patches import FancyBboxPatch
 
 from ..blocks.layers import DecoderLayer, EncoderLayer, Residual
 from ..models.transformer import GPT, BertEncoder, Transformer
+from ..utils.checks import check_type
 
 COLORS = {
     "embed": "#f6d5e5",
@@ -81,17 +82,16 @@ def _ffn_label(ffn) -> str:
 
 
 def _layer_boxes(layer: nn.Module) -> tuple[list[Box], list[tuple[int, int]], int | None]:
+    check_type("layer", layer, (EncoderLayer, DecoderLayer))
     boxes, residuals, cross = [], [], None
     if isinstance(layer, EncoderLayer):
         _sublayer(_attn_label("Self-attention", layer.self_attn), "attn", layer.res_self, boxes, residuals)
-    elif isinstance(layer, DecoderLayer):
+    else:  # a DecoderLayer
         _sublayer(_attn_label("Masked self-attention", layer.self_attn), "attn", layer.res_self, boxes, residuals)
         if layer.cross_attn is not None:
             cross = _sublayer(
                 _attn_label("Cross-attention", layer.cross_attn), "cross", layer.res_cross, boxes, residuals
             )
-    else:
-        raise ValueError(f"layer must be an EncoderLayer or DecoderLayer, got {type(layer).__name__}")
     _sublayer(_ffn_label(layer.ffn), "ffn", layer.res_ffn, boxes, residuals)
     return boxes, residuals, cross
 
@@ -102,6 +102,7 @@ def _norm_box(module: nn.Module) -> list[Box]:
 
 def architecture_columns(model: nn.Module) -> list[Column]:
     """The diagram's columns for a ``Transformer`` (encoder, decoder), a ``GPT`` or a ``BertEncoder``."""
+    check_type("model", model, (Transformer, GPT, BertEncoder))
     if isinstance(model, Transformer):
         c = model.cfg
         emb = Box(f"Embedding + sinusoidal positions\nd_model = {c.d_model}", "embed")
@@ -138,24 +139,22 @@ def architecture_columns(model: nn.Module) -> list[Column]:
         head = Box(f"Linear{tied} -> softmax\nnext-token probabilities ({c.vocab_size})", "out")
         layer, res, _ = _layer_boxes(model.blocks[0])
         return [Column("Decoder-only (GPT)", below, layer, len(model.blocks), _norm_box(model.norm) + [head], res)]
-    if isinstance(model, BertEncoder):
-        c = model.cfg
-        below = [
-            Box(f"Tokens (B, T) with [CLS] ... [SEP]\nvocabulary {c.vocab_size}", "io"),
-            Box(f"Token + position + segment embedding,\nLayerNorm; d_model = {c.d_model}", "embed"),
-        ]
-        layer, res, _ = _layer_boxes(model.layers[0])
-        return [
-            Column(
-                "Encoder-only (BERT)",
-                below,
-                layer,
-                len(model.layers),
-                [Box("One vector per token (B, T, d_model)", "out")],
-                res,
-            )
-        ]
-    raise ValueError(f"model must be a Transformer, GPT or BertEncoder, got {type(model).__name__}")
+    c = model.cfg  # a BertEncoder: the one type left
+    below = [
+        Box(f"Tokens (B, T) with [CLS] ... [SEP]\nvocabulary {c.vocab_size}", "io"),
+        Box(f"Token + position + segment embedding,\nLayerNorm; d_model = {c.d_model}", "embed"),
+    ]
+    layer, res, _ = _layer_boxes(model.layers[0])
+    return [
+        Column(
+            "Encoder-only (BERT)",
+            below,
+            layer,
+            len(model.layers),
+            [Box("One vector per token (B, T, d_model)", "out")],
+            res,
+        )
+    ]
 
 
 # ----------------------------------------------------------------------------- drawing

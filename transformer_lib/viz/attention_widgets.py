@@ -21,6 +21,7 @@ import torch
 
 from ..blocks.attention import attention_weights
 from ..analysis.head_stats import entropy_bits
+from ..utils.checks import check_int
 from .plots import plot_attention
 from .widgets import live_view
 
@@ -34,10 +35,8 @@ def head_queries_keys(model, tokenizer, sentence: str, layer: int, head: int):
     per-head ``(B, H, T, d_head)``, so ``attention_weights(q, k)`` is exactly that head's map.
     """
     n_layers, n_heads = len(model.layers), model.layers[0].self_attn.n_heads
-    if not 0 <= layer < n_layers:
-        raise ValueError(f"layer must be in 0..{n_layers - 1}, got layer={layer}")
-    if not 0 <= head < n_heads:
-        raise ValueError(f"head must be in 0..{n_heads - 1}, got head={head}")
+    check_int("layer", layer, min=0, max=n_layers - 1)
+    check_int("head", head, min=0, max=n_heads - 1)
     device = next(model.parameters()).device
     enc = {name: t.to(device) for name, t in tokenizer.encode(sentence).items()}  # each (1, T)
     hidden = model(**enc).hidden_states[layer]  # (1, T, d_model): the input of layer `layer`

@@ -22,6 +22,7 @@ import torch
 from ..serving.generation import filter_logits, sample_next
 from ..analysis.head_stats import entropy_bits
 from ..serving.kv_cache import DynamicCache, kv_cache_bytes
+from ..utils.checks import check_int
 from .widgets import frame_slider
 
 SHOW = {"\n": "⏎", " ": "␣", "\t": "⇥"}  # visible forms of whitespace characters
@@ -54,8 +55,8 @@ def trace_generation(
     """
     device = model.tok_emb.weight.device
     ids = torch.tensor([tokenizer.encode(prompt)], device=device)  # (1, T)
-    if ids.shape[1] + n_new > model.cfg.block_size:
-        raise ValueError(f"prompt ({ids.shape[1]} tokens) + n_new={n_new} exceeds block_size={model.cfg.block_size}")
+    room = model.cfg.block_size - ids.shape[1]  # positions left after the prompt
+    check_int("n_new", n_new, min=0, max=room, note=f"after {ids.shape[1]} prompt tokens, within block_size")
     gen = None if seed is None else torch.Generator(device=device).manual_seed(seed)
     cache, fed, steps, tokens = DynamicCache(), ids, [], [tokenizer.decode([i]) for i in ids[0].tolist()]
     for _ in range(n_new):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from functools import partial
 from typing import Sequence
 
 import anywidget
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 import traitlets
 
-from ..utils.checks import check_int, check_number
+from ..utils.checks import check_choice, check_int, check_number, check_sequence, check_tensor, check_type
 from . import live_static
 from .esm import JS_DIR, bundle  # noqa: F401  (JS_DIR: where the figures' modules live, for the tests)
 
@@ -93,9 +94,7 @@ class SinusoidTable(LiveWidget):
         self, d_model: int = 64, position: int = 10, other: int = 20, n_positions: int = 100, max_d_model: int = 512
     ):
         check_range("max_d_model", max_d_model, 2, 4096)
-        check_range("d_model", d_model, 2, max_d_model)
-        if d_model % 2:
-            raise ValueError(f"d_model must be even (sin and cos pairs), got d_model={d_model}")
+        check_int("d_model", d_model, 2, max_d_model, multiple_of=2, note="sin and cos pairs")
         check_range("n_positions", n_positions, 2, 1000)
         check_range("position", position, 0, n_positions - 1)
         check_range("other", other, 0, n_positions - 1)
@@ -125,14 +124,9 @@ class RopeRotation(LiveWidget):
     def __init__(
         self, q: torch.Tensor, k: torch.Tensor, m: int = 3, n: int = 1, max_position: int = 64, base: float = 10000.0
     ):
-        for name, v in (("q", q), ("k", k)):
-            if not isinstance(v, torch.Tensor) or v.dim() != 1 or v.shape[0] % 2 or not 2 <= v.shape[0] <= 64:
-                got = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
-                raise ValueError(f"{name} must be a 1-D tensor (d_head,) with d_head even, 2..64, got {got}")
-            if not torch.isfinite(v).all():
-                raise ValueError(f"{name} must be finite (no NaN or inf)")
-        if q.shape != k.shape:
-            raise ValueError(f"q and k must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}")
+        check_tensor("q", q, ("d_head",), finite=True)
+        check_int("d_head", q.shape[0], 2, 64, multiple_of=2, note="q's size: pairs, each drawn")
+        check_tensor("k", k, tuple(q.shape), finite=True, note="q's shape")
         check_range("max_position", max_position, 1, 100_000)
         check_range("m", m, 0, max_position)
         check_range("n", n, 0, max_position)
@@ -161,20 +155,16 @@ class KVCacheCalculator(LiveWidget):
     picture = "kv_cache_calculator"  # live_static.kv_cache_calculator: the static picture
 
     def __init__(self, models: Sequence[tuple], max_length: int = 32768):
-        if len(models) == 0:
-            raise ValueError("models must list at least one (name, n_layers, n_kv_heads, d_head, context, bytes) row")
+        row = "(name, n_layers, n_kv_heads, d_head, context_length, bytes_per_element)"
+        check_sequence("models", models, min_len=1, note=f"one {row} row per model")
         check_range("max_length", max_length, 1, 1 << 20)
         limits = (("n_layers", 128), ("n_kv_heads", 128), ("d_head", 256), ("context_length", max_length))
         for r, m in enumerate(models):
-            if len(m) != 6 or not isinstance(m[0], str):
-                raise ValueError(
-                    f"models[{r}] must be (name, n_layers, n_kv_heads, d_head, context_length, "
-                    f"bytes_per_element), got {m!r}"
-                )
+            check_sequence(f"models[{r}]", m, length=6, note=row)
+            check_type(f"models[{r}] name", m[0], str)
             for (name, high), value in zip(limits, m[1:5]):
                 check_range(f"models[{r}] {name}", value, 1, high)
-            if m[5] not in (1, 2, 4):
-                raise ValueError(f"models[{r}] bytes_per_element must be 1, 2 or 4, got {m[5]!r}")
+            check_choice(f"models[{r}] bytes_per_element", m[5], (1, 2, 4))
         super().__init__(models=[list(m) for m in models], max_length=max_length)
 
 
@@ -209,20 +199,16 @@ class QuantGrid(LiveWidget):
         outlier: float = 1.0,
         max_outlier: float = 10.0,
     ):
-        if not isinstance(row, torch.Tensor) or row.dim() != 1 or row.numel() < 2 or not row.is_floating_point():
-            got = (tuple(row.shape), row.dtype) if isinstance(row, torch.Tensor) else type(row).__name__
-            raise ValueError(f"row must be a 1-D floating-point tensor (K,) with K >= 2, got {got}")
-        if not torch.isfinite(row).all():
-            raise ValueError("row must be finite (no NaN or inf)")
-        for b in bits_options:
-            check_range("bits_options entries", b, 2, 8)
-        for g in group_options:
-            if g is not None and (not isinstance(g, int) or g < 1 or row.numel() % g):
-                raise ValueError(f"group_options entries must be None or ints dividing K={row.numel()}, got {g!r}")
-        if bits not in bits_options:
-            raise ValueError(f"bits must be one of bits_options={tuple(bits_options)}, got bits={bits!r}")
-        if group_size not in group_options:
-            raise ValueError(f"group_size must be one of group_options={tuple(group_options)}, got {group_size!r}")
+        check_tensor("row", row, ("K",), floating=True, finite=True, note="one weight row")
+        K = check_int("K", row.shape[0], min=2, note="row's length")
+        check_sequence("bits_options", bits_options, min_len=1, items=partial(check_int, min=2, max=8))
+        divisors = [d for d in range(1, K + 1) if K % d == 0]  # the group sizes that split the row evenly
+        for i, g in enumerate(group_options):
+            if g is not None:  # None: one scale for the row
+                check_choice(f"group_options[{i}]", check_int(f"group_options[{i}]", g), divisors)
+        check_choice("bits", bits, bits_options)
+        if group_size is not None or None not in group_options:  # check_choice cannot sort None among ints
+            check_choice("group_size", group_size, [g for g in group_options if g is not None])
         check_range("max_outlier", max_outlier, 1.0, 1000.0, float)
         check_range("outlier", outlier, 1.0, max_outlier, float)
         super().__init__(
@@ -266,23 +252,13 @@ class OnlineSoftmaxTiles(LiveWidget):
         block_k: int = 8,
         block_options: Sequence[int] = (1, 4, 8, 16),
     ):
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
-                got = (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
-                raise ValueError(f"{name} must be a 2-D floating-point tensor, got {got}")
-            if not torch.isfinite(x).all():
-                raise ValueError(f"{name} must be finite (no NaN or inf)")
-        if q.shape[1] != k.shape[1] or k.shape[0] != v.shape[0]:
-            raise ValueError(
-                f"expected q (bq, d), k (Tk, d), v (Tk, d_v), got q{tuple(q.shape)}, "
-                f"k{tuple(k.shape)}, v{tuple(v.shape)}"
-            )
+        check_tensor("q", q, ("bq", "d"), floating=True, finite=True)
+        check_tensor("k", k, ("Tk", q.shape[1]), floating=True, finite=True, note="(Tk, d), d as in q")
+        check_tensor("v", v, (k.shape[0], "d_v"), floating=True, finite=True, note="(Tk, d_v), Tk as in k")
         check_range("bq", q.shape[0], 1, 16)
         check_range("Tk", k.shape[0], 1, 256)
-        for b in block_options:
-            check_range("block_options entries", b, 1, k.shape[0])
-        if block_k not in block_options:
-            raise ValueError(f"block_k must be one of block_options={tuple(block_options)}, got block_k={block_k!r}")
+        check_sequence("block_options", block_options, min_len=1, items=partial(check_int, min=1, max=k.shape[0]))
+        check_choice("block_k", block_k, block_options)
         super().__init__(
             q=encode_float32(q),
             k=encode_float32(k),
@@ -318,20 +294,9 @@ class ExpertRouting(LiveWidget):
     picture = "expert_routing"  # live_static.expert_routing: the static picture
 
     def __init__(self, tokens: Sequence[str], logits: torch.Tensor, layer: int = 0, top_k: int = 2):
-        T = len(tokens)
-        if (
-            not isinstance(logits, torch.Tensor)
-            or logits.dim() != 3
-            or logits.shape[1] != T
-            or T < 1
-            or logits.shape[2] < 2
-            or not torch.isfinite(logits).all()
-        ):
-            got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-            raise ValueError(
-                f"logits must be a finite (n_layers, T, n_experts) tensor with T = len(tokens) = {T} "
-                f"and n_experts >= 2, got {got}"
-            )
+        T = len(check_sequence("tokens", tokens, min_len=1))
+        check_tensor("logits", logits, (None, T, None), finite=True, note="(n_layers, T, n_experts), T = len(tokens)")
+        check_int("logits.shape[2]", logits.shape[2], min=2, note="n_experts: a router picks among two or more")
         L, _, E = logits.shape
         check_range("layer", layer, 0, L - 1)
         check_range("top_k", top_k, 1, E)

@@ -11,11 +11,13 @@ reader pick the sentence, layer, head and temperature; ``AttentionSteps`` (``js/
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Sequence
 
 import torch
 import traitlets
 
+from ..utils.checks import check_choice, check_equal, check_sequence, check_tensor
 from .live import LiveWidget, check_range, encode_float32
 
 
@@ -75,43 +77,25 @@ class AttentionHeatmap(LiveWidget):
         tau_max: float = 5.0,
         head_labels: Sequence | None = None,
     ):
-        if len(tokens) == 0 or len(tokens) != len(scores):
-            raise ValueError(
-                f"tokens and scores must be non-empty lists of the same length (one per sentence), "
-                f"got {len(tokens)} and {len(scores)}"
-            )
-        shape = None
+        check_sequence("tokens", tokens, min_len=1, note="one list of word pieces per sentence")
+        check_sequence("scores", scores, length=len(tokens), note="one tensor per sentence, the same length as tokens")
         for s, (toks, sc) in enumerate(zip(tokens, scores)):
-            T = len(toks)
-            if not isinstance(sc, torch.Tensor) or sc.dim() != 4 or tuple(sc.shape[-2:]) != (T, T):
-                got = tuple(sc.shape) if isinstance(sc, torch.Tensor) else type(sc).__name__
-                raise ValueError(
-                    f"scores[{s}] must be a tensor (n_layers, n_heads, T, T) with T = len(tokens[{s}]) = {T}, got {got}"
-                )
-            if shape is not None and tuple(sc.shape[:2]) != shape:
-                raise ValueError(
-                    f"scores[{s}] has (n_layers, n_heads) = {tuple(sc.shape[:2])}, expected {shape} as in scores[0]"
-                )
-            if not torch.isfinite(sc).all():
-                raise ValueError(f"scores[{s}] must be finite (no NaN or inf)")
-            shape = tuple(sc.shape[:2])
-        if mode not in ("one", "all"):
-            raise ValueError(f"mode must be 'one' or 'all', got {mode!r}")
+            lead = tuple(scores[0].shape[:2]) if s else (None, None)  # (n_layers, n_heads): scores[0]'s
+            note = f"(n_layers, n_heads, T, T), T = len(tokens[{s}]), n_layers and n_heads as in scores[0]"
+            check_tensor(f"scores[{s}]", sc, (*lead, len(toks), len(toks)), finite=True, note=note)
+        shape = tuple(scores[0].shape[:2])  # (n_layers, n_heads)
+        check_choice("mode", mode, ("one", "all"))
         check_range("tau_min", tau_min, 1e-3, 100.0, float)
         check_range("tau_max", tau_max, tau_min, 100.0, float)
         check_range("temperature", temperature, tau_min, tau_max, float)
         check_range("layer", layer, 0, shape[0] - 1)
         check_range("head", head, 0, shape[1] - 1)
         check_range("sentence", sentence, 0, len(tokens) - 1)
+        if head_labels:  # per sentence, a list of n_layers lists of n_heads labels
+            heads = partial(check_sequence, length=shape[1], note="one label per head")
+            layers = partial(check_sequence, length=shape[0], note="one list per layer", items=heads)
+            check_sequence("head_labels", head_labels, length=len(tokens), note="one per sentence", items=layers)
         labels = [] if head_labels is None else [[[str(x) for x in row] for row in per] for per in head_labels]
-        if labels and (
-            len(labels) != len(tokens)
-            or any(len(per) != shape[0] or any(len(r) != shape[1] for r in per) for per in labels)
-        ):
-            raise ValueError(
-                f"head_labels must hold, per sentence, (n_layers, n_heads) = {shape} strings for "
-                f"{len(tokens)} sentence(s)"
-            )
         super().__init__(
             tokens=[list(map(str, t)) for t in tokens],
             scores=[encode_float32(s) for s in scores],
@@ -130,8 +114,7 @@ class AttentionHeatmap(LiveWidget):
     @classmethod
     def from_model(cls, model, tokenizer, sentences: Sequence[str], **kwargs) -> "AttentionHeatmap":
         """Run ``model`` once per sentence and show its heads (``kwargs`` as for the constructor)."""
-        if isinstance(sentences, str) or len(sentences) == 0:
-            raise ValueError(f"sentences must be a non-empty list of strings, got {sentences!r}")
+        check_sequence("sentences", sentences, min_len=1, items=str)
         pairs = [scaled_scores(model, tokenizer, s) for s in sentences]
         return cls([p[0] for p in pairs], [p[1] for p in pairs], **kwargs)
 
@@ -168,13 +151,10 @@ class AttentionSteps(LiveWidget):
     ):
         T = len(tokens)
         for name, x in (("q", q), ("k", k), ("v", v)):
-            if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != T or not torch.isfinite(x).all():
-                got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-                raise ValueError(f"{name} must be a finite (T, d) tensor with T = len(tokens) = {T}, got {got}")
-        if q.shape != k.shape:
-            raise ValueError(f"q and k must have the same shape (T, d_k), got {tuple(q.shape)} and {tuple(k.shape)}")
-        if features and len(features) != v.shape[1]:
-            raise ValueError(f"features must name the d_v = {v.shape[1]} value dimensions, got {len(features)} names")
+            check_tensor(name, x, (T, None), finite=True, note=f"(T, d), T = len(tokens) = {T}")
+        check_equal("k.shape", tuple(k.shape), tuple(q.shape), note="q's: (T, d_k)")
+        if features:
+            check_sequence("features", features, length=v.shape[1], note="a name for each of v's d_v dimensions")
         check_range("query", query, 0, T - 1)
         check_range("temperature", temperature, 0.05, 5.0, float)
         super().__init__(

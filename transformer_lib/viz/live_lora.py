@@ -12,11 +12,13 @@ measured. ``lora_rank_picture`` is its static picture, from the same numbers thr
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from typing import Sequence
 
 import torch.nn as nn
 import traitlets
 
+from ..utils.checks import check_choice, check_int, check_sequence
 from ..training.lora import LoRAConfig, adam_state_bytes, lora_parameter_count, lora_targets
 from . import live_static
 from .live import LiveWidget, check_range
@@ -30,11 +32,18 @@ def adaptable_linears(model: nn.Module, names: Sequence[str]) -> list[tuple[str,
     for name in names:
         found = lora_targets(model, LoRAConfig(target_modules=(name,)))
         shapes = Counter(tuple(model.get_submodule(n).weight.shape) for n in found)
-        if len(shapes) != 1:
-            raise ValueError(f"the linears named {name!r} have several shapes {sorted(shapes)}; expected one")
+        note = f"all of one name share one (out, in); these are {sorted(shapes)}"
+        check_sequence(f"the shapes of the linears named {name!r}", sorted(shapes), length=1, note=note)
         (out, inn), count = shapes.most_common(1)[0]
         rows.append((name, out, inn, count))
     return rows
+
+
+def _check_linear(name: str, row) -> None:
+    """One ``adaptable_linears`` row: ``(name, out, in, count)``, the sizes positive ints."""
+    check_sequence(name, row, length=4, note="(name, out, in, count)")
+    for j, size in enumerate(row[1:], start=1):
+        check_int(f"{name}[{j}]", size, min=1)
 
 
 def lora_trainable(rank: int, linears, chosen: Sequence[str], head: Sequence[int]) -> int:
@@ -80,20 +89,17 @@ class LoRARank(LiveWidget):
         max_rank: int = 384,
         base_name: str = "MiniLM",
     ):
+        check_sequence("linears", linears, min_len=1, items=_check_linear, note="adaptable_linears' rows")
         names = [row[0] for row in linears]
-        if not linears or any(len(row) != 4 or min(row[1:]) < 1 for row in linears):
-            raise ValueError(
-                f"linears must be non-empty (name, out, in, count) rows of positive sizes, got {linears!r}"
-            )
-        for label, chosen in target_sets:
-            if not chosen or set(chosen) - set(names):
-                raise ValueError(f"target set {label!r} must name some of the linears {names}, got {chosen!r}")
+        for i, (label, chosen) in enumerate(target_sets):  # (label, names among the linears')
+            check_sequence(f"target_sets[{i}][1]", chosen, min_len=1, items=partial(check_choice, choices=names))
         check_range("base_params", base_params, 1, 10**13)
-        if not head or min(head) < 1:
-            raise ValueError(f"head must list the sizes of the head's tensors, got {head!r}")
-        for run in runs:
-            if len(run) != 5 or not run[4] or run[2] < 0 or not -1 <= run[3] < len(target_sets):
-                raise ValueError(f"runs entries must be (label, trainable, rank, target_set, accuracies), got {run!r}")
+        check_sequence("head", head, min_len=1, items=partial(check_int, min=1), note="the head's tensors' sizes")
+        for i, run in enumerate(runs):
+            check_sequence(f"runs[{i}]", run, length=5, note="(label, trainable, rank, target_set, accuracies)")
+            check_int(f"runs[{i}] rank", run[2], min=0, note="0: a run without adapters")
+            check_int(f"runs[{i}] target_set", run[3], min=-1, max=len(target_sets) - 1, note="-1: no adapters")
+            check_sequence(f"runs[{i}] accuracies", run[4], min_len=1, note="one per seed")
         check_range("max_rank", max_rank, 2, 4096)
         check_range("rank", rank, 1, max_rank)
         check_range("target_set", target_set, 0, len(target_sets) - 1)

@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from ..utils.checks import check_equal
+
 
 def _np(x) -> np.ndarray:
     return x.detach().float().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
@@ -31,8 +33,7 @@ def plot_attention(
     Returns the matplotlib ``Axes``.
     """
     w = _np(weights)
-    if w.ndim != 2:
-        raise ValueError(f"weights must be 2-D (Tq, Tk), got shape {w.shape}")
+    check_equal("weights.ndim", w.ndim, 2, note=f"one (Tq, Tk) matrix; its shape is {w.shape}")
     if ax is None:
         _, ax = plt.subplots(figsize=(0.55 * w.shape[1] + 2.2, 0.5 * w.shape[0] + 1.2))
     im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")

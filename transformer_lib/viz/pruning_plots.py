@@ -15,6 +15,8 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import torch
 
+from ..utils.checks import check_int, check_sequence, check_tensor, check_type
+
 
 def pruning_frame(
     scores: torch.Tensor,
@@ -31,15 +33,10 @@ def pruning_frame(
     this step; ``fractions``, ``losses``: the whole curve (fraction of heads removed, validation loss) of which
     ``index`` is this step; ``base_loss``: the unpruned model's loss, for the caption.
     """
-    if scores.shape != removed.shape or scores.dim() != 2:
-        raise ValueError(
-            f"scores and removed must both be (L, H), got {tuple(scores.shape)} and {tuple(removed.shape)}"
-        )
-    if len(fractions) != len(losses) or not 0 <= index < len(losses):
-        raise ValueError(
-            f"fractions ({len(fractions)}) and losses ({len(losses)}) must have the same length, "
-            f"and index={index} must lie in it"
-        )
+    check_tensor("scores", scores, ("L", "H"))
+    check_tensor("removed", removed, tuple(scores.shape), note="scores' shape (L, H)")
+    check_sequence("losses", losses, length=len(fractions), note="one per entry of fractions")
+    check_int("index", index, min=0, max=len(losses) - 1, note="this step's place in losses")
     L, H = scores.shape
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 2.7), gridspec_kw={"width_ratios": [1, 1.5]})
     ax1.imshow(scores.detach().float().cpu().numpy(), cmap="Blues", vmin=0, vmax=float(scores.max()))
@@ -64,11 +61,9 @@ def pruning_frame(
 def score_heatmaps(maps: dict, suptitle: str, figsize=(9.6, 3.1), units: dict | None = None):
     """One heatmap per ``(n_layers, n_heads)`` score map of ``maps: {title: tensor}``, side by side; darker =
     larger. ``units: {title: label}`` names each colour bar's unit. Returns the figure."""
-    if not maps or any(m.dim() != 2 for m in maps.values()):
-        raise ValueError(
-            f"maps must be a non-empty dict of (n_layers, n_heads) tensors, got "
-            f"{ {k: tuple(v.shape) for k, v in maps.items()} }"
-        )
+    check_int("len(maps)", len(check_type("maps", maps, dict)), min=1, note="one score map at least")
+    for title, m in maps.items():
+        check_tensor(f"maps[{title!r}]", m, ("n_layers", "n_heads"))
     fig, axes = plt.subplots(1, len(maps), figsize=figsize, squeeze=False)
     for ax, (title, m) in zip(axes[0], maps.items()):
         im = ax.imshow(m.detach().float().cpu().numpy(), cmap="Blues")
@@ -97,11 +92,8 @@ def interval_curves(
 
     Each curve starts at 0 heads removed, where a pruned model *is* the unpruned one (agreement 1). Returns the figure.
     """
-    if any(len(v) != len(ns) for v in stats.values()):
-        raise ValueError(
-            f"each curve in stats needs one (mean, half_width) per n of ns ({len(ns)}), got "
-            f"{ {k: len(v) for k, v in stats.items()} }"
-        )
+    for label, rows in stats.items():
+        check_sequence(f"stats[{label!r}]", rows, length=len(ns), note="one (mean, half_width) per n of ns")
     fig, ax = plt.subplots(figsize=(6, 3.6))
     xs = [0] + list(ns)
     for (label, rows), marker in zip(stats.items(), "os^Dv"):

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from ..utils.checks import check_empty, check_number, check_sequence
+
 
 def plot_batching_roofline(rows: list[dict], balance: float, title: str = "Batched decoding"):
     """Two panels against the batch size (log scale): measured tok/s with the bytes-bound line ``B x tok/s(1)``,
     and the arithmetic intensity with a horizontal line at ``balance`` (FLOPs per byte). Returns the figure."""
-    if not rows or any(not {"batch", "tok_per_s", "intensity"} <= set(r) for r in rows):
-        raise ValueError(
-            "rows must be decode_throughput's dicts (batch, tok_per_s, intensity), got "
-            f"{[sorted(r) for r in rows][:1]!r}"
-        )
-    if not balance > 0:
-        raise ValueError(f"balance must be a positive number of FLOPs per byte, got {balance!r}")
+    check_sequence("rows", rows, min_len=1, items=dict, note="decode_throughput's dicts, one per batch size")
+    for i, r in enumerate(rows):
+        missing = {"batch", "tok_per_s", "intensity"} - set(r)
+        check_empty(f"rows[{i}]'s missing keys", missing, note="each row has batch, tok_per_s and intensity")
+    check_number("balance", balance, min=0, min_open=True, note="the machine's FLOPs per byte")
     batch = [r["batch"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.2))
     measured = [r["tok_per_s"] for r in rows]

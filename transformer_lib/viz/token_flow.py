@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 import traitlets
 
-from ..utils.checks import check_tensor
+from ..utils.checks import check_choice, check_int, check_sequence, check_tensor, check_type
 from ..models.transformer import GPT
 from ..utils.modes import eval_mode
 from .live import LiveWidget, check_range, encode_float32
@@ -50,15 +50,13 @@ def trace_token_flow(model: GPT, ids: torch.Tensor) -> FlowRecord:
     read the first block's input and what each block's attention and feed-forward return, and each block keeps
     its attention weights, so the record is what the model computes, not a copy of its block loop.
     """
-    if not isinstance(model, GPT):
-        raise TypeError(f"model must be a transformer_lib GPT, got {type(model).__name__}")
+    check_type("model", model, GPT, expected="a transformer_lib GPT")
     if model.cfg.positional == "alibi":
         raise ValueError("model.cfg.positional='alibi' is not supported: its bias is not one of the traced stages")
-    if not isinstance(ids, torch.Tensor) or ids.dim() not in (1, 2) or (ids.dim() == 2 and ids.shape[0] != 1):
-        raise ValueError(f"ids must be a tensor (T,) or (1, T), got {getattr(ids, 'shape', type(ids).__name__)}")
+    shape = (1, "T") if getattr(ids, "ndim", None) == 2 else ("T",)
+    check_tensor("ids", ids, shape, note="(T,) or (1, T): one sequence")
+    check_int("ids.shape[-1]", ids.shape[-1], max=model.cfg.block_size, note="T: at most model.cfg.block_size tokens")
     ids = ids.reshape(1, -1).to(next(model.parameters()).device)  # (1, T)
-    if not 1 <= ids.shape[1] <= model.cfg.block_size:
-        raise ValueError(f"ids must hold 1..block_size={model.cfg.block_size} tokens, got T={ids.shape[1]}")
     seen = {"embedding": [], "attention": [], "feed-forward": []}
     hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: seen["embedding"].append(args[0][0]))]
     for block in model.blocks:
@@ -133,28 +131,23 @@ class TokenFlow(LiveWidget):
         head: int = 0,
         stage: str = "attention",
     ):
-        if isinstance(tokens, str) or len(tokens) == 0 or not all(isinstance(t, str) for t in tokens):
-            raise ValueError(f"tokens must be a non-empty list of strings (one per position), got {tokens!r}")
-        if not isinstance(record, FlowRecord):
-            raise TypeError(f"record must be a FlowRecord (see trace_token_flow), got {type(record).__name__}")
+        check_sequence("tokens", tokens, min_len=1, items=str, note="one string per position")
+        check_type("record", record, FlowRecord, expected="a FlowRecord (see trace_token_flow)")
         T = len(tokens)
-        if len(record.ids) != T:
-            raise ValueError(f"record.ids has {len(record.ids)} positions, tokens has {T}")
+        check_sequence("record.ids", record.ids, length=T, note="one id per token of tokens")
         emb = _tensor("record.embedding", record.embedding, (T, None))
         att = _tensor("record.attention", record.attention, (None, None, T, T))
         L, H, D = att.shape[0], att.shape[1], emb.shape[1]
         a_out = _tensor("record.attn_out", record.attn_out, (L, T, D))
         f_out = _tensor("record.ffn_out", record.ffn_out, (L, T, D))
         logits = _tensor("record.logits", record.logits, (T, None))
-        if isinstance(vocab, str) or len(vocab) != logits.shape[1]:
-            raise ValueError(f"vocab must list one string per logit ({logits.shape[1]}), got {len(vocab)} entries")
+        check_sequence("vocab", vocab, length=logits.shape[1], note="one string per logit")
         check_range("top_k", top_k, 1, min(20, logits.shape[1]))
         check_range("n_dims", n_dims, 1, min(32, D))
         check_range("position", T - 1 if position is None else position, 0, T - 1)
         check_range("layer", layer, 0, L - 1)
         check_range("head", head, 0, H - 1)
-        if stage not in STAGES:
-            raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        check_choice("stage", stage, STAGES)
         top = logits.topk(top_k, dim=-1)  # values, indices: (T, top_k)
         super().__init__(
             tokens=list(tokens),
@@ -182,8 +175,7 @@ class TokenFlow(LiveWidget):
     @classmethod
     def from_model(cls, model: GPT, tokenizer, prompt: str, **kwargs) -> "TokenFlow":
         """Trace ``model`` on ``tokenizer.encode(prompt)`` (``kwargs`` as for the constructor)."""
-        if not isinstance(prompt, str) or not prompt:
-            raise ValueError(f"prompt must be a non-empty string, got {prompt!r}")
+        check_int("len(prompt)", len(check_type("prompt", prompt, str)), min=1, note="a prompt of one token at least")
         ids = torch.tensor(tokenizer.encode(prompt))
         record = trace_token_flow(model, ids)
         vocab = [tokenizer.decode([i]) for i in range(model.cfg.vocab_size)]

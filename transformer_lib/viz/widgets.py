@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 
+from ..utils.checks import check_int
+
 HAS_STACK = hasattr(widgets, "Stack")  # ipywidgets >= 8
 
 WIDE = {"description_width": "initial"}  # labels are never truncated
@@ -80,8 +82,7 @@ def frame_slider(
     With ipywidgets 7 (Colab preloads 7.7), which has no ``Stack``, the kernel swaps the frame instead.
     """
     values = list(values)
-    if not values:
-        raise ValueError("values must not be empty")
+    check_int("len(values)", len(values), min=1, note="one frame per value")
     start = values.index(initial) if initial is not None else 0
     rendered = [_frame(render, v, dpi) for v in values]
     frames = [_frame_widget(*r) for r in rendered]
