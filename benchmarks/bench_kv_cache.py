@@ -9,12 +9,16 @@ from the model's config. Hugging Face ``GPT2LMHeadModel`` gets a ``GPT2Config`` 
 a copy of our weights, so both compute the same thing; the benchmark says whether their greedy tokens agree.
 All variants of one length run round-robin in the same process (interleaved medians), so the ratios
 are measured under the same load. Tokens/s counts new tokens over the whole call (prefill included).
-"static cache" decodes through ``decoding.MatvecWeights`` built once after the model is made (weights copied to the
-(in, out) layout the CPU's matrix-vector products read fastest, as serving engines repack weights at load time; the
-one-time cost is printed); "static, Linear layout" reads the weights as nn.Linear stores them, to show what that
-layout is worth. At GPT-2 small two paths read fewer bytes per token: "bf16 static" (the model in bfloat16) and
-"int8 dynamic" (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantized on the fly).
-On a GPU (if present) the same code runs with ``matvec_weights`` off (no CUDA graphs or torch.compile).
+"static cache" is ``generate`` called as a user calls it (default arguments, the same model every call): every step
+runs the model's own forward, and on a CPU the first call packs the weights in place (``weight_layout.
+pack_for_decoding``: the (in, out) order the CPU's matrix-vector products read fastest, once per model, as serving
+engines repack weights at load time). "static, Linear layout" is the same on a copy whose weights keep nn.Linear's
+(out, in) order, to show what the layout is worth; "frozen fused" is the hand-written decoding step the library had
+before it decoded through the model's forward (``_frozen_fused_decode.py``, kept here as a baseline only), with its
+(in, out) weight copies built once. At GPT-2 small two paths read fewer bytes per token: "bf16 static" (the model
+in bfloat16) and "int8 dynamic" (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations quantized
+on the fly).
+On a GPU (if present) the same code runs without packing (no CUDA graphs or torch.compile).
 
 The limit: a new token must read every weight once plus the cached keys and values. Decoding reads them with
 matrix-vector products, so the limit is measured the same way, interleaved with the variants: one fp32 matrix of
@@ -44,7 +48,7 @@ from _timing import interleaved_medians, print_table, synchronize  # noqa: E402
 from transformer_lib import GPT, GPTConfig, default_device  # noqa: E402
 from transformer_lib.experiments.batched_decoding import decode_step_cost  # noqa: E402
 from transformer_lib.experiments.hf_reference import hf_gpt2  # noqa: E402
-from transformer_lib.serving.decoding import MatvecWeights  # noqa: E402
+from _frozen_fused_decode import frozen_generate, matvec_copies  # noqa: E402
 from transformer_lib.serving.generation import generate  # noqa: E402
 from transformer_lib.book_models.checkpoints import checkpoint_info  # noqa: E402
 
@@ -56,6 +60,7 @@ VARIANTS = (
     "concat cache",
     "static cache",
     "static, Linear layout",
+    "frozen fused",
     "HF cached",
     "HF no cache",
     "bf16 static",
@@ -106,7 +111,7 @@ SHAPES = {  # --shape name -> Shape
         4,
         (200,),
         (16,),
-        ("concat cache", "static cache", "static, Linear layout", "HF cached", *FEWER_BYTES),
+        ("concat cache", "static cache", "static, Linear layout", "frozen fused", "HF cached", *FEWER_BYTES),
     ),
 }
 
@@ -163,7 +168,7 @@ def matvec_limit_calls(n_bytes: int, d_in: int, device) -> dict:
     }
 
 
-def decode_profile(model: GPT, prompt: torch.Tensor, packed, steps: int = 20) -> None:
+def decode_profile(model: GPT, prompt: torch.Tensor, steps: int = 20) -> None:
     """Print where one fp32 decoding step's time goes: matrix products (mm/addmm) against everything else."""
     from torch.profiler import ProfilerActivity, profile
     from transformer_lib.serving.decoding import decode_step
@@ -174,14 +179,14 @@ def decode_profile(model: GPT, prompt: torch.Tensor, packed, steps: int = 20) ->
         model(prompt, cache=cache)
         token = prompt[:, -1:]
         for _ in range(5):
-            decode_step(model, token, cache, matvec_weights=packed)
+            decode_step(model, token, cache)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
-                decode_step(model, token, cache, matvec_weights=packed)
+                decode_step(model, token, cache)
     rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in rows) / steps / 1e3  # ms per step
     print(
-        f"profile of one fp32 decoding step (static cache, (in, out) weights; {steps} steps): {total:.2f} ms per "
+        f"profile of one fp32 decoding step (static cache, packed weights; {steps} steps): {total:.2f} ms per "
         "step (profiler overhead included)"
     )
     print_table(
@@ -196,6 +201,16 @@ def decode_profile(model: GPT, prompt: torch.Tensor, packed, steps: int = 20) ->
             for e in rows[:8]
         ],
     )
+
+
+def linear_layout_copy(model: GPT) -> GPT:
+    """A copy of ``model`` whose weight matrices are stored as ``nn.Linear`` makes them: (out, in), row-major."""
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for m in other.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.data = m.weight.data.contiguous()
+    return other
 
 
 def ratio(a: dict, b: dict, x: str, y: str) -> str:
@@ -213,10 +228,11 @@ def int8_dynamic(model: GPT) -> GPT:
 def make_variants(shape: Shape, model: GPT, hf, prompt: torch.Tensor, device) -> dict:
     """name -> (n -> a zero-argument call generating n tokens), for the variants this shape times."""
     ones = torch.ones_like(prompt)
-    t0 = time.perf_counter()
-    packed = MatvecWeights(model) if device.type == "cpu" else False
-    print(f"MatvecWeights(model), once after loading: {time.perf_counter() - t0:.2f} s")
-    extra = {}
+    extra = {"linear": linear_layout_copy(model)}
+    if "frozen fused" in shape.variants:
+        t0 = time.perf_counter()
+        extra["copies"] = matvec_copies(extra["linear"])
+        print(f"frozen baseline's (in, out) weight copies, once after loading: {time.perf_counter() - t0:.2f} s")
     if "bf16 static" in shape.variants:
         extra["bf16"] = copy.deepcopy(model).to(torch.bfloat16)
     if "int8 dynamic" in shape.variants and device.type == "cpu":
@@ -224,28 +240,25 @@ def make_variants(shape: Shape, model: GPT, hf, prompt: torch.Tensor, device) ->
     hf_kw = dict(attention_mask=ones, do_sample=False)
     variants = {
         "no cache": lambda n: lambda: generate(model, prompt, n, use_cache=False),
-        "concat cache": lambda n: (
-            lambda: generate(model, prompt, n, cache_implementation="dynamic", matvec_weights=packed)
-        ),
-        "static cache": lambda n: (
-            lambda: generate(model, prompt, n, cache_implementation="static", matvec_weights=packed)
-        ),
-        # the same without the (in, out) weight copies of decoding.MatvecWeights: what the layout is worth
-        "static, Linear layout": lambda n: (
-            lambda: generate(model, prompt, n, cache_implementation="static", matvec_weights=False)
-        ),
+        "concat cache": lambda n: lambda: generate(model, prompt, n, cache_implementation="dynamic"),
+        "static cache": lambda n: lambda: generate(model, prompt, n),  # as a user calls it
+        # the same forward with the weights in nn.Linear's (out, in) order: what the layout is worth
+        "static, Linear layout": lambda n: lambda: generate(extra["linear"], prompt, n, pack_weights=False),
+        "frozen fused": lambda n: lambda: frozen_generate(extra["linear"], prompt, n, extra["copies"]),
         "HF cached": lambda n: lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=True, **hf_kw),
         "HF no cache": lambda n: (
             lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, use_cache=False, **hf_kw)
         ),
-        # bf16 decodes faster in nn.Linear's (out, in) layout here (oneDNN), so no (in, out) copies
-        "bf16 static": lambda n: lambda: generate(extra["bf16"], prompt, n, matvec_weights=False),
+        # bf16 decodes faster in nn.Linear's (out, in) layout here (oneDNN): pack_for_decoding packs fp32 only
+        "bf16 static": lambda n: lambda: generate(extra["bf16"], prompt, n),
         "int8 dynamic": lambda n: lambda: generate(extra["int8"], prompt, n),
     }
     return {
         k: variants[k]
         for k in shape.variants
-        if (hf is not None or not k.startswith("HF")) and (k != "int8 dynamic" or "int8" in extra)
+        if (hf is not None or not k.startswith("HF"))
+        and (k != "int8 dynamic" or "int8" in extra)
+        and (k != "frozen fused" or "copies" in extra)
     }
 
 
@@ -292,12 +305,13 @@ def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float, p
                     ratio(cpu_tps, cpu_tps, "static cache", "HF cached"),
                     ratio(tps, tps, "concat cache", "HF cached"),
                     ratio(tps, tps, "static cache", "static, Linear layout"),
+                    ratio(tps, tps, "static cache", "frozen fused"),
                     f"{per_token / 1e6:.1f}",
                     f"{bandwidth / per_token:.0f}",
                     f"{limit:.1f}",
                     *[
                         f"{100 * tps[k] / limit:.0f}%" if k in tps else "-"
-                        for k in ("static cache", "concat cache", "HF cached", *FEWER_BYTES)
+                        for k in ("static cache", "frozen fused", "concat cache", "HF cached", *FEWER_BYTES)
                     ],
                 ]
             )
@@ -322,10 +336,12 @@ def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float, p
             "(CPU time)",
             "concat/HF",
             "layout gain",
+            "static/frozen",
             "MB/token",
             "copy roof",
             "limit tok/s",
             "static % limit",
+            "frozen % limit",
             "concat % limit",
             "HF % limit",
             *[f"{k} % limit" for k in FEWER_BYTES],
@@ -333,7 +349,7 @@ def bench_shape(shape: Shape, lengths, device, repeats: int, bandwidth: float, p
         ratio_rows,
     )
     if profile and device.type == "cpu":
-        decode_profile(model, prompt, MatvecWeights(model))
+        decode_profile(model, prompt)
     return ratio_rows
 
 
@@ -374,8 +390,8 @@ def main() -> None:
         )
     print(
         "\nTargets: static >= 10x no cache at 256 new tokens; at GPT-2 small (prompt 4, 200 new tokens) static "
-        ">= 85% of the weights-only limit and >= 1.2x HF cached, and a fewer-bytes path (bf16 or int8) above "
-        "100% of the fp32 limit."
+        "(generate through the model's forward) >= the frozen fused baseline, >= 85% of the weights-only limit and "
+        ">= 1.2x HF cached, and a fewer-bytes path (bf16 or int8) above 100% of the fp32 limit."
     )
 
 

@@ -13,15 +13,9 @@ import os
 import pytest
 import torch
 
-import transformer_lib.serving.generation as generate_module
 from transformer_lib.experiments.hf_reference import hf_gpt2
-from transformer_lib.serving.decoding import (
-    MatvecWeights,
-    cache_refusal,
-    decode_step,
-    fast_path_refusal,
-    fused_decode_step,
-)
+from transformer_lib.serving.decoding import cache_refusal, decode_step
+from transformer_lib.serving.weight_layout import is_packed, pack_for_decoding
 from transformer_lib.serving.generation import filter_logits, generate, sample_next
 from transformer_lib.serving.kv_cache import DynamicCache, StaticCache
 from transformer_lib.blocks.layers import ACTIVATIONS
@@ -76,8 +70,8 @@ def test_cached_decoding_matches_full_recompute(positional, n_kv_heads, cache):
 
 
 @pytest.mark.parametrize("positional, n_kv_heads", [("learned", None), ("rope", 2), ("alibi", None)])
-def test_module_path_with_a_cache_matches_the_fast_path(positional, n_kv_heads):
-    """In training mode (dropout 0) generate runs the modules' own forward with the cache: same numbers."""
+def test_training_mode_with_dropout_0_decodes_as_eval_mode(positional, n_kv_heads):
+    """In training mode (dropout 0) generate gives the numbers of eval mode: the same forward, nothing skipped."""
     model = toy_gpt(positional, n_kv_heads)
     prompt = ids((2, 5), seed=2)
     fast, fast_logits = generate(model, prompt, 12, return_logits=True)
@@ -90,17 +84,20 @@ def test_module_path_with_a_cache_matches_the_fast_path(positional, n_kv_heads):
     torch.testing.assert_close(slow_logits, fast_logits, **STEP_TOL)
 
 
-@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize("positional, n_kv_heads", [("learned", None), ("sinusoidal", 1), ("rope", None), ("alibi", 2)])
-def test_decode_step_equals_the_model_forward_with_a_cache(positional, n_kv_heads, transposed):
+def test_decode_step_equals_the_model_forward_with_a_cache(positional, n_kv_heads, packed):
     model = toy_gpt(positional, n_kv_heads)
+    other = copy.deepcopy(model)
+    if packed:
+        pack_for_decoding(other)
     prompt, token = ids((3, 7), seed=3), ids((3, 1), seed=4)
     with torch.inference_mode():
         a, b = DynamicCache(), StaticCache.for_model(model, 3, 8)
         model(prompt, cache=a)
-        model(prompt, cache=b)
+        other(prompt, cache=b)
         want = model(token, cache=a)[0][:, -1]
-        got = decode_step(model, token, b, matvec_weights=MatvecWeights(model) if transposed else None)
+        got = decode_step(other, token, b)
     torch.testing.assert_close(got, want, **STEP_TOL)
     torch.testing.assert_close(b.keys[1][:, :, :8], a.keys[1], **STEP_TOL)  # the cache was extended alike
 
@@ -113,12 +110,30 @@ def test_forward_hooks_are_honoured_by_the_decode_step():
     handle = model.blocks[0].self_attn.out.register_forward_pre_hook(lambda m, args: (args[0] * gate,))
     try:
         prompt = ids((1, 5), seed=5)
-        assert model.blocks[0].self_attn.out not in MatvecWeights(model)
         want = generate(model, prompt, 15, use_cache=False)
         assert torch.equal(generate(model, prompt, 15), want)
     finally:
         handle.remove()
     assert not torch.equal(want, generate(model, prompt, 15, use_cache=False))  # the hook mattered
+
+
+def test_a_linear_patched_on_the_instance_decodes_as_the_model_runs():
+    """One forward: a module whose forward differs from its weights (here one nn.Linear's output shifted by a fixed
+    vector, patched on the instance) decodes, greedy and cached, to the tokens of the model's own forward."""
+    model = GPT(toy_gpt().cfg).eval()
+    model.load_state_dict(toy_gpt().state_dict())
+    prompt = ids((2, 5), seed=9)
+    plain = generate(model, prompt, 15, use_cache=False)
+    up = model.blocks[1].ffn.up
+    shift = torch.randn(up.out_features, generator=torch.Generator().manual_seed(0))
+    up.forward = lambda x, f=up.forward: f(x) + shift  # the instance's forward, not the class's
+    with torch.inference_mode():  # greedy through the model's forward, recomputing the whole sequence each step
+        seq = prompt
+        for _ in range(15):
+            seq = torch.cat([seq, model(seq)[0][:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert not torch.equal(seq, plain)  # the patch changes the text
+    assert torch.equal(generate(model, prompt, 15), seq)
+    assert torch.equal(generate(model, prompt, 15, cache_implementation="dynamic"), seq)
 
 
 class _RowScaledWeight(torch.Tensor):
@@ -133,16 +148,17 @@ class _RowScaledWeight(torch.Tensor):
         return out
 
 
-def test_tensor_subclass_weights_run_as_modules():
-    """A weight that is a tensor subclass keeps its own forward: no transposed copy, and decoding equals recompute."""
+def test_tensor_subclass_weights_are_not_packed_and_keep_their_own_linear():
+    """A weight that is a tensor subclass (a quantized one) keeps its layout and its own F.linear; the plain
+    weights around it are packed; decoding equals recompute."""
     model = GPT(toy_gpt().cfg).eval()
     model.load_state_dict(toy_gpt().state_dict())
     ffn = model.blocks[0].ffn.up
     ffn.weight = torch.nn.Parameter(ffn.weight.detach().as_subclass(_RowScaledWeight), requires_grad=False)
-    assert ffn not in MatvecWeights(model) and model.blocks[1].ffn.up in MatvecWeights(model)
     prompt = ids((1, 5), seed=6)
-    want = generate(model, prompt, 15, use_cache=False)
-    assert torch.equal(generate(model, prompt, 15, matvec_weights=True), want)
+    want = generate(model, prompt, 15, use_cache=False, pack_weights=False)
+    assert torch.equal(generate(model, prompt, 15, pack_weights=True), want)
+    assert not is_packed(ffn.weight) and is_packed(model.blocks[1].ffn.up.weight)
 
 
 # ----------------------------------------------------------------------------- every variant the library can make
@@ -181,7 +197,6 @@ BUILDERS = {  # name -> a model the library builds or modifies (eval mode unless
     "dropped layer": lambda: drop_layers(toy_gpt("learned", None, True, 3), [1]),
     "magnitude pruned, masks kept": lambda: magnitude_prune(copy.deepcopy(toy_gpt()), 0.5, permanent=False),
 }
-NOT_FAST = {"norm post", "norm none", "norm post, rope GQA", "training mode (dropout 0)", "forward hook on a block"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -231,32 +246,18 @@ def test_each_variant_computes_something_else_than_the_model_it_was_made_from(na
         assert not torch.allclose(variant(name)(prompt)[0], toy_gpt(*MODIFIED_FROM[name])(prompt)[0], atol=1e-4)
 
 
-@pytest.mark.parametrize("name", list(BUILDERS))
-def test_fast_path_is_taken_only_for_the_block_it_implements(name, monkeypatch):
-    model = variant(name)
-    assert (fast_path_refusal(model) is None) == (name not in NOT_FAST), fast_path_refusal(model)
-    calls = []
-    real = generate_module.fused_decode_step
-    monkeypatch.setattr(generate_module, "fused_decode_step", lambda *a, **k: calls.append(1) or real(*a, **k))
-    generate(model, ids((1, 4), seed=0), 5)
-    assert len(calls) == (0 if name in NOT_FAST else 4)  # one per new token after the prefill's
-
-
 @pytest.mark.parametrize("placement", ["post", "none"])
-def test_decode_step_runs_other_norm_placements_through_the_modules(placement):
-    """decode_step on a post-norm or norm-free model falls back to the module forward; the written-out pre-norm
-    block (``fused_decode_step``, which skips the check) would compute something else (the old silent bug)."""
+def test_decode_step_on_other_norm_placements_equals_the_forward(placement):
+    """decode_step is the model's forward: a post-norm or norm-free model decodes as it computes (a written-out
+    pre-norm block, as the library once had, computed something else for these)."""
     model = variant(f"norm {placement}")
     prompt, token = ids((2, 5), seed=3), ids((2, 1), seed=4)
     with torch.inference_mode():
-        a, b, c = DynamicCache(), DynamicCache(), DynamicCache()
-        for cache in (a, b, c):
+        a, b = DynamicCache(), DynamicCache()
+        for cache in (a, b):
             model(prompt, cache=cache)
         want = model(token, cache=a)[0][:, -1]
         torch.testing.assert_close(decode_step(model, token, b), want, **STEP_TOL)
-        if placement == "post":
-            assert not torch.allclose(fused_decode_step(model, token, c), want, atol=1e-2)
-        assert "LayerNorm" in fast_path_refusal(model)
 
 
 @pytest.mark.parametrize("blocks", [[0, 1], [1]])
@@ -619,34 +620,42 @@ def test_sampling_distribution_is_what_sample_next_draws_from():
     torch.testing.assert_close(p, torch.cat([(logits[:3] / 0.5).softmax(-1), torch.zeros(1)]))
 
 
-def test_matvec_weights_built_once_give_the_same_tokens_and_refuse_changed_weights():
-    """A MatvecWeights built once is reused across calls; after a weight changes, or for another model, it refuses."""
+def test_weights_are_packed_once_in_place_and_no_number_changes():
+    """generate packs a model's linear weights on its first CPU call: same parameters (shape, values, identity),
+    storage column-major, no second copy; later calls find them packed; training still works on them."""
     model = GPT(toy_gpt().cfg).eval()
     model.load_state_dict(toy_gpt().state_dict())
+    params = {name: (p, p.detach().clone()) for name, p in model.named_parameters()}
     prompt = ids((2, 5), seed=7)
-    packed = MatvecWeights(model)
-    want = generate(model, prompt, 12, use_cache=False)
-    assert torch.equal(generate(model, prompt, 12, matvec_weights=packed), want)
-    assert torch.equal(generate(model, prompt, 12, matvec_weights=packed), want)  # reused
-    with pytest.raises(ValueError, match="another model"):
-        generate(toy_gpt(), prompt, 3, matvec_weights=packed)
-    with torch.no_grad():
-        model.blocks[0].ffn.up.weight.mul_(2.0)  # an in-place change, as an optimizer step makes
-    with pytest.raises(ValueError, match="stale"):
-        generate(model, prompt, 3, matvec_weights=packed)
-    with pytest.raises(TypeError, match=r"matvec_weights must be a bool or a MatvecWeights, got str 'yes'"):
-        generate(model, prompt, 3, matvec_weights="yes")
+    want = generate(model, prompt, 12, use_cache=False, pack_weights=False)
+    assert not any(is_packed(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert torch.equal(generate(model, prompt, 12), want)  # CPU: packed by default
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(is_packed(m.weight) for m in linears)
+    for name, p in model.named_parameters():
+        assert p is params[name][0] and torch.equal(p, params[name][1])  # the same parameter, the same values
+    pointers = [m.weight.data_ptr() for m in linears]
+    assert pack_for_decoding(model) == 0  # nothing left to pack
+    assert torch.equal(generate(model, prompt, 12), want)
+    assert [m.weight.data_ptr() for m in linears] == pointers  # not rebuilt by later calls
+    model.train()
+    loss = model(prompt, targets=prompt)[1]
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()  # an optimizer step on packed weights
+    assert all(is_packed(m.weight) for m in linears)
+    with pytest.raises(TypeError, match=r"pack_weights must be a bool, got str 'yes'"):
+        generate(model, prompt, 3, pack_weights="yes")
 
 
 @pytest.mark.parametrize("positional", ["learned", "alibi"])
 def test_generate_is_its_prefill_then_one_decode_step_per_token_bit_for_bit(positional):
-    """generate() is split into small functions (padding, weight-copy policy, prefill, loop); its tokens and every
+    """generate() is split into small functions (padding, prefill, loop); its tokens and every
     step's logits are exactly those of the prefill and the public decode_step, written out here."""
     model = toy_gpt(positional)
     prompt = ids((2, 6), seed=1)
     mask = torch.ones(2, 6, dtype=torch.bool)
     mask[1, :2] = False  # row 1 left-padded
-    got, got_logits = generate(model, prompt, 5, attention_mask=mask, return_logits=True, matvec_weights=False)
+    got, got_logits = generate(model, prompt, 5, attention_mask=mask, return_logits=True)
     with torch.inference_mode():
         cache = StaticCache.for_model(model, 2, 11)
         full = torch.ones(2, 11, dtype=torch.bool)
@@ -663,7 +672,7 @@ def test_generate_is_its_prefill_then_one_decode_step_per_token_bit_for_bit(posi
     assert torch.equal(got_logits, torch.stack(want, 1))
 
 
-@pytest.mark.parametrize("positional", ["learned", "rope"])  # the fused path and the module path
+@pytest.mark.parametrize("positional", ["learned", "rope"])
 def test_decode_step_refuses_a_wrong_mask_before_the_cache_grows(positional):
     model = toy_gpt(positional)
     prompt, token = ids((2, 4), seed=3), ids((2, 1), seed=4)

@@ -7,7 +7,7 @@ checks both against the notebooks; each module's docstring carries the same ``Us
 | chapters | module | what it measures |
 | --- | --- | --- |
 | 01 | ``recall`` | an LSTM and a one-layer GPT recalling the first token after a gap |
-| 01, 07 | ``sequence_cost`` | operator calls, FLOPs and time of a recurrent loop against attention, by length |
+| 01 | ``sequence_cost`` | operator calls, FLOPs and time of a recurrent loop against attention, by length |
 | 01 | ``training_step_cost`` | one training step (forward and backward): recurrent loop vs attention, by length |
 | 02 | ``score_scale`` | a fresh layer's raw scores q.k, and its nearly one-hot rows with and without 1/sqrt(d_k) |
 | 03 | ``head_batching`` | all heads in one call vs a loop over heads: latency and peak memory |

@@ -29,6 +29,7 @@ from ..utils.checks import check_int, check_sequence
 from ..serving.kv_cache import kv_cache_bytes
 from ..book_tools.timing import interleaved_times
 from .left_padding import left_pad
+from ..serving.weight_layout import pack_for_decoding
 from .prefill_decode import decode_steps, matrix_weights, prefill
 
 
@@ -79,6 +80,7 @@ def decode_throughput(
     check_int("new_tokens", new_tokens, min=2, note="one token is the prefill's")
     check_sequence("batch_sizes", batch_sizes, min_len=1, items=partial(check_int, min=1))
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
+    pack_for_decoding(model)  # the weights' layout generate decodes with (on a CPU; once per model)
     states = {}
     for b in batch_sizes:
         prompts = [

@@ -29,6 +29,7 @@ import torch
 
 from ..utils.checks import check_int, check_number, check_sequence, check_tensor
 from ..serving.decoding import decode_step
+from ..serving.weight_layout import pack_for_decoding
 from ..serving.kv_cache import StaticCache, kv_cache_bytes
 from ..book_tools.timing import interleaved_medians, interleaved_times
 
@@ -131,8 +132,8 @@ def prefill(model, ids: torch.Tensor, max_len: int, attention_mask: torch.Tensor
 @torch.inference_mode()
 def decode_steps(model, state: Prefilled, n: int) -> torch.Tensor:
     """``n`` greedy decoding steps (``decoding.decode_step``) after ``state``; returns the ``(B, n)`` new tokens and
-    sets the cache back to the prompt, so the same steps can run again. (``decode_step``'s default path: without the
-    transposed weight copies ``generate`` makes on CPU, which took as long here for one row.)"""
+    sets the cache back to the prompt, so the same steps can run again. The timing functions below first pack the
+    weights as ``generate`` does (``weight_layout.pack_for_decoding``)."""
     room = state.cache.max_len - state.past  # positions the cache has left after the prompt
     check_int("n", n, min=1, max=room, note=f"steps that fit the cache's max_len={state.cache.max_len}")
     token, out = state.token, []
@@ -166,6 +167,7 @@ def time_to_first_token_and_per_token(
     check_int("repeats", repeats, min=1)
     prefill_repeats = repeats if prefill_repeats is None else prefill_repeats
     check_int("prefill_repeats", prefill_repeats, min=1, max=repeats, note="the first rounds, at most repeats")
+    pack_for_decoding(model)  # the weights' layout generate decodes with (on a CPU; once per model)
     device, g = model.tok_emb.weight.device, torch.Generator().manual_seed(seed)
     fns = {}
     for T in prompt_lens:

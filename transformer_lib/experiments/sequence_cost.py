@@ -1,7 +1,7 @@
 """Chapter 01's cost measurement: how many dependent operator calls, how much arithmetic, and how much time a
 recurrent loop and attention spend on a sequence of length T.
 
-Used in chapters 01 and 07.
+Used in chapter 01.
 
 * ``count_op_calls``, ``count_flops``: operator calls and matrix-product FLOPs of one call.
 * timing a training step over a range of lengths: ``experiments/training_step_cost.py``.

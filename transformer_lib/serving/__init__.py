@@ -5,9 +5,10 @@ This package's face gathers every public name of its modules (``from transformer
 
 * ``generation``: ``generate`` (greedy, temperature, top-k and top-p sampling; the prefill, then one token per step)
   and its sampling pieces (``filter_logits``, ``sample_next``);
-* ``decoding``: one token through the blocks, ``decode_step`` and its unchecked twin ``fused_decode_step``, the
-  weight copies it reads (``MatvecWeights``), and why a model cannot take that path or use a cache
-  (``fast_path_refusal``, ``cache_refusal``, ``check_cacheable``);
+* ``decoding``: one token through the model's own forward, checked (``decode_step``), and why a model cannot use a
+  cache (``cache_refusal``, ``check_cacheable``);
+* ``weight_layout``: the linear weights stored in the order a one-token product reads fastest, in place, once per
+  model (``pack_for_decoding``, ``is_packed``);
 * ``kv_cache``: the caches threaded through the layers, ``DynamicCache`` (concatenation), ``StaticCache``
   (preallocated) and ``SlidingWindowCache`` (the last ``window`` positions), the check each makes before it
   writes (``check_kv_update``), their bytes (``kv_cache_bytes``) and how a byte count reads (``human_bytes``, the
@@ -26,11 +27,12 @@ The module holding ``generate`` is ``generation`` (as in Hugging Face's ``transf
 from __future__ import annotations
 
 from .continuous_batching import Request, serve
-from .decoding import MatvecWeights, cache_refusal, check_cacheable, decode_step, fast_path_refusal, fused_decode_step
+from .decoding import cache_refusal, check_cacheable, decode_step
 from .generation import CACHE_IMPLEMENTATIONS, filter_logits, generate, sample_next
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, check_kv_update, human_bytes, kv_cache_bytes
 from .paged_cache import PagedKVCache, memory_held
 from .seq2seq import beam_search, exact_match, greedy_decode, translate
+from .weight_layout import is_packed, pack_for_decoding
 from .quantized_cache import (
     QMAX,
     SCALE_BYTES,
@@ -46,7 +48,6 @@ __all__ = [
     "CACHE_IMPLEMENTATIONS",
     "DynamicCache",
     "KVQuantizationEffect",
-    "MatvecWeights",
     "PagedKVCache",
     "QMAX",
     "QuantizedCache",
@@ -61,15 +62,15 @@ __all__ = [
     "decode_step",
     "dequantize_kv",
     "exact_match",
-    "fast_path_refusal",
     "filter_logits",
     "generate",
     "greedy_decode",
     "human_bytes",
+    "is_packed",
     "kv_cache_bytes",
     "kv_quantization_effect",
-    "fused_decode_step",
     "memory_held",
+    "pack_for_decoding",
     "quantize_kv",
     "quantized_kv_cache_bytes",
     "sample_next",

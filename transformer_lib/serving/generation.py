@@ -6,25 +6,20 @@ With ``use_cache=True`` the prompt is run once (the *prefill*) and each new toke
 forward pass over a single position, reading the past keys/values from a cache (``kv_cache.py``).
 Without a cache every step recomputes the whole sequence.
 
-Two ways through the model give the same numbers (``tests/serving/test_generate.py`` checks it at every step):
-
-* ``model(token, cache=cache)``: the teaching path, the modules of chapters 02-06 with all their checks;
-* ``decode_step(model, token, cache)`` (``decoding.py``): the production path, the same blocks with fewer kernel
-  launches per token (fused layer norm, masks built once per step instead of once per layer); ``fused_decode_step``
-  is the same without the checks, which ``generate`` makes once before its loop. At decoding time each kernel works
-  on a single position, so launch and Python costs are a large share of the time on small models.
-
-``fused_decode_step`` writes out GPT's pre-norm causal block (library ``LayerNorm``, ``CachedSelfAttention``,
-``FeedForward``, eval mode, no hooks); ``fast_path_refusal(model)`` says why a model is not that, and such a model
-decodes through its own modules. A non-causal model cannot use a cache at all (``cache_refusal``).
+Every step is the model's own forward, ``model(token, cache=cache)`` (``decoding.decode_step`` is that one step,
+checked): one forward for training, prefill and decoding, so whatever the model does (a hook, a patched layer, a new
+block) it does while generating. On a CPU ``generate`` first stores the linear weights in the layout a one-token
+product reads fastest (``weight_layout.pack_for_decoding``), once per model. A non-causal model cannot use a cache
+at all (``cache_refusal``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..utils.checks import check_bool, check_choice, check_ids, check_int, check_number, check_tensor, check_type
-from .decoding import MatvecWeights, check_cacheable, fast_path_refusal, fused_decode_step
+from ..utils.checks import check_bool, check_choice, check_ids, check_int, check_number, check_tensor
+from .decoding import check_cacheable
+from .weight_layout import pack_for_decoding
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache
 
 
@@ -147,7 +142,7 @@ def generate(
     seed: int | None = None,
     attention_mask: torch.Tensor | None = None,
     return_logits: bool = False,
-    matvec_weights: bool | MatvecWeights | None = None,
+    pack_weights: bool | None = None,
 ):
     """Continue ``prompt_ids: (B, T)`` by ``max_new_tokens`` tokens; returns ``(B, T + max_new_tokens)`` ids.
 
@@ -163,16 +158,17 @@ def generate(
         attention_mask: ``(B, T)``, False on the left padding of shorter prompts. Each row then gets
             positions counted from its first real token, so it continues exactly as that prompt alone.
         return_logits: also return the ``(B, max_new_tokens, V)`` fp32 logits of every step.
-        matvec_weights: decode through ``(in, out)`` weight copies (default: on CPU, where it was measured);
-            True/None build them for this call, or pass a ``MatvecWeights(model)`` built once to reuse it.
+        pack_weights: first store the model's fp32 ``nn.Linear`` weights in the layout a one-token product reads
+            fastest (``weight_layout.pack_for_decoding``: in place, same shapes and values, once per model: later
+            calls find them packed). Default (None): on a CPU, where it was measured.
 
     A prompt longer than ``block_size`` raises ``ValueError``. Without a cache a sequence that outgrows the context
     is cropped to its last ``block_size`` tokens; with one ``T + max_new_tokens`` must fit (positions cannot slide).
-    With a cache, a model ``fused_decode_step`` implements (``fast_path_refusal(model) is None``) decodes with it,
-    any other through its own forward; a model whose attention is not causal refuses ``use_cache=True``.
+    Every step runs the model's own forward; a model whose attention is not causal refuses ``use_cache=True``.
     """
     _check_generate_inputs(model, prompt_ids, max_new_tokens, use_cache, cache_implementation, attention_mask)
     _check_sampling(temperature, top_k, top_p)
+    pack = prompt_ids.device.type == "cpu" if pack_weights is None else check_bool("pack_weights", pack_weights)
     B, T = prompt_ids.shape
     N, device = max_new_tokens, prompt_ids.device
     gen = None if seed is None else torch.Generator(device=device).manual_seed(seed)
@@ -182,10 +178,10 @@ def generate(
     mask, positions = _left_padding(attention_mask, B, T, N)
     if N == 0:
         return (ids, steps) if return_logits else ids
-    fast = use_cache and fast_path_refusal(model) is None
-    copies = _matvec_copies(model, matvec_weights, fast, device)
+    if pack:
+        pack_for_decoding(model)  # in place, once per model: nothing to do on later calls
     if use_cache:
-        logits, next_logits = _prefill(model, prompt_ids, N, mask, positions, cache_implementation, fast, copies)
+        logits, next_logits = _prefill(model, prompt_ids, N, mask, positions, cache_implementation)
     else:
         logits, next_logits = _recompute(model, ids, mask, T), lambda ids, t: _recompute(model, ids, mask, t)
     for i in range(N):
@@ -206,17 +202,6 @@ def _left_padding(attention_mask: torch.Tensor | None, B: int, T: int, N: int):
     return mask, (mask[:, :T].long().cumsum(-1) - 1).clamp_min(0)
 
 
-def _matvec_copies(model, matvec_weights, fast: bool, device) -> MatvecWeights | None:
-    """The weight-copy policy (``generate``'s ``matvec_weights``): the ``MatvecWeights`` to decode with, or None."""
-    if matvec_weights is None:
-        matvec_weights = device.type == "cpu"
-    check_type("matvec_weights", matvec_weights, (bool, MatvecWeights))
-    if isinstance(matvec_weights, MatvecWeights):
-        matvec_weights.check(model)
-        return matvec_weights if fast else None
-    return MatvecWeights(model) if fast and matvec_weights else None
-
-
 def _prefill(
     model,
     prompt_ids: torch.Tensor,
@@ -224,8 +209,6 @@ def _prefill(
     mask,
     positions,
     cache_implementation: str,
-    fast: bool,
-    copies: MatvecWeights | None,
 ):
     """The prompt once into a new cache: its last logits ``(B, V)`` and ``next_logits(ids, t)`` (decode token t-1)."""
     B, T = prompt_ids.shape
@@ -239,8 +222,6 @@ def _prefill(
         nonlocal position
         token, step_mask = ids[:, t - 1 : t], None if mask is None else mask[:, :t]  # (B, 1), (B, t)
         position = None if position is None else position + 1
-        if fast:
-            return fused_decode_step(model, token, cache, position, step_mask, copies)
         return model(token, cache=cache, attention_mask=step_mask, position_ids=position)[0][:, -1]
 
     return logits, next_logits
