@@ -69,6 +69,8 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # shape and dtype only (an integer x came back truncated), no NaN check per layer
         check_tensor("x", x, shape=(..., self.weight.shape[0]), floating=True, note="..., d_model")
+        if x.dtype == self.weight.dtype == torch.float32:  # already fp32: no conversions (one kernel per call)
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
         y = F.layer_norm(x.float(), self.weight.shape, self.weight.float(), self.bias.float(), self.eps)
         return y.to(x.dtype)
 
