@@ -299,3 +299,19 @@ def test_count_parameters_counts_removed_heads_and_zeros():
     assert P.count_parameters(model, nonzero=True) - P.count_parameters(sparse, nonzero=True) == n_block // 2
     masked = P.magnitude_prune(model, 0.5, permanent=False)  # weight_orig stays dense; the weight used is not
     assert P.count_parameters(masked, nonzero=True) == P.count_parameters(sparse, nonzero=True)
+
+
+def test_magnitude_prune_takes_a_model_whose_weights_generate_packed():
+    """generate packs a model's weights in place (column-major, not contiguous); torch's prune flattens weights with
+    .view, so magnitude_prune works on a row-major copy and leaves the model it was given as it was."""
+    from transformer_lib.serving.weight_layout import is_packed
+
+    model = tiny_gpt().eval()
+    generate(model, batch()[0][:1, :4], 2)  # on a CPU: packs the model's weights
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(is_packed(m.weight) for m in linears)
+    pruned = P.magnitude_prune(model, 0.5)
+    assert all(is_packed(m.weight) for m in linears)  # the original is untouched
+    weights = [m.weight for m, _ in P.prunable_weights(pruned)]
+    zeros, total = sum(int((w == 0).sum()) for w in weights), sum(w.numel() for w in weights)
+    assert abs(zeros - total // 2) <= 1

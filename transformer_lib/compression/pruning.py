@@ -29,6 +29,7 @@ import torch.nn as nn
 from torch.nn.utils import prune
 
 from ..blocks.multihead import MultiHeadAttention
+from ..serving.weight_layout import unpack_weights
 from ..utils.checks import check_equal, check_int, check_number, check_sequence, check_tensor, check_type
 from ..utils.device import to_device
 from ..training.losses import gpt_loss
@@ -308,6 +309,7 @@ def magnitude_prune(model: nn.Module, amount: float, permanent: bool = True) -> 
     """
     check_number("amount", amount, 0, 1, note="the fraction of block weights to zero")
     pruned = copy.deepcopy(model)
+    unpack_weights(pruned)  # torch's prune flattens each weight with .view: nn.Linear's contiguous layout
     params = prunable_weights(pruned)
     prune.global_unstructured(params, pruning_method=prune.L1Unstructured, amount=float(amount))
     if permanent:

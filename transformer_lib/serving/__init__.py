@@ -8,7 +8,7 @@ This package's face gathers every public name of its modules (``from transformer
 * ``decoding``: one token through the model's own forward, checked (``decode_step``), and why a model cannot use a
   cache (``cache_refusal``, ``check_cacheable``);
 * ``weight_layout``: the linear weights stored in the order a one-token product reads fastest, in place, once per
-  model (``pack_for_decoding``, ``is_packed``);
+  model (``pack_for_decoding``, ``is_packed``, and ``unpack_weights`` for code that needs them contiguous);
 * ``kv_cache``: the caches threaded through the layers, ``DynamicCache`` (concatenation), ``StaticCache``
   (preallocated) and ``SlidingWindowCache`` (the last ``window`` positions), the check each makes before it
   writes (``check_kv_update``), their bytes (``kv_cache_bytes``) and how a byte count reads (``human_bytes``, the
@@ -32,7 +32,7 @@ from .generation import CACHE_IMPLEMENTATIONS, filter_logits, generate, sample_n
 from .kv_cache import DynamicCache, SlidingWindowCache, StaticCache, check_kv_update, human_bytes, kv_cache_bytes
 from .paged_cache import PagedKVCache, memory_held
 from .seq2seq import beam_search, exact_match, greedy_decode, translate
-from .weight_layout import is_packed, pack_for_decoding
+from .weight_layout import is_packed, pack_for_decoding, unpack_weights
 from .quantized_cache import (
     QMAX,
     SCALE_BYTES,
@@ -76,4 +76,5 @@ __all__ = [
     "sample_next",
     "serve",
     "translate",
+    "unpack_weights",
 ]

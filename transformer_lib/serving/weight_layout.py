@@ -12,6 +12,10 @@ place*: the parameter keeps its shape ``(out, in)``, its values and its identity
 hooks, patches and subclasses of the module still run. No second copy of the weights is kept, and a packed weight
 is not packed again: ``generate`` calls it once per model, as serving engines repack weights at load time.
 
+A packed weight is not contiguous, so code that flattens a weight with ``.view`` (``torch.nn.utils.
+parameters_to_vector``, hence ``torch.nn.utils.prune.global_unstructured``) needs it back in row-major order first:
+``unpack_weights(model)`` does that, in place (the library's ``compression.magnitude_prune`` calls it on its copy).
+
 Only fp32 weights on a CPU are packed (bf16 ran faster in ``(out, in)`` order there, and a GPU's kernels pick
 their own layouts); a weight that is a tensor subclass (a quantized one) or belongs to a module that is not an
 ``nn.Linear`` (``QuantLinear``, ``torch.ao`` quantized layers) is left as it is, and so is a weight created under
@@ -56,3 +60,16 @@ def pack_for_decoding(model: nn.Module) -> int:
                 module.weight.data = module.weight.data.t().contiguous().t()  # (out, in) shape, (in, out) storage
                 packed += 1
     return packed
+
+
+def unpack_weights(model: nn.Module) -> int:
+    """Undo ``pack_for_decoding``: store every packed ``nn.Linear`` weight row-major again (``nn.Linear``'s own
+    layout, contiguous), in place; returns how many changed. ``generate`` packs them again at its next CPU call."""
+    check_type("model", model, nn.Module)
+    unpacked = 0
+    with torch.inference_mode(False), torch.no_grad():
+        for module in model.modules():
+            if _packable(module) and is_packed(module.weight):
+                module.weight.data = module.weight.data.contiguous()
+                unpacked += 1
+    return unpacked
