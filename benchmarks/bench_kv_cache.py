@@ -50,6 +50,7 @@ from transformer_lib.experiments.batched_decoding import decode_step_cost  # noq
 from transformer_lib.experiments.hf_reference import hf_gpt2  # noqa: E402
 from _frozen_fused_decode import frozen_generate, matvec_copies  # noqa: E402
 from transformer_lib.serving.generation import generate  # noqa: E402
+from transformer_lib.serving.weight_layout import unpack_weights  # noqa: E402
 from transformer_lib.book_models.checkpoints import checkpoint_info  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -206,10 +207,7 @@ def decode_profile(model: GPT, prompt: torch.Tensor, steps: int = 20) -> None:
 def linear_layout_copy(model: GPT) -> GPT:
     """A copy of ``model`` whose weight matrices are stored as ``nn.Linear`` makes them: (out, in), row-major."""
     other = copy.deepcopy(model)
-    with torch.no_grad():
-        for m in other.modules():
-            if isinstance(m, torch.nn.Linear):
-                m.weight.data = m.weight.data.contiguous()
+    unpack_weights(other)
     return other
 
 

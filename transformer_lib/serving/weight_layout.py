@@ -47,29 +47,28 @@ def _packable(module: nn.Module) -> bool:
     )
 
 
-def pack_for_decoding(model: nn.Module) -> int:
-    """Store every packable ``nn.Linear`` weight of ``model`` column-major, in place; returns how many weights
-    changed layout (0 when they all already had it: a second call does nothing). A weight shared by two modules
-    (a tied embedding and head) is packed once. Called under ``torch.inference_mode`` (as ``generate`` runs), it
-    still makes ordinary tensors, so the model can be trained afterwards."""
+def _store(model: nn.Module, packed: bool) -> int:
+    """Give every packable ``nn.Linear`` weight of ``model`` the wanted layout, in place (as ordinary tensors, even
+    under ``torch.inference_mode``); returns how many changed. A shared weight (tied embedding and head) once."""
     check_type("model", model, nn.Module)
-    packed = 0
+    changed = 0
     with torch.inference_mode(False), torch.no_grad():
         for module in model.modules():
-            if _packable(module) and not is_packed(module.weight):
-                module.weight.data = module.weight.data.t().contiguous().t()  # (out, in) shape, (in, out) storage
-                packed += 1
-    return packed
+            if _packable(module) and is_packed(module.weight) != packed:
+                w = module.weight.data  # (out, in)
+                module.weight.data = w.t().contiguous().t() if packed else w.contiguous()
+                changed += 1
+    return changed
+
+
+def pack_for_decoding(model: nn.Module) -> int:
+    """Store every packable ``nn.Linear`` weight of ``model`` column-major, in place: shape ``(out, in)``, storage
+    ``(in, out)``. Returns how many weights changed layout (0 when they all had it: a second call does nothing).
+    Called under ``torch.inference_mode`` (as ``generate`` runs), the model can still be trained afterwards."""
+    return _store(model, packed=True)
 
 
 def unpack_weights(model: nn.Module) -> int:
-    """Undo ``pack_for_decoding``: store every packed ``nn.Linear`` weight row-major again (``nn.Linear``'s own
-    layout, contiguous), in place; returns how many changed. ``generate`` packs them again at its next CPU call."""
-    check_type("model", model, nn.Module)
-    unpacked = 0
-    with torch.inference_mode(False), torch.no_grad():
-        for module in model.modules():
-            if _packable(module) and is_packed(module.weight):
-                module.weight.data = module.weight.data.contiguous()
-                unpacked += 1
-    return unpacked
+    """Undo ``pack_for_decoding``: every packed ``nn.Linear`` weight row-major again (``nn.Linear``'s own layout,
+    contiguous), in place; returns how many changed. ``generate`` packs them again at its next CPU call."""
+    return _store(model, packed=False)
